@@ -1,0 +1,3 @@
+from npa.cli.main import run
+
+run()

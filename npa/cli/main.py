@@ -1,0 +1,40 @@
+"""The ``npa`` command line: command groups and global options.
+
+Only typer, pydantic and npa's own light modules are imported here; sky, pulumi, boto3 and
+kubernetes are imported inside the adapters that use them so ``npa --help`` stays instant.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from npa import __version__
+from npa.cli.apps import app
+
+# Command modules register themselves on the apps when imported; keep this list sorted.
+# (none yet)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"npa {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the npa version and exit."
+        ),
+    ] = False,
+) -> None:
+    """npa: safe, reviewable, resumable GPU pipeline runs."""
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app(prog_name="npa")

@@ -1,0 +1,152 @@
+"""Durable, owner-only local writes and exclusive locks.
+
+A write goes to a temporary file in the target's directory, is fsynced, then renamed over the
+target, and the directory is fsynced: a crash at any point leaves either the old file or the new
+one, never a mix. Files are 0600 and directories npa creates are 0700.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from npa.core.errors import LockBusy, StateCorrupt
+
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create ``path`` and any missing parents with mode 0700; existing directories are kept."""
+    missing: list[Path] = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        if p.parent == p:
+            break
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=DIR_MODE)
+        except FileExistsError:
+            continue
+        # mkdir's mode is filtered by the umask; set it exactly.
+        os.chmod(d, DIR_MODE)
+    return path
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
+    """Replace ``path`` with ``data`` atomically and durably, owner-only by default."""
+    ensure_private_dir(path.parent)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+    try:
+        try:
+            os.fchmod(fd, mode)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str, *, mode: int = FILE_MODE) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
+
+
+def atomic_write_json(path: Path, value: Any, *, mode: int = FILE_MODE) -> None:
+    """Write ``value`` as stable, human-readable JSON (sorted keys, trailing newline)."""
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    atomic_write_text(path, text, mode=mode)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON state file npa wrote; a file that does not parse is StateCorrupt."""
+    raw = path.read_bytes()
+    try:
+        return json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateCorrupt(
+            f"{path} is not valid JSON ({exc}); it was not written by this version of npa "
+            "or was damaged",
+            fix=f"mv {path} {path}.broken  # keep it for inspection, then rerun the command",
+        ) from exc
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line durably (journals): O_APPEND write, then fsync; file created 0600."""
+    ensure_private_dir(path.parent)
+    if "\n" in line:
+        raise ValueError("a journal line cannot contain a newline")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.write(fd, (line + "\n").encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, *, timeout: float = 0.0, purpose: str = "") -> Iterator[Path]:
+    """Hold an exclusive ``flock`` on ``path`` for the duration of the block.
+
+    ``timeout`` 0 fails at once when another process holds the lock; otherwise npa waits up to
+    ``timeout`` seconds. The lock dies with the process that holds it, so a killed npa never
+    leaves a stale lock behind. The holder's pid is written into the file for diagnostics.
+    """
+    ensure_private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = _lock_holder(fd)
+                    what = f" for {purpose}" if purpose else ""
+                    raise LockBusy(
+                        f"another npa process{holder} holds the lock {path}{what}",
+                        fix="wait for it to finish, then rerun the same command",
+                    ) from exc
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        # Closing the descriptor releases the flock.
+        os.close(fd)
+
+
+def _lock_holder(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""

@@ -1,0 +1,134 @@
+"""Every local path npa reads or writes, in one place.
+
+The root is ``~/.npa`` unless ``NPA_HOME`` says otherwise. Names that become path components
+(project aliases, run ids, kube contexts) are checked here so no caller can build a path that
+escapes its directory.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from npa.core.errors import InvalidInput
+
+# A component is one directory entry: no separators, no traversal, nothing hidden, bounded.
+_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,252}$")
+
+
+def safe_component(value: str, what: str) -> str:
+    """Return ``value`` if it can be used as a single path component, else raise InvalidInput."""
+    if not _COMPONENT.fullmatch(value) or ".." in value:
+        raise InvalidInput(
+            f"{what} {value!r} cannot be used as a name: use letters, digits and . _ @ : + -, "
+            "starting with a letter or digit, with no '/' and no '..'",
+        )
+    return value
+
+
+def home_root() -> Path:
+    """The npa state root: ``$NPA_HOME`` or ``~/.npa``."""
+    override = os.environ.get("NPA_HOME")
+    if override:
+        return Path(override).expanduser()
+    return Path.home() / ".npa"
+
+
+def tools_cache_root() -> Path:
+    """Where scripts/bootstrap-tools caches the tools it installs or builds."""
+    override = os.environ.get("NPA_TOOLS_CACHE")
+    if override:
+        return Path(override).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    return base / "npa-tools"
+
+
+@dataclass(frozen=True)
+class NpaPaths:
+    """The layout of one npa state root."""
+
+    root: Path
+
+    @classmethod
+    def from_env(cls) -> NpaPaths:
+        return cls(home_root())
+
+    # --- configuration --------------------------------------------------------------------
+    @property
+    def config_file(self) -> Path:
+        return self.root / "config.json"
+
+    # --- runs -----------------------------------------------------------------------------
+    @property
+    def submissions_dir(self) -> Path:
+        return self.root / "workflow-submissions"
+
+    def submission_receipt(self, project: str, run_id: str) -> Path:
+        """``workflow-submissions/<project>/<run>.json``: the receipt of one submission."""
+        project = safe_component(project, "project")
+        run_id = safe_component(run_id, "run id")
+        return self.submissions_dir / project / f"{run_id}.json"
+
+    @property
+    def reservations_dir(self) -> Path:
+        return self.root / "runs"
+
+    def run_reservation(self, project: str, workflow: str) -> Path:
+        """State record of the runs reserved for one workflow of one project."""
+        project = safe_component(project, "project")
+        workflow = safe_component(workflow, "workflow")
+        return self.reservations_dir / project / f"{workflow}.json"
+
+    @property
+    def legacy_first_run_id(self) -> Path:
+        """The historical global run-id file: read to warn about, never reused, never deleted."""
+        return self.root / "paidf-first-run-id"
+
+    # --- operations -----------------------------------------------------------------------
+    @property
+    def operations_dir(self) -> Path:
+        return self.root / "operations"
+
+    def operation_journal(self, operation_id: str) -> Path:
+        operation_id = safe_component(operation_id, "operation id")
+        return self.operations_dir / f"{operation_id}.jsonl"
+
+    # --- clusters -------------------------------------------------------------------------
+    @property
+    def clusters_dir(self) -> Path:
+        return self.root / "clusters"
+
+    def cluster_kubeconfig(self, context: str) -> Path:
+        """``clusters/<context>/kubeconfig``: placed by provisioning, never merged elsewhere."""
+        context = safe_component(context, "kube context")
+        return self.clusters_dir / context / "kubeconfig"
+
+    # --- local infrastructure -------------------------------------------------------------
+    @property
+    def local_store(self) -> Path:
+        """The embedded object store of the local target (``file://`` URIs point here)."""
+        return self.root / "store"
+
+    @property
+    def pulumi_backend(self) -> Path:
+        """Directory of the default ``file://`` Pulumi state backend."""
+        return self.root / "pulumi"
+
+    # --- caches and locks -----------------------------------------------------------------
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    def cache(self, name: str) -> Path:
+        return self.cache_dir / safe_component(name, "cache name")
+
+    @property
+    def locks_dir(self) -> Path:
+        return self.root / "locks"
+
+    def lock(self, name: str) -> Path:
+        """A lock file; ``name`` may be dotted (``launch.<project>.<run>``), never a path."""
+        return self.locks_dir / f"{safe_component(name, 'lock name')}.lock"

@@ -1,0 +1,45 @@
+"""Run the npa CLI the way a user does: a separate process, real argv, real exit code."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+def run_npa(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+    cwd: str | None = None,
+) -> CliResult:
+    """``python -m npa ARGS`` with the current environment plus ``env``."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "npa", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        input=input,
+        timeout=timeout,
+        cwd=cwd,
+        check=False,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)

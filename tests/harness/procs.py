@@ -1,0 +1,148 @@
+"""Start and stop the real services the tests use, leaving nothing behind.
+
+Every service process runs in its own process group, logs to a file the test can show on
+failure, and is registered so teardown can stop it (SIGTERM, then SIGKILL) even when a test or a
+start-up fails half-way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+# Every process the harness started and has not yet reaped; a session-end check reads it.
+LIVE: dict[int, ManagedProcess] = {}
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_open(port: int, host: str = "127.0.0.1") -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def pid_alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+@dataclass
+class ManagedProcess:
+    """One service process and the log it writes."""
+
+    name: str
+    argv: Sequence[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    cwd: Path | None = None
+    ports: list[int] = field(default_factory=list)
+    popen: subprocess.Popen[bytes] | None = None
+    _log: IO[bytes] | None = None
+
+    def start(self) -> ManagedProcess:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in stop()
+        self.popen = subprocess.Popen(
+            list(self.argv),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=self.env,
+            cwd=self.cwd,
+            start_new_session=True,
+        )
+        LIVE[self.popen.pid] = self
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.popen is not None
+        return self.popen.pid
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def check_running(self) -> None:
+        assert self.popen is not None
+        code = self.popen.poll()
+        if code is not None:
+            raise RuntimeError(
+                f"{self.name} exited with code {code} during start-up:\n{self.log_tail()}"
+            )
+
+    def wait_until(self, ready: Callable[[], bool], timeout: float, what: str) -> None:
+        """Poll ``ready`` until it is true; fail with the service log if the process dies."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_running()
+            with contextlib.suppress(Exception):
+                if ready():
+                    return
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not {what} after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, grace: float = 10.0) -> None:
+        """Stop the whole process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+        if self.popen is not None:
+            pid = self.popen.pid
+            if self.popen.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGTERM)
+                try:
+                    self.popen.wait(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGKILL)
+                    self.popen.wait(timeout=grace)
+            # Children that outlived the leader still belong to the group.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            LIVE.pop(pid, None)
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+
+@contextlib.contextmanager
+def running(proc: ManagedProcess) -> Iterator[ManagedProcess]:
+    """Start ``proc`` and stop it when the block ends, however it ends."""
+    try:
+        proc.start()
+        yield proc
+    finally:
+        proc.stop()
+
+
+def http_status(url: str, *, timeout: float = 2.0, context: object | None = None) -> int:
+    """The HTTP status of a GET to ``url`` (error statuses included)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:  # type: ignore[arg-type]
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return int(err.code)
