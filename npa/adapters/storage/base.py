@@ -1,0 +1,129 @@
+"""The object-store interface every backend implements, and its typed errors.
+
+Callers must be able to tell three answers apart: the object is there, the store answered
+authoritatively that it is not (:class:`ObjectAbsent`), or the store could not be asked
+(:class:`StoreUnavailable`). The last one is never read as "absent".
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from npa.core.errors import InvalidInput, NotFound, Unavailable
+
+
+class ObjectAbsent(NotFound):
+    """The store answered that this key does not exist."""
+
+    kind = "object_absent"
+
+
+class BucketAbsent(NotFound):
+    """The bucket (or the file-store root) itself does not exist: a configuration problem."""
+
+    kind = "bucket_absent"
+
+
+class StoreUnavailable(Unavailable):
+    """The store could not be reached, refused us, or answered something npa cannot trust."""
+
+    kind = "store_unavailable"
+
+
+class InvalidStoreUri(InvalidInput):
+    kind = "invalid_store_uri"
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a listing or a head says about one object.
+
+    ``etag`` is the store's entity tag without quotes; for a single-part S3 upload it is the MD5
+    of the content, which is what lets staging check blobs without downloading them. The file
+    backend has no etag (its writes are atomic renames, so a partial object cannot exist).
+    """
+
+    key: str
+    size: int
+    etag: str | None = None
+
+
+@dataclass(frozen=True)
+class ListPage:
+    """One page of a listing; ``next_token`` is None on the last page."""
+
+    objects: tuple[ObjectInfo, ...]
+    next_token: str | None
+
+
+class ObjectStore(abc.ABC):
+    """A flat key space of immutable-by-convention objects under one root URI.
+
+    Keys are relative to the store's root (``s3://bucket/prefix`` or the file root) and use
+    ``/`` separators. Every method raises :class:`StoreUnavailable` when the store cannot answer.
+    """
+
+    #: The URI this store was opened from, without any credential.
+    uri: str
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
+        """Store ``data`` at ``key`` atomically: readers see the old object or the new one.
+
+        ``content_md5`` (base64) lets a store that checks it refuse bytes damaged in transit.
+        """
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; :class:`ObjectAbsent` when the store says it does not exist."""
+
+    @abc.abstractmethod
+    def head(self, key: str) -> ObjectInfo:
+        """Size and etag of ``key``; :class:`ObjectAbsent` when it does not exist."""
+
+    @abc.abstractmethod
+    def list_page(
+        self, prefix: str, *, token: str | None = None, page_size: int = 1000
+    ) -> ListPage:
+        """One page of the keys under ``prefix``, in key order; pass ``next_token`` back."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove ``key``; deleting an absent key is not an error."""
+
+    @abc.abstractmethod
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        """Write ``key`` only if nothing is there: True if this call created it, else False.
+
+        Of several concurrent callers exactly one gets True where the store supports an atomic
+        conditional write (S3 ``If-None-Match: *``, ``link(2)`` on files); see
+        docs/storage-layout.md for the fallback on stores that do not.
+        """
+
+    def list(self, prefix: str, *, page_size: int = 1000) -> Iterator[ObjectInfo]:
+        """Every object under ``prefix``, following pagination to the end."""
+        token: str | None = None
+        while True:
+            page = self.list_page(prefix, token=token, page_size=page_size)
+            yield from page.objects
+            if page.next_token is None:
+                return
+            token = page.next_token
+
+    def exists(self, key: str) -> bool:
+        """True/False only on an authoritative answer; StoreUnavailable otherwise."""
+        try:
+            self.head(key)
+        except ObjectAbsent:
+            return False
+        return True
+
+
+def check_key(key: str) -> str:
+    """Refuse keys that could escape a prefix or mean different things on different stores."""
+    parts = key.split("/")
+    if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
+        raise InvalidInput(f"object key {key!r} is not a clean relative path")
+    return key

@@ -1,0 +1,151 @@
+"""The ``file://`` backend: the embedded store under NPA_HOME, or any local directory.
+
+Writes go to a temporary file under ``<root>/.npa-tmp`` and are renamed into place, so a reader
+(or a process killed mid-write) never sees a partial object under its key. create-if-absent
+publishes with ``link(2)``, which fails atomically when the key exists — the ``O_EXCL`` guarantee
+without ever exposing a half-written file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import uuid
+from pathlib import Path
+
+from npa.adapters.storage.base import (
+    ListPage,
+    ObjectAbsent,
+    ObjectInfo,
+    ObjectStore,
+    StoreUnavailable,
+    check_key,
+)
+from npa.core.errors import InvalidInput
+from npa.core.fsio import ensure_private_dir
+
+TMP_DIR = ".npa-tmp"
+
+
+class FileStore(ObjectStore):
+    """Objects as files under ``root``; a key's ``/`` separators become directories."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.uri = root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        check_key(key)
+        if key.split("/", 1)[0] == TMP_DIR:
+            raise InvalidInput(f"object key {key!r} is reserved for the file store's own use")
+        return self.root / key
+
+    def _unavailable(self, exc: OSError, what: str, key: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"could not {what} {self.uri}/{key}: {exc.strerror or exc}",
+            fix=f"ls -ld {self.root}  # check it exists and is readable and writable by you",
+            details={"store": self.uri, "errno": exc.errno},
+        )
+
+    def _write_tmp(self, data: bytes) -> Path:
+        tmp_dir = ensure_private_dir(self.root / TMP_DIR)
+        tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+
+    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            tmp = self._write_tmp(data)
+            try:
+                ensure_private_dir(path.parent)
+                os.replace(tmp, path)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise self._unavailable(exc, "write", key) from None
+        return ObjectInfo(key, len(data))
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectAbsent(f"{self.uri}/{key} does not exist") from None
+        except OSError as exc:
+            raise self._unavailable(exc, "read", key) from None
+
+    def head(self, key: str) -> ObjectInfo:
+        path = self._path(key)
+        try:
+            st = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            raise ObjectAbsent(f"{self.uri}/{key} does not exist") from None
+        except OSError as exc:
+            raise self._unavailable(exc, "look up", key) from None
+        if not path.is_file():
+            raise ObjectAbsent(f"{self.uri}/{key} is a prefix, not an object")
+        return ObjectInfo(key, st.st_size)
+
+    def list_page(
+        self, prefix: str, *, token: str | None = None, page_size: int = 1000
+    ) -> ListPage:
+        # Walk only the directory the prefix names; keys sort like S3's (by UTF-8 bytes).
+        start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
+        keys: list[tuple[str, int]] = []
+        try:
+            for dirpath, dirnames, filenames in os.walk(start, onerror=_raise):
+                rel_dir = os.path.relpath(dirpath, self.root)
+                if rel_dir == ".":
+                    dirnames[:] = [d for d in dirnames if d != TMP_DIR]
+                    rel_dir = ""
+                for name in filenames:
+                    key = f"{rel_dir}/{name}" if rel_dir else name
+                    if key.startswith(prefix) and (token is None or key > token):
+                        keys.append((key, os.stat(os.path.join(dirpath, name)).st_size))
+        except FileNotFoundError:
+            keys = []
+        except OSError as exc:
+            raise self._unavailable(exc, "list", prefix) from None
+        keys.sort(key=lambda item: item[0].encode())
+        page = keys[:page_size]
+        more = len(keys) > page_size
+        return ListPage(
+            tuple(ObjectInfo(k, size) for k, size in page), page[-1][0] if more else None
+        )
+
+    def delete(self, key: str) -> None:
+        try:
+            self._path(key).unlink()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._unavailable(exc, "delete", key) from None
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        path = self._path(key)
+        try:
+            tmp = self._write_tmp(data)
+            try:
+                ensure_private_dir(path.parent)
+                os.link(tmp, path)
+            except FileExistsError:
+                return False
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as exc:
+            raise self._unavailable(exc, "create", key) from None
+        return True
+
+
+def _raise(exc: OSError) -> None:
+    raise exc

@@ -1,0 +1,245 @@
+"""The ``s3://`` backend: any S3-compatible store (AWS S3, Nebius Object Storage, MinIO) via boto3.
+
+boto3 is imported when a store is opened, never at CLI import time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from npa.adapters.storage.base import (
+    BucketAbsent,
+    ListPage,
+    ObjectAbsent,
+    ObjectInfo,
+    ObjectStore,
+    StoreUnavailable,
+    check_key,
+)
+
+# Error codes that mean "the thing is not there", as opposed to "you may not look".
+_ABSENT_KEY = {"NoSuchKey", "404", "NotFound"}
+_ABSENT_BUCKET = {"NoSuchBucket"}
+_REFUSED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+# A store that does not understand the conditional header answers one of these.
+_NO_CONDITIONAL = {"NotImplemented", "501"}
+
+
+class S3Store(ObjectStore):
+    """Objects under ``s3://bucket/prefix`` on one endpoint."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        max_connections: int = 32,
+        max_attempts: int = 4,
+        fix_hint: str | None = None,
+    ) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.endpoint_url = endpoint_url
+        self._fix_hint = fix_hint
+        session = boto3.session.Session(profile_name=profile, region_name=region)
+        self.client: Any = session.client(
+            "s3",
+            endpoint_url=endpoint_url,
+            config=Config(
+                retries={"mode": "standard", "max_attempts": max_attempts},
+                max_pool_connections=max_connections,
+                connect_timeout=10,
+                read_timeout=60,
+            ),
+        )
+        creds = session.get_credentials()
+        # The *method* names where credentials came from (env, shared-credentials-file, ...);
+        # it is safe to print, unlike the credentials themselves.
+        self.credential_source = creds.method if creds is not None else "none"
+        self._bucket_checked = False
+        self._bucket_lock = threading.Lock()
+        # None until a conditional write tells us whether this store honours If-None-Match.
+        self.conditional_writes: bool | None = None
+
+    # --- helpers ------------------------------------------------------------------------
+    def _key(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _rel(self, full: str) -> str:
+        return full[len(self.prefix) + 1 :] if self.prefix else full
+
+    def _where(self, key: str | None = None) -> str:
+        where = f"s3://{self.bucket}/{self._key(key)}" if key else self.uri
+        if self.endpoint_url:
+            where += f" (endpoint {self.endpoint_url})"
+        return where
+
+    def _unavailable(self, exc: Exception, what: str, key: str | None = None) -> StoreUnavailable:
+        code, status = _error_code(exc)
+        if code in _REFUSED:
+            reason = (
+                f"the store refused the credentials from {self.credential_source!r} ({code}); "
+                "npa cannot tell whether the object exists"
+            )
+        elif code:
+            reason = f"the store answered {code} (HTTP {status})"
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
+        return StoreUnavailable(
+            f"could not {what} {self._where(key)}: {reason}",
+            fix=self._fix_hint or "npa configure --show",
+            details={"store": self.uri, "code": code, "http_status": status},
+        )
+
+    def _bucket_absent(self) -> BucketAbsent:
+        return BucketAbsent(
+            f"bucket {self.bucket!r} does not exist at {self._where()}",
+            fix=f"aws s3api create-bucket --bucket {self.bucket}"
+            + (f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""),
+        )
+
+    def _check_bucket(self) -> None:
+        """A HEAD 404 does not say whether the key or the bucket is missing: ask once."""
+        with self._bucket_lock:
+            if self._bucket_checked:
+                return
+            try:
+                self.client.head_bucket(Bucket=self.bucket)
+            except Exception as exc:
+                code, _ = _error_code(exc)
+                if code in _ABSENT_KEY | _ABSENT_BUCKET:
+                    raise self._bucket_absent() from None
+                raise self._unavailable(exc, "check bucket of") from None
+            self._bucket_checked = True
+
+    def _absent(self, key: str) -> ObjectAbsent:
+        return ObjectAbsent(f"{self._where(key)} does not exist")
+
+    # --- operations ---------------------------------------------------------------------
+    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
+        extra: dict[str, Any] = {"ContentMD5": content_md5} if content_md5 else {}
+        full = self._key(key)
+        try:
+            resp = self.client.put_object(Bucket=self.bucket, Key=full, Body=data, **extra)
+        except Exception as exc:
+            if _error_code(exc)[0] in _ABSENT_BUCKET:
+                raise self._bucket_absent() from None
+            raise self._unavailable(exc, "write", key) from None
+        return ObjectInfo(key, len(data), _etag(resp.get("ETag")))
+
+    def get(self, key: str) -> bytes:
+        full = self._key(key)
+        try:
+            resp = self.client.get_object(Bucket=self.bucket, Key=full)
+            data: bytes = resp["Body"].read()
+        except Exception as exc:
+            code, _ = _error_code(exc)
+            if code in _ABSENT_BUCKET:
+                raise self._bucket_absent() from None
+            if code in _ABSENT_KEY:
+                raise self._absent(key) from None
+            raise self._unavailable(exc, "read", key) from None
+        return data
+
+    def head(self, key: str) -> ObjectInfo:
+        full = self._key(key)
+        try:
+            resp = self.client.head_object(Bucket=self.bucket, Key=full)
+        except Exception as exc:
+            code, _ = _error_code(exc)
+            if code in _ABSENT_KEY | _ABSENT_BUCKET:
+                self._check_bucket()
+                raise self._absent(key) from None
+            raise self._unavailable(exc, "look up", key) from None
+        return ObjectInfo(key, int(resp["ContentLength"]), _etag(resp.get("ETag")))
+
+    def list_page(
+        self, prefix: str, *, token: str | None = None, page_size: int = 1000
+    ) -> ListPage:
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full, "MaxKeys": page_size}
+        if token:
+            args["ContinuationToken"] = token
+        try:
+            resp = self.client.list_objects_v2(**args)
+        except Exception as exc:
+            if _error_code(exc)[0] in _ABSENT_BUCKET:
+                raise self._bucket_absent() from None
+            raise self._unavailable(exc, "list", prefix or None) from None
+        objects = tuple(
+            ObjectInfo(self._rel(o["Key"]), int(o["Size"]), _etag(o.get("ETag")))
+            for o in resp.get("Contents", [])
+        )
+        next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
+        return ListPage(objects, next_token)
+
+    def delete(self, key: str) -> None:
+        full = self._key(key)
+        try:
+            self.client.delete_object(Bucket=self.bucket, Key=full)
+        except Exception as exc:
+            code, _ = _error_code(exc)
+            if code in _ABSENT_KEY:
+                return
+            if code in _ABSENT_BUCKET:
+                raise self._bucket_absent() from None
+            raise self._unavailable(exc, "delete", key) from None
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        if self.conditional_writes is False:
+            return self._create_if_absent_fallback(key, data)
+        full = self._key(key)
+        for attempt in range(5):
+            try:
+                self.client.put_object(Bucket=self.bucket, Key=full, Body=data, IfNoneMatch="*")
+            except Exception as exc:
+                code, status = _error_code(exc)
+                if code == "PreconditionFailed" or status == 412:
+                    self.conditional_writes = True
+                    return False
+                if code == "ConditionalRequestConflict" or status == 409:
+                    # Another conditional write to the key is in flight: wait, then ask again.
+                    time.sleep(0.05 * (attempt + 1))
+                    continue
+                if code in _NO_CONDITIONAL:
+                    self.conditional_writes = False
+                    return self._create_if_absent_fallback(key, data)
+                if code in _ABSENT_BUCKET:
+                    raise self._bucket_absent() from None
+                raise self._unavailable(exc, "create", key) from None
+            return True
+        raise StoreUnavailable(
+            f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
+            fix=self._fix_hint or "rerun the same command",
+        )
+
+    def _create_if_absent_fallback(self, key: str, data: bytes) -> bool:
+        """Stores without conditional writes: look, then write. Not atomic across machines;
+        npa's own writers of one run serialise on a local lock (docs/storage-layout.md)."""
+        if self.exists(key):
+            return False
+        self.put(key, data)
+        return True
+
+
+def _etag(value: str | None) -> str | None:
+    return value.strip('"') if value else None
+
+
+def _error_code(exc: Exception) -> tuple[str, int | None]:
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return "", None
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return code, int(status) if status is not None else None

@@ -1,0 +1,251 @@
+"""The object-store interface against its two real backends: moto's S3 server and files."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from npa.adapters.storage import (
+    BucketAbsent,
+    ObjectAbsent,
+    ObjectStore,
+    StoreUnavailable,
+    open_store,
+)
+from npa.core.errors import InvalidInput
+from tests.harness.procs import free_port
+from tests.harness.s3 import S3Server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "npa-store-test"
+
+
+@pytest.fixture(params=["s3", "file"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """(store URI, extra environment) for each backend; the S3 bucket exists and is empty."""
+    if request.param == "s3":
+        s3: S3Server = request.getfixturevalue("s3")
+        s3.client().create_bucket(Bucket=BUCKET)
+        return f"s3://{BUCKET}/some/prefix", s3.env
+    return (tmp_path / "store").as_uri(), {}
+
+
+@pytest.fixture
+def store(backend: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch) -> ObjectStore:
+    uri, env = backend
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    return open_store(uri, endpoint_url=env.get("AWS_ENDPOINT_URL_S3"))
+
+
+def test_put_get_head_delete(store: ObjectStore) -> None:
+    info = store.put("a/b/c.txt", b"hello")
+    assert info.size == 5
+    assert store.get("a/b/c.txt") == b"hello"
+    assert store.head("a/b/c.txt").size == 5
+    assert store.exists("a/b/c.txt")
+    store.put("a/b/c.txt", b"replaced")
+    assert store.get("a/b/c.txt") == b"replaced"
+    store.delete("a/b/c.txt")
+    assert not store.exists("a/b/c.txt")
+    store.delete("a/b/c.txt")  # deleting an absent key is fine
+    with pytest.raises(ObjectAbsent):
+        store.get("a/b/c.txt")
+    with pytest.raises(ObjectAbsent):
+        store.head("a/b/c.txt")
+
+
+def test_s3_etag_is_content_md5(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hashlib
+
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    s3.client().create_bucket(Bucket=BUCKET)
+    store = open_store(f"s3://{BUCKET}", endpoint_url=s3.endpoint_url)
+    assert store.put("x", b"abc").etag == hashlib.md5(b"abc").hexdigest()
+    assert store.head("x").etag == hashlib.md5(b"abc").hexdigest()
+
+
+def test_list_paginates_in_key_order(store: ObjectStore) -> None:
+    keys = [f"p/{i:03d}" for i in range(23)] + ["p2/x", "q/y"]
+    for k in keys:
+        store.put(k, k.encode())
+    page = store.list_page("p/", page_size=10)
+    assert len(page.objects) == 10 and page.next_token is not None
+    listed = [o.key for o in store.list("p/", page_size=10)]
+    assert listed == sorted(k for k in keys if k.startswith("p/"))
+    assert [o.key for o in store.list("p")] == sorted(k for k in keys if k.startswith("p"))
+    assert all(o.size == len(o.key) for o in store.list("p/"))
+    assert list(store.list("nothing/")) == []
+
+
+def test_keys_that_escape_are_refused(store: ObjectStore) -> None:
+    for bad in ["../x", "/abs", "a//b", "a/./b", ""]:
+        with pytest.raises(InvalidInput):
+            store.put(bad, b"x")
+
+
+def test_create_if_absent(store: ObjectStore) -> None:
+    assert store.create_if_absent("lock/one", b"first") is True
+    assert store.create_if_absent("lock/one", b"second") is False
+    assert store.get("lock/one") == b"first"
+
+
+RACER = textwrap.dedent(
+    """
+    import sys, time
+    from npa.adapters.storage import open_store
+    uri, endpoint, name, start, rounds = sys.argv[1:6]
+    store = open_store(uri, endpoint_url=endpoint or None)
+    while time.time() < float(start):
+        pass
+    for i in range(int(rounds)):
+        won = store.create_if_absent(f"race/{i}", name.encode())
+        print(i, won, flush=True)
+    """
+)
+
+
+def test_create_if_absent_race_has_one_winner(
+    backend: tuple[str, dict[str, str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes race for the same keys: every key has exactly one winner, whose bytes stay.
+
+    On S3 this exercises the If-None-Match: * path end to end (moto answers 412 to the loser);
+    on files it is link(2).
+    """
+    uri, env = backend
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    endpoint = env.get("AWS_ENDPOINT_URL_S3", "")
+    rounds = 25
+    start = time.time() + 2.0
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, uri, endpoint, f"writer-{i}", str(start), str(rounds)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=dict(os.environ),
+        )
+        for i in range(2)
+    ]
+    outputs = [p.communicate(timeout=120)[0].split("\n") for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    wins = [{int(line.split()[0]) for line in out if line.endswith("True")} for out in outputs]
+    assert wins[0] | wins[1] == set(range(rounds))
+    assert not wins[0] & wins[1], "two writers both created the same key"
+    store = open_store(uri, endpoint_url=endpoint or None)
+    for i in range(rounds):
+        assert store.get(f"race/{i}") == (b"writer-0" if i in wins[0] else b"writer-1")
+
+
+def test_missing_bucket_is_not_a_missing_object(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    store = open_store("s3://no-such-bucket-here/x", endpoint_url=s3.endpoint_url)
+    with pytest.raises(BucketAbsent) as err:
+        store.head("k")
+    assert "create-bucket --bucket no-such-bucket-here" in (err.value.fix or "")
+    with pytest.raises(BucketAbsent):
+        store.get("k")
+    with pytest.raises(BucketAbsent):
+        list(store.list(""))
+
+
+def test_unreachable_endpoint_is_unavailable_not_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    store = open_store(
+        "s3://bucket-x/p",
+        endpoint_url=f"http://127.0.0.1:{free_port()}",
+        region="us-east-1",
+        max_attempts=1,
+    )
+    for call in (
+        lambda: store.head("k"),
+        lambda: store.get("k"),
+        lambda: list(store.list("")),
+        lambda: store.put("k", b"x"),
+        lambda: store.create_if_absent("k", b"x"),
+    ):
+        with pytest.raises(StoreUnavailable) as err:
+            call()
+        assert not isinstance(err.value, ObjectAbsent)
+        assert err.value.exit_code == 4
+
+
+class _Refusing(http.server.BaseHTTPRequestHandler):
+    status = 403
+    code = "AccessDenied"
+
+    def _answer(self) -> None:
+        body = (
+            f"<?xml version='1.0'?><Error><Code>{self.code}</Code><Message>no</Message></Error>"
+        ).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/xml")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(params=[(403, "AccessDenied"), (500, "InternalError")])
+def refusing_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
+    handler = type("H", (_Refusing,), {"status": request.param[0], "code": request.param[1]})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_refusals_and_server_errors_are_unavailable(
+    refusing_endpoint: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
+    store = open_store(
+        "s3://bucket-x/p", endpoint_url=refusing_endpoint, region="us-east-1", max_attempts=1
+    )
+    for call in (lambda: store.head("k"), lambda: store.get("k"), lambda: list(store.list(""))):
+        with pytest.raises(StoreUnavailable) as err:
+            call()
+        assert not isinstance(err.value, ObjectAbsent)
+
+
+def test_file_store_errors_are_unavailable(tmp_path: Path) -> None:
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)  # every lookup under it fails with ELOOP: an error, not an absence
+    store = open_store(loop.as_uri())
+    for call in (lambda: store.head("k"), lambda: store.get("k"), lambda: store.put("k", b"x")):
+        with pytest.raises(StoreUnavailable):
+            call()
+
+
+def test_file_store_killed_writer_leaves_no_partial_object(tmp_path: Path) -> None:
+    store = open_store((tmp_path / "s").as_uri())
+    store.put("k", b"x" * 10)
+    # Temporary files live outside the key space, so they are never listed as objects.
+    (tmp_path / "s" / ".npa-tmp" / "123-dead").write_bytes(b"partial")
+    assert [o.key for o in store.list("")] == ["k"]
