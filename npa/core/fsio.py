@@ -50,10 +50,41 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}.tmp-"
+
+
+def _remove_orphan_temps(path: Path) -> None:
+    """Delete temp files a killed writer of ``path`` left behind (their pid no longer runs)."""
+    prefix = _temp_prefix(path)
+    try:
+        entries = list(os.scandir(path.parent))
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if not entry.name.startswith(prefix):
+            continue
+        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
+        if pid_text.isdigit() and not _pid_running(int(pid_text)):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(entry.path)
+
+
+def _pid_running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
     """Replace ``path`` with ``data`` atomically and durably, owner-only by default."""
     ensure_private_dir(path.parent)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}-{time.monotonic_ns()}"
+    _remove_orphan_temps(path)
+    tmp = path.parent / f"{_temp_prefix(path)}{os.getpid()}-{time.monotonic_ns()}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
         try:

@@ -1,0 +1,90 @@
+"""The pulumi_backend fixture: a real Automation API stack on a file:// backend."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.pulumi import PulumiBackend
+
+pytestmark = pytest.mark.integration
+
+
+def _program(marker: Path) -> Any:
+    import pulumi
+    from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider
+
+    class MarkerProvider(ResourceProvider):
+        """Writes a file on create and removes it on delete: a side effect the test can see."""
+
+        def create(self, props: dict[str, Any]) -> CreateResult:
+            Path(props["path"]).write_text(props["content"])
+            return CreateResult(id_=props["path"], outs=props)
+
+        def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+            changed = olds.get("content") != news.get("content")
+            return DiffResult(changes=changed, replaces=["content"] if changed else [])
+
+        def delete(self, _id: str, props: dict[str, Any]) -> None:
+            Path(props["path"]).unlink(missing_ok=True)
+
+    class Marker(Resource):
+        def __init__(self, name: str, path: str, content: str) -> None:
+            super().__init__(MarkerProvider(), name, {"path": path, "content": content})
+
+    def program() -> None:
+        m = Marker("marker", str(marker), "hello from a dynamic provider")
+        pulumi.export("path", m.id)
+
+    return program
+
+
+def test_stack_preview_up_noop_destroy(pulumi_backend: PulumiBackend, tmp_path: Path) -> None:
+    from pulumi import automation as auto
+
+    marker = tmp_path / "marker.txt"
+    stack = auto.create_or_select_stack(
+        stack_name="harness",
+        project_name="npa-harness",
+        program=_program(marker),
+        opts=auto.LocalWorkspaceOptions(
+            pulumi_command=auto.PulumiCommand(root=str(pulumi_backend.pulumi_bin.parent.parent)),
+            project_settings=auto.ProjectSettings(
+                name="npa-harness",
+                runtime="python",
+                backend=auto.ProjectBackend(url=pulumi_backend.url),
+            ),
+            secrets_provider="passphrase",
+            env_vars=pulumi_backend.env,
+        ),
+    )
+    first = stack.preview()
+    assert first.change_summary.get("create") == 2  # the stack and the marker
+    assert not marker.exists()  # preview mutates nothing
+
+    up = stack.up()
+    assert up.summary.result == "succeeded"
+    assert marker.read_text() == "hello from a dynamic provider"
+    assert up.outputs["path"].value == str(marker)
+
+    again = stack.preview()
+    assert set(again.change_summary) == {"same"}
+
+    # The state lives in the file:// backend, readable by the plain CLI.
+    listing = subprocess.run(
+        [str(pulumi_backend.pulumi_bin), "stack", "ls", "--json", "--cwd", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={**pulumi_backend.env, "PULUMI_HOME": str(Path.home() / ".pulumi")},
+        check=False,
+    )
+    assert stack.destroy().summary.result == "succeeded"
+    assert not marker.exists()
+    stack.workspace.remove_stack("harness")
+    assert listing.returncode == 0 or "no Pulumi.yaml" in listing.stderr, listing.stderr
+    if listing.returncode == 0:
+        assert any(s["name"].endswith("harness") for s in json.loads(listing.stdout))

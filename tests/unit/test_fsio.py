@@ -1,0 +1,169 @@
+"""Atomic owner-only writes and locks, including crashes in the middle of a write."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from npa.core.errors import LockBusy, StateCorrupt
+from npa.core.fsio import (
+    append_line,
+    atomic_write_bytes,
+    atomic_write_json,
+    ensure_private_dir,
+    exclusive_lock,
+    read_json,
+)
+
+pytestmark = pytest.mark.unit
+
+
+def mode_of(p: Path) -> int:
+    return stat.S_IMODE(p.stat().st_mode)
+
+
+def test_atomic_write_creates_owner_only_file_and_dirs(tmp_path: Path) -> None:
+    target = tmp_path / "a" / "b" / "state.json"
+    atomic_write_json(target, {"run": "r1", "n": 2})
+    assert json.loads(target.read_text()) == {"n": 2, "run": "r1"}
+    assert mode_of(target) == 0o600
+    assert mode_of(tmp_path / "a") == 0o700
+    assert mode_of(tmp_path / "a" / "b") == 0o700
+    assert [p.name for p in target.parent.iterdir()] == ["state.json"]
+
+
+def test_overwrite_replaces_content_and_keeps_mode(tmp_path: Path) -> None:
+    target = tmp_path / "f"
+    atomic_write_bytes(target, b"old")
+    atomic_write_bytes(target, b"new")
+    assert target.read_bytes() == b"new"
+    assert mode_of(target) == 0o600
+
+
+def test_umask_does_not_loosen_or_tighten_modes(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        ensure_private_dir(tmp_path / "x" / "y")
+    finally:
+        os.umask(old)
+    assert mode_of(tmp_path / "x" / "y") == 0o700
+
+
+def test_exception_mid_write_leaves_old_file_and_no_temp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "f"
+    atomic_write_bytes(target, b"old content")
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", failing_fsync)
+    with pytest.raises(OSError, match="No space"):
+        atomic_write_bytes(target, b"new content")
+    assert target.read_bytes() == b"old content"
+    assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+CRASH_CHILD = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from npa.core import fsio
+
+    target = Path(sys.argv[1])
+    where = sys.argv[2]
+    real_write, real_replace = os.write, os.replace
+
+    def write_half_then_die(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def die_before_rename(src, dst):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    if where == "write":
+        os.write = write_half_then_die
+    else:
+        os.replace = die_before_rename
+    fsio.atomic_write_bytes(target, b"N" * 1_000_000)
+    """
+)
+
+
+@pytest.mark.parametrize("where", ["write", "rename"])
+def test_crash_in_the_middle_of_a_write_keeps_the_old_file(tmp_path: Path, where: str) -> None:
+    target = tmp_path / "state.json"
+    atomic_write_bytes(target, b"OLD" * 1000)
+    child = subprocess.run(
+        [sys.executable, "-c", CRASH_CHILD, str(target), where], check=False, capture_output=True
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    assert target.read_bytes() == b"OLD" * 1000
+    # The killed writer left its temp file; the next write removes it.
+    assert len(list(tmp_path.iterdir())) == 2
+    atomic_write_bytes(target, b"NEW")
+    assert target.read_bytes() == b"NEW"
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_read_json_reports_corrupt_state_with_a_fix(tmp_path: Path) -> None:
+    target = tmp_path / "r.json"
+    target.write_text("{not json")
+    with pytest.raises(StateCorrupt) as err:
+        read_json(target)
+    assert str(target) in err.value.message
+    assert err.value.fix and err.value.fix.startswith("mv ")
+
+
+def test_append_line_is_owner_only_and_rejects_newlines(tmp_path: Path) -> None:
+    journal = tmp_path / "ops" / "op.jsonl"
+    append_line(journal, '{"step": 1}')
+    append_line(journal, '{"step": 2}')
+    assert journal.read_text().splitlines() == ['{"step": 1}', '{"step": 2}']
+    assert mode_of(journal) == 0o600
+    with pytest.raises(ValueError):
+        append_line(journal, "a\nb")
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from npa.core.fsio import exclusive_lock
+    with exclusive_lock(Path(sys.argv[1])):
+        print("held", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def test_lock_is_exclusive_across_processes_and_dies_with_its_holder(tmp_path: Path) -> None:
+    lock = tmp_path / "locks" / "launch.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "held"
+        started = time.monotonic()
+        with pytest.raises(LockBusy) as err, exclusive_lock(lock, timeout=0.3, purpose="launch"):
+            pass
+        assert time.monotonic() - started >= 0.3
+        assert f"pid {holder.pid}" in err.value.message
+        assert "launch" in err.value.message
+    finally:
+        holder.kill()
+        holder.wait()
+    # SIGKILL released the flock: no stale lock survives its process.
+    with exclusive_lock(lock):
+        assert mode_of(lock) == 0o600
