@@ -11,10 +11,14 @@ from typing import Annotated
 import typer
 
 from npa import __version__
+from npa.cli import configure, runs
 from npa.cli.apps import app
 
-# Command modules register themselves on the apps when imported; keep this list sorted.
-# (none yet)
+# Command modules attach their commands to the apps when imported: list each one here.
+COMMAND_MODULES = (
+    configure,
+    runs,
+)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,136 @@
+"""``prepare-run`` and ``stage-source``: run identity and a run's committed source."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from npa.cli.apps import workflow_app
+from npa.cli.common import JsonFlag, finish
+from npa.core.output import Result
+
+if TYPE_CHECKING:
+    from npa.runs.identity import RunEntry
+
+Opt = typer.Option
+Arg = typer.Argument
+
+
+def _warn(lines: list[str]) -> None:
+    for line in lines:
+        typer.echo(line, err=True)
+
+
+@workflow_app.command("prepare-run")
+def prepare_run(
+    spec: Annotated[Path, Arg(help="The workflow spec (its metadata.name names the workflow).")],
+    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Reserve a new run id and print only it: RUN_ID="$(npa ... prepare-run SPEC --project P)"."""
+
+    def produce() -> Result:
+        from npa.services.runs import prepare_run as service
+
+        result = service(spec, project)
+        _warn(result.warnings)
+        typer.echo(
+            f"reserved run {result.run_id} of workflow {result.workflow} "
+            f"(project {result.project}, {result.workflow_prefix})",
+            err=True,
+        )
+        return result
+
+    finish(as_json, produce)
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _ask(candidates: list[RunEntry]) -> str | None:
+    typer.echo("which run? (npa never picks one for you)", err=True)
+    ids = [c.run_id for c in candidates]
+    for n, run_id in enumerate(ids, 1):
+        typer.echo(f"  {n}) {run_id}", err=True)
+    typer.echo("number, or empty to stop: ", err=True, nl=False)
+    answer = sys.stdin.readline().strip()
+    if answer.isdigit() and 1 <= int(answer) <= len(ids):
+        return ids[int(answer) - 1]
+    return None
+
+
+@contextmanager
+def _progress_bar(enabled: bool) -> Iterator[object]:
+    """A rich progress bar on stderr when it is a terminal; None (no output) otherwise."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    ) as bar:
+        yield bar
+
+
+@workflow_app.command("stage-source")
+def stage_source(
+    spec: Annotated[Path, Arg(help="The workflow spec of the run.")],
+    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    run_id: Annotated[
+        str | None,
+        Opt("--run-id", "--resume-run", help="The reserved run (from prepare-run) to stage for."),
+    ] = None,
+    source: Annotated[
+        Path | None,
+        Opt("--source", help="Source tree to stage (default: the spec's directory)."),
+    ] = None,
+    jobs: Annotated[int, Opt("--jobs", min=1, max=64, help="Parallel uploads.")] = 16,
+    as_json: JsonFlag = False,
+) -> None:
+    """Stage a source tree for a run: content-addressed, idempotent, committed once."""
+
+    def produce() -> Result:
+        from npa.services.runs import stage_run_source
+
+        with _progress_bar(not as_json and sys.stderr.isatty()) as bar:
+            progress = None
+            if bar is not None:
+                from rich.progress import Progress, TaskID
+
+                assert isinstance(bar, Progress)
+                tasks: dict[str, TaskID] = {}
+
+                def progress(phase: str, n: int) -> None:
+                    # "skip" is bytes the store already holds: shown as upload progress.
+                    name = "hashing" if phase == "hash" else "uploading"
+                    if name not in tasks:
+                        tasks[name] = bar.add_task(name, total=None)
+                    bar.update(tasks[name], advance=n)
+
+            result = stage_run_source(
+                spec,
+                project,
+                run_id,
+                source,
+                jobs=jobs,
+                interactive=_interactive(),
+                ask=_ask,
+                progress=progress,
+            )
+        _warn(result.warnings)
+        return result
+
+    finish(as_json, produce)

@@ -1,0 +1,251 @@
+"""Project configuration: record a project alias, and resolve its settings with their sources.
+
+A project alias names where a project's runs live (store, endpoint, region, profile), which
+registry holds its images and which kube context runs them. Every resolved value carries the
+place it came from — a flag, an environment variable, the config file, or npa's default — so
+``npa configure --show`` answers "why is this run writing to *that* bucket?".
+
+Credentials are never recorded or printed: only the *name* of the place they come from.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from datetime import UTC, datetime
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel
+
+from npa.adapters.storage import LOCAL, normalize_store_uri
+from npa.core.errors import InvalidInput, StateCorrupt
+from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
+from npa.core.output import Result
+from npa.core.paths import NpaPaths, safe_component
+
+Source = Literal["flag", "env", "file", "default"]
+
+CONFIG_VERSION = 1
+DEFAULT_PROJECT = "default"
+FIELDS = ("store", "registry", "endpoint_url", "region", "profile", "context")
+# Environment variables read for each setting, first match wins.
+ENV_VARS: dict[str, tuple[str, ...]] = {
+    "store": ("NPA_STORE",),
+    "registry": ("NPA_REGISTRY",),
+    "endpoint_url": ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+    "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
+    "profile": ("AWS_PROFILE",),
+    "context": ("NPA_CONTEXT",),
+}
+DEFAULTS: dict[str, str | None] = {
+    "store": LOCAL,
+    "registry": None,
+    "endpoint_url": None,
+    "region": None,
+    "profile": None,
+    "context": None,
+}
+# Environment variables whose presence (never value) says where credentials come from.
+CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+class Setting(BaseModel):
+    """One resolved value and where it came from (``origin`` names the variable or file)."""
+
+    value: str | None
+    source: Source
+    origin: str | None = None
+
+
+class ProjectSettings(Result):
+    """The resolved configuration of one project alias."""
+
+    project: str
+    project_id: str | None
+    identity: str
+    config_file: str
+    configured: bool
+    settings: dict[str, Setting]
+    credentials: str
+
+    def value(self, name: str) -> str | None:
+        return self.settings[name].value
+
+    def text_lines(self) -> list[str]:
+        where = f"recorded in {self.config_file}" if self.configured else "not configured"
+        lines = [f"project: {self.project} (identity {self.identity}; {where})"]
+        for name, s in self.settings.items():
+            origin = f" {s.origin}" if s.origin else ""
+            shown = s.value if s.value is not None else "-"
+            lines.append(f"  {name}: {shown}  [{s.source}{origin}]")
+        lines.append(f"  credentials: {self.credentials}")
+        return lines
+
+
+class ConfigurationView(Result):
+    """``npa configure --show``: every project asked for, resolved."""
+
+    projects: list[ProjectSettings]
+
+    def text_lines(self) -> list[str]:
+        return [line for p in self.projects for line in p.text_lines()]
+
+
+class Configured(Result):
+    """``npa configure --project P ...``: what was recorded."""
+
+    project: str
+    project_id: str
+    config_file: str
+    changed: list[str]
+    recorded: dict[str, str | None]
+
+    def text_lines(self) -> list[str]:
+        changed = ", ".join(self.changed) if self.changed else "nothing changed"
+        lines = [f"project {self.project} recorded in {self.config_file} ({changed})"]
+        lines += [f"  {k}: {v if v is not None else '-'}" for k, v in self.recorded.items()]
+        lines.append(f"  check with: npa configure --show --project {self.project}")
+        return lines
+
+
+# --- the config file ------------------------------------------------------------------------
+
+
+def load_config(paths: NpaPaths) -> dict[str, Any]:
+    """The config file's contents, or an empty configuration when there is none."""
+    path = paths.config_file
+    if not path.exists():
+        return {"version": CONFIG_VERSION, "projects": {}}
+    data = read_json(path)
+    if not isinstance(data, dict) or not isinstance(data.get("projects"), dict):
+        raise StateCorrupt(
+            f"{path} is not an npa configuration (no 'projects' object)",
+            fix=f"mv {path} {path}.broken && npa configure --project PROJECT ...",
+        )
+    return data
+
+
+def credential_source(profile: Setting) -> str:
+    """Where the S3 credentials will come from, by name only; values are never looked at."""
+    present = [name for name in CREDENTIAL_ENV if os.environ.get(name)]
+    if present:
+        return f"environment ({', '.join(present)}; values redacted)"
+    if profile.value:
+        return f"AWS profile {profile.value!r} (shared config/credentials files; values redacted)"
+    return "AWS default chain (no credential variables set; values redacted)"
+
+
+def redact(value: str | None) -> str | None:
+    """Hide a user:password part of a URL or registry reference."""
+    if value is None:
+        return None
+    return re.sub(r"(?<=//)[^/@\s]+@|^[^/@\s:]+:[^/@\s]+@", "<redacted>@", value)
+
+
+def resolve_project(
+    project: str | None,
+    flags: dict[str, str | None] | None = None,
+    *,
+    paths: NpaPaths | None = None,
+) -> ProjectSettings:
+    """Resolve every setting of ``project``: flag, then environment, then file, then default."""
+    paths = paths or NpaPaths.from_env()
+    alias = safe_component(project or DEFAULT_PROJECT, "project")
+    recorded = load_config(paths)["projects"].get(alias)
+    entry: dict[str, Any] = recorded if isinstance(recorded, dict) else {}
+    flags = flags or {}
+    settings: dict[str, Setting] = {}
+    for name in FIELDS:
+        env = next((v for v in ENV_VARS[name] if os.environ.get(v)), None)
+        if flags.get(name) is not None:
+            settings[name] = Setting(value=flags[name], source="flag", origin=f"--{_flag(name)}")
+        elif env is not None:
+            settings[name] = Setting(value=os.environ[env], source="env", origin=env)
+        elif entry.get(name) is not None:
+            settings[name] = Setting(value=str(entry[name]), source="file", origin=None)
+        else:
+            settings[name] = Setting(value=DEFAULTS[name], source="default")
+    for name in ("endpoint_url", "registry"):
+        settings[name] = settings[name].model_copy(update={"value": redact(settings[name].value)})
+    project_id = entry.get("project_id") if isinstance(entry.get("project_id"), str) else None
+    return ProjectSettings(
+        project=alias,
+        project_id=project_id,
+        # An unconfigured alias has no recorded id; its runs are scoped by the alias alone,
+        # and configuring it later gives it an id (and a fresh scope) of its own.
+        identity=project_id or f"unconfigured:{alias}",
+        config_file=str(paths.config_file),
+        configured=recorded is not None,
+        settings=settings,
+        credentials=credential_source(settings["profile"]),
+    )
+
+
+def show(project: str | None, *, paths: NpaPaths | None = None) -> ConfigurationView:
+    """``npa configure --show``: the named project, or every configured one."""
+    paths = paths or NpaPaths.from_env()
+    if project is not None:
+        return ConfigurationView(projects=[resolve_project(project, paths=paths)])
+    names = sorted(load_config(paths)["projects"]) or [DEFAULT_PROJECT]
+    return ConfigurationView(projects=[resolve_project(n, paths=paths) for n in names])
+
+
+def _flag(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def _check(name: str, value: str, paths: NpaPaths) -> str:
+    """Validate one setting before it is recorded; credentials are refused outright."""
+    if redact(value) != value:
+        raise InvalidInput(
+            f"--{_flag(name)} {redact(value)} carries a credential; npa never records one",
+            fix="put credentials in an AWS profile and pass --profile NAME",
+        )
+    if name == "store":
+        return value if value == LOCAL else normalize_store_uri(value, paths)
+    if name == "endpoint_url":
+        parsed = urlparse(value)
+        if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            raise InvalidInput(
+                f"--endpoint-url {value!r} is not an http(s) URL",
+                fix="npa configure --project PROJECT --endpoint-url https://HOST[:PORT]",
+            )
+    if name == "registry" and not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?", value):
+        raise InvalidInput(
+            f"--registry {value!r} is not HOST[:PORT][/NAMESPACE]",
+            fix="npa configure --project PROJECT --registry registry.example.com/team",
+        )
+    if name in ("context", "profile", "region"):
+        safe_component(value, name)
+    return value
+
+
+def record_project(
+    project: str, values: dict[str, str | None], *, paths: NpaPaths | None = None
+) -> Configured:
+    """Create or update the alias ``project`` with the given settings, under the config lock."""
+    paths = paths or NpaPaths.from_env()
+    alias = safe_component(project, "project")
+    checked = {k: _check(k, v, paths) for k, v in values.items() if v is not None}
+    with exclusive_lock(paths.lock("config"), timeout=10, purpose="npa configure"):
+        config = load_config(paths)
+        entry = dict(config["projects"].get(alias) or {})
+        changed = [k for k, v in checked.items() if entry.get(k) != v]
+        if "project_id" not in entry:
+            entry["project_id"] = uuid.uuid4().hex
+            entry["created_at"] = datetime.now(UTC).isoformat(timespec="seconds")
+            changed.insert(0, "created")
+        entry.update(checked)
+        config["projects"][alias] = entry
+        config["version"] = CONFIG_VERSION
+        if changed:
+            atomic_write_json(paths.config_file, config)
+    return Configured(
+        project=alias,
+        project_id=entry["project_id"],
+        config_file=str(paths.config_file),
+        changed=changed,
+        recorded={k: entry.get(k) for k in FIELDS},
+    )

@@ -1,0 +1,233 @@
+"""Run verbs: reserve a run id (``prepare-run``) and stage a run's source (``stage-source``)."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+
+from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
+from npa.core.errors import InvalidInput, NpaError
+from npa.core.fsio import exclusive_lock
+from npa.core.output import Result
+from npa.core.paths import NpaPaths
+from npa.runs.identity import (
+    legacy_run_id_warning,
+    load_record,
+    read_spec_identity,
+    remember_source,
+    reserve_run,
+)
+from npa.runs.journal import OperationJournal
+from npa.runs.selection import Ask, choose_run
+from npa.runs.staging import Progress, stage_source
+from npa.services.configure import ProjectSettings, resolve_project
+
+
+def run_prefix(workflow: str, run_id: str) -> str:
+    """The canonical prefix of a run inside its project's store."""
+    return f"{workflow}/{run_id}/npa-workflow"
+
+
+def _prepare_command(spec: Path, project: str) -> str:
+    return shlex.join(
+        ["npa", "workbench", "workflow", "prepare-run", str(spec), "--project", project]
+    )
+
+
+class PreparedRun(Result):
+    """``prepare-run``: the reserved run. Text output is the run id alone, for ``$(...)``."""
+
+    run_id: str
+    project: str
+    project_identity: str
+    workflow: str
+    store: str
+    workflow_prefix: str
+    reservation: str
+    warnings: list[str]
+
+    def text_lines(self) -> list[str]:
+        return [self.run_id]
+
+
+def prepare_run(spec: Path, project: str | None, *, paths: NpaPaths | None = None) -> PreparedRun:
+    """Reserve a new, distinct run of the workflow ``spec`` names, for ``project``."""
+    paths = paths or NpaPaths.from_env()
+    settings = resolve_project(project, paths=paths)
+    workflow, spec_sha256 = read_spec_identity(spec)
+    store = normalize_store_uri(settings.value("store") or "local", paths)
+    warnings = [w for w in [legacy_run_id_warning(paths)] if w]
+    entry = reserve_run(
+        paths,
+        project=settings.project,
+        project_identity=settings.identity,
+        workflow=workflow,
+        spec=spec,
+        spec_sha256=spec_sha256,
+        store=store,
+    )
+    return PreparedRun(
+        run_id=entry.run_id,
+        project=settings.project,
+        project_identity=settings.identity,
+        workflow=workflow,
+        store=store,
+        workflow_prefix=f"{store}/{run_prefix(workflow, entry.run_id)}",
+        reservation=str(paths.run_reservation(settings.project, workflow)),
+        warnings=warnings,
+    )
+
+
+class StagedSource(Result):
+    """``stage-source``: the committed source of a run and what this staging did."""
+
+    run_id: str
+    project: str
+    workflow: str
+    source: str
+    manifest: str
+    source_digest: str
+    files: int
+    bytes: int
+    blobs: int
+    uploaded: int
+    uploaded_bytes: int
+    repaired: int
+    orphans_removed: int
+    already_committed: bool
+    seconds: float
+    journal: str
+    resume_command: str
+    warnings: list[str]
+
+    def text_lines(self) -> list[str]:
+        state = "already committed, verified" if self.already_committed else "committed"
+        return [
+            f"source {self.source_digest} {state} for run {self.run_id}",
+            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs",
+            f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
+            f"repaired {self.repaired}, removed {self.orphans_removed} orphans "
+            f"in {self.seconds:.2f}s",
+            f"  manifest: {self.manifest}",
+        ]
+
+
+def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[str, ObjectStore]:
+    uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store = open_store(
+        uri,
+        endpoint_url=settings.value("endpoint_url"),
+        region=settings.value("region"),
+        profile=settings.value("profile"),
+        max_connections=jobs + 4,
+        fix_hint=f"npa configure --show --project {settings.project}",
+        paths=paths,
+    )
+    return uri, store
+
+
+def stage_run_source(
+    spec: Path,
+    project: str | None,
+    run_id: str | None,
+    source: Path | None,
+    *,
+    jobs: int = 16,
+    interactive: bool = False,
+    ask: Ask | None = None,
+    progress: Progress | None = None,
+    paths: NpaPaths | None = None,
+) -> StagedSource:
+    """Stage the source of a reserved run: content-addressed, idempotent, committed once."""
+    paths = paths or NpaPaths.from_env()
+    settings = resolve_project(project, paths=paths)
+    workflow, spec_sha256 = read_spec_identity(spec)
+    prepare = _prepare_command(spec.resolve(), settings.project)
+    record = load_record(paths, settings.project, settings.identity, workflow)
+    entry, warnings = choose_run(
+        record,
+        run_id,
+        spec_sha256=spec_sha256,
+        interactive=interactive,
+        ask=ask,
+        prepare_command=prepare,
+    )
+    if source is not None:
+        tree = source.resolve()
+        if entry.source is not None and Path(entry.source) != tree:
+            raise InvalidInput(
+                f"run {entry.run_id} is staged from {entry.source}, not {tree}; "
+                "a run's source never changes",
+                fix=f'RUN_ID="$({prepare})"  # a new run for the other source',
+            )
+    elif entry.source is not None:
+        # The user's earlier choice, never replaced by the default below.
+        tree = Path(entry.source)
+    else:
+        tree = spec.resolve().parent
+    uri, store = _store_for(settings, paths, jobs)
+    if uri != entry.store:
+        raise InvalidInput(
+            f"run {entry.run_id} was reserved in store {entry.store}, but project "
+            f"{settings.project} now resolves to {uri}",
+            fix=f"npa configure --show --project {settings.project}",
+        )
+    resume_argv = [
+        "npa", "workbench", "workflow", "stage-source", str(spec.resolve()),
+        "--project", settings.project, "--run-id", entry.run_id, "--source", str(tree),
+    ]  # fmt: skip
+    journal = OperationJournal(paths, f"stage-source.{settings.project}.{entry.run_id}")
+    prefix = run_prefix(workflow, entry.run_id)
+    started = time.monotonic()
+    with exclusive_lock(
+        paths.lock(f"stage.{settings.project}.{entry.run_id}"),
+        purpose=f"staging the source of run {entry.run_id}",
+    ):
+        resume = journal.begin(
+            "stage-source", resume_argv, store=uri, prefix=prefix, source=str(tree)
+        )
+        remember_source(
+            paths,
+            project=settings.project,
+            project_identity=settings.identity,
+            workflow=workflow,
+            run_id=entry.run_id,
+            source=tree,
+        )
+        try:
+            manifest, plan = stage_source(
+                store,
+                tree,
+                prefix,
+                jobs=jobs,
+                progress=progress,
+                step=lambda name, details: journal.append(name, "done", **details),
+                refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
+            )
+        except NpaError as error:
+            journal.append("failed", "failed", kind=error.kind, message=error.message)
+            if error.fix is None or error.exit_code == 4:
+                error.fix = resume
+            raise
+        journal.append("done", "done", source_digest=manifest.digest())
+    return StagedSource(
+        run_id=entry.run_id,
+        project=settings.project,
+        workflow=workflow,
+        source=str(tree),
+        manifest=f"{store.uri}/{prefix}/source/manifest.json",
+        source_digest=manifest.digest(),
+        files=len(manifest.files),
+        bytes=sum(f.size for f in manifest.files),
+        blobs=len({f.digest for f in manifest.files}),
+        uploaded=plan.uploaded,
+        uploaded_bytes=plan.uploaded_bytes,
+        repaired=plan.repaired,
+        orphans_removed=plan.orphans_removed,
+        already_committed=plan.already_committed,
+        seconds=round(time.monotonic() - started, 3),
+        journal=str(journal.path),
+        resume_command=resume,
+        warnings=warnings,
+    )

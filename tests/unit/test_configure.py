@@ -1,0 +1,94 @@
+"""Project configuration: recording an alias and resolving values with their sources."""
+
+from __future__ import annotations
+
+import json
+import stat
+from pathlib import Path
+
+import pytest
+
+from npa.core.errors import InvalidInput
+from npa.core.paths import NpaPaths
+from npa.services.configure import record_project, resolve_project, show
+
+pytestmark = pytest.mark.unit
+
+CLEAR = ("NPA_STORE", "NPA_REGISTRY", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_REGION",
+         "AWS_DEFAULT_REGION", "AWS_PROFILE", "NPA_CONTEXT", "AWS_ACCESS_KEY_ID",
+         "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, npa_home: Path) -> None:
+    for name in CLEAR:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_nothing_configured_means_the_local_store(npa_home: Path) -> None:
+    s = resolve_project("p1")
+    assert s.value("store") == "local" and s.settings["store"].source == "default"
+    assert not s.configured and s.identity == "unconfigured:p1"
+
+
+def test_record_is_owner_only_and_keeps_its_identity(npa_home: Path) -> None:
+    first = record_project("p1", {"store": "s3://bucket-a/pre/", "region": "eu-north1"})
+    cfg = NpaPaths.from_env().config_file
+    assert stat.S_IMODE(cfg.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cfg.parent.stat().st_mode) == 0o700
+    second = record_project("p1", {"registry": "cr.example.com/team"})
+    assert second.project_id == first.project_id
+    assert second.changed == ["registry"]
+    data = json.loads(cfg.read_text())
+    assert data["projects"]["p1"]["store"] == "s3://bucket-a/pre"
+    again = record_project("p1", {"registry": "cr.example.com/team"})
+    assert again.changed == []
+
+
+def test_precedence_flag_env_file_default(npa_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    record_project("p1", {"store": "s3://from-file", "region": "file-region"})
+    monkeypatch.setenv("AWS_REGION", "env-region")
+    s = resolve_project("p1", {"store": "s3://from-flag"})
+    assert (s.value("store"), s.settings["store"].source) == ("s3://from-flag", "flag")
+    assert (s.value("region"), s.settings["region"].source) == ("env-region", "env")
+    assert s.settings["region"].origin == "AWS_REGION"
+    monkeypatch.delenv("AWS_REGION")
+    s = resolve_project("p1")
+    assert (s.value("store"), s.settings["store"].source) == ("s3://from-file", "file")
+    assert (s.value("region"), s.settings["region"].source) == ("file-region", "file")
+    assert s.settings["profile"].source == "default"
+
+
+def test_credentials_are_named_never_shown(npa_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAVALUE123456")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "very-secret-value")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", "https://user:pw-secret@minio.example:9000")
+    view = show("p1")
+    dumped = view.model_dump_json() + "\n".join(view.text_lines())
+    assert "AWS_SECRET_ACCESS_KEY" in dumped
+    for secret in ("AKIAVALUE123456", "very-secret-value", "pw-secret"):
+        assert secret not in dumped
+
+
+def test_credentials_in_urls_are_refused(npa_home: Path) -> None:
+    with pytest.raises(InvalidInput):
+        record_project("p1", {"endpoint_url": "https://key:secret@s3.example"})
+    with pytest.raises(InvalidInput):
+        record_project("p1", {"store": "s3://key:secret@bucket/x"})
+    assert not NpaPaths.from_env().config_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("store", "ftp://x"), ("endpoint_url", "not a url"), ("registry", "bad registry!"),
+     ("context", "../x")],
+)  # fmt: skip
+def test_bad_values_are_refused(npa_home: Path, name: str, value: str) -> None:
+    with pytest.raises(InvalidInput):
+        record_project("p1", {name: value})
+
+
+def test_show_lists_every_configured_project(npa_home: Path) -> None:
+    record_project("b", {})
+    record_project("a", {})
+    assert [p.project for p in show(None).projects] == ["a", "b"]
