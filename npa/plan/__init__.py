@@ -1,0 +1,1 @@
+"""Planning: what a run of a workflow does and what it needs, before anything is created."""

@@ -1,0 +1,1 @@
+"""The workflow spec: model, loader, validation and JSON Schema."""
