@@ -1,0 +1,71 @@
+"""Which image each tool runs: exact overrides, then the global fallback, then the spec.
+
+``--image-override TOOL_REF=IMAGE`` (repeatable) pins one tool; ``--image IMAGE`` replaces the
+image of every tool that has no exact override; a tool with neither keeps its spec image. The
+chosen image is the one preflight verifies and whose digest render pins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from npa.core.errors import InvalidInput
+from npa.images.reference import parse_reference
+
+ImageSource = Literal["override", "image", "spec"]
+
+
+@dataclass(frozen=True)
+class ChosenImage:
+    tool: str
+    image: str
+    source: ImageSource
+
+
+def parse_overrides(values: Iterable[str], tools: Iterable[str]) -> dict[str, str]:
+    """``["a=img", ...]`` -> ``{"a": "img"}``; unknown or repeated TOOL_REFs are errors."""
+    known = sorted(tools)
+    out: dict[str, str] = {}
+    for value in values:
+        tool, eq, image = value.partition("=")
+        tool, image = tool.strip(), image.strip()
+        if not eq or not tool or not image:
+            raise InvalidInput(
+                f"--image-override {value!r} is not TOOL_REF=IMAGE",
+                fix=f"--image-override {known[0] if known else 'TOOL'}=registry/repo:tag",
+            )
+        if tool not in known:
+            raise InvalidInput(
+                f"--image-override names unknown tool {tool!r}; the spec declares: "
+                f"{', '.join(known) or 'none'}",
+                fix=f"--image-override {known[0] if known else 'TOOL'}={image}",
+            )
+        if tool in out:
+            raise InvalidInput(
+                f"--image-override gives tool {tool!r} twice ({out[tool]} and {image})",
+                fix=f"keep one: --image-override {tool}={image}",
+            )
+        parse_reference(image)  # malformed references fail here, before any network call
+        out[tool] = image
+    return out
+
+
+def choose_images(
+    spec_images: Mapping[str, str],
+    overrides: Mapping[str, str],
+    fallback: str | None,
+) -> list[ChosenImage]:
+    """One chosen image per tool, in TOOL_REF order."""
+    if fallback is not None:
+        parse_reference(fallback)
+    chosen = []
+    for tool in sorted(spec_images):
+        if tool in overrides:
+            chosen.append(ChosenImage(tool, overrides[tool], "override"))
+        elif fallback is not None:
+            chosen.append(ChosenImage(tool, fallback, "image"))
+        else:
+            chosen.append(ChosenImage(tool, spec_images[tool], "spec"))
+    return chosen
