@@ -1,0 +1,260 @@
+"""The run commands end to end: the real CLI in a subprocess against moto's S3 server."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from npa.core.paths import NpaPaths
+from npa.runs.receipts import Receipt, write_receipt
+from tests.harness.cli import run_npa
+from tests.harness.procs import free_port
+from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "npa-runs"
+SPEC = "apiVersion: npa/v1\nkind: Workflow\nmetadata:\n  name: curate-video\n"
+RUN_ID = re.compile(r"\d{8}-\d{6}-[0-9a-f]{6}")
+
+
+def make_tree(root: Path, files: int, size: int, seed: int = 7) -> Path:
+    rng = random.Random(seed)
+    for i in range(files):
+        p = root / f"pkg{i % 9}" / f"mod{i % 4}" / f"f{i:04d}.py"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(rng.randbytes(size) if i % 10 else b"shared content\n")
+    (root / "spec.yaml").write_text(SPEC)
+    return root
+
+
+@pytest.fixture
+def env(s3: S3Server, npa_home: Path) -> dict[str, str]:
+    s3.client().create_bucket(Bucket=BUCKET)
+    e = {**s3.env, "NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+    r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=e)
+    assert r.code == 0, r.stderr
+    return e
+
+
+def prepare(spec: Path, env: dict[str, str]) -> str:
+    r = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "team", env=env)
+    assert r.code == 0, r.stderr
+    assert RUN_ID.fullmatch(r.stdout.strip()) and r.stdout == r.stdout.strip() + "\n"
+    assert "reserved run" in r.stderr
+    return r.stdout.strip()
+
+
+def stage(
+    spec: Path, run_id: str | None, env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    args = ["workbench", "workflow", "stage-source", str(spec), "--project", "team", "--json"]
+    if run_id:
+        args += ["--run-id", run_id]
+    r = run_npa(*args, *extra, env=env)
+    return subprocess.CompletedProcess(args, r.code, r.stdout, r.stderr)
+
+
+def source_objects(s3: S3Server, run_id: str) -> dict[str, bytes]:
+    client = s3.client()
+    prefix = f"npa/curate-video/{run_id}/npa-workflow/source/"
+    out: dict[str, bytes] = {}
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        for o in page.get("Contents", []):
+            body = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+            out[o["Key"][len(prefix) :]] = body
+    return out
+
+
+def assert_consistent(s3: S3Server, run_id: str, tree: Path | None) -> bool:
+    """The manifest-last invariant: a manifest, if present, names only blobs that are there and
+    correct; the prefix holds nothing but blobs (each under its own digest) and the manifest."""
+    objs = source_objects(s3, run_id)
+    for key, body in objs.items():
+        if key != "manifest.json":
+            assert key.startswith("blobs/"), key
+            assert hashlib.sha256(body).hexdigest() == key.removeprefix("blobs/"), key
+    if "manifest.json" not in objs:
+        return False
+    manifest = json.loads(objs["manifest.json"])
+    digests = {e["digest"].removeprefix("sha256:") for e in manifest["files"]}
+    assert {f"blobs/{d}" for d in digests} <= set(objs)
+    if tree is not None:
+        for e in manifest["files"]:
+            assert (tree / e["path"]).read_bytes() == objs["blobs/" + e["digest"][7:]]
+    return True
+
+
+def test_configure_show_names_sources_and_redacts(env: dict[str, str], npa_home: Path) -> None:
+    r = run_npa("configure", "--show", "--project", "team", "--json", env=env)
+    assert r.code == 0, r.stderr
+    shown = r.json()["projects"][0]
+    assert shown["settings"]["store"] == {
+        "value": f"s3://{BUCKET}/npa",
+        "source": "file",
+        "origin": None,
+    }
+    assert shown["settings"]["endpoint_url"]["source"] == "env"
+    assert shown["settings"]["endpoint_url"]["origin"] == "AWS_ENDPOINT_URL_S3"
+    assert "AWS_SECRET_ACCESS_KEY" in shown["credentials"]
+    text = run_npa("configure", "--show", "--project", "team", env=env)
+    for out in (r.stdout, text.stdout, text.stderr):
+        assert ACCESS_KEY not in out and SECRET_KEY not in out
+    assert "[file]" in text.stdout
+    assert stat.S_IMODE((npa_home / "config.json").stat().st_mode) == 0o600
+    bad = run_npa("configure", "--project", "team", "--store", "ftp://x", "--json", env=env)
+    assert bad.code == 2 and bad.json()["error"]["fix"].startswith("npa configure")
+
+
+def test_prepare_run_prints_only_the_run_id(env: dict[str, str], tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    a, b = prepare(spec, env), prepare(spec, env)
+    assert a != b
+    r = run_npa(
+        "workbench", "workflow", "prepare-run", str(spec), "--project", "team", "--json", env=env
+    )
+    body = r.json()
+    assert body["workflow"] == "curate-video" and body["workflow_prefix"].startswith(
+        f"s3://{BUCKET}/npa/curate-video/"
+    )
+
+
+def test_stage_rerun_repair_and_refusal_on_s3(
+    env: dict[str, str], s3: S3Server, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=60, size=3000)
+    spec = tree / "spec.yaml"
+    run_id = prepare(spec, env)
+    first = stage(spec, run_id, env)
+    assert first.returncode == 0, first.stderr
+    summary = json.loads(first.stdout)
+    assert summary["files"] == 61 and summary["uploaded"] == summary["blobs"] == 56
+    assert first.stderr == ""  # no progress bar, no noise on a pipe
+    assert assert_consistent(s3, run_id, tree)
+
+    again = json.loads(stage(spec, run_id, env).stdout)
+    assert again["uploaded"] == 0 and again["already_committed"] is True
+    assert again["source_digest"] == summary["source_digest"]
+
+    # Damage one blob in place (same size, other bytes) and delete another: a rerun repairs both.
+    client = s3.client()
+    blobs = sorted(k for k in source_objects(s3, run_id) if k.startswith("blobs/"))
+    base = f"npa/curate-video/{run_id}/npa-workflow/source/"
+    size = len(client.get_object(Bucket=BUCKET, Key=base + blobs[0])["Body"].read())
+    client.put_object(Bucket=BUCKET, Key=base + blobs[0], Body=b"\0" * size)
+    client.delete_object(Bucket=BUCKET, Key=base + blobs[1])
+    repaired = json.loads(stage(spec, run_id, env).stdout)
+    assert (repaired["uploaded"], repaired["repaired"]) == (2, 1)
+    assert assert_consistent(s3, run_id, tree)
+
+    (tree / "pkg1" / "mod1" / "f0001.py").write_bytes(b"edited")
+    refused = stage(spec, run_id, env)
+    assert refused.returncode == 2
+    err = json.loads(refused.stdout)["error"]
+    assert "pkg1/mod1/f0001.py (content differs)" in err["message"]
+    assert "prepare-run" in err["fix"]
+
+
+def test_run_is_never_picked_silently(env: dict[str, str], tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "src", files=3, size=10)
+    prepare(tree / "spec.yaml", env)
+    r = stage(tree / "spec.yaml", None, env)
+    assert r.returncode == 2
+    assert "--resume-run" in json.loads(r.stdout)["error"]["message"]
+    unknown = stage(tree / "spec.yaml", "20200101-000000-000000", env)
+    assert unknown.returncode == 3
+
+
+def test_unreachable_store_is_unavailable_with_the_resume_command(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=3, size=10)
+    run_id = prepare(tree / "spec.yaml", env)
+    down = {**env, "AWS_ENDPOINT_URL_S3": f"http://127.0.0.1:{free_port()}"}
+    r = stage(tree / "spec.yaml", run_id, down)
+    assert r.returncode == 4, r.stdout + r.stderr
+    err = json.loads(r.stdout)["error"]
+    assert err["kind"] == "store_unavailable"
+    assert err["fix"].startswith("npa workbench workflow stage-source ") and run_id in err["fix"]
+
+
+def test_sigkill_at_random_points_then_rerun(
+    env: dict[str, str], s3: S3Server, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=400, size=20_000)
+    spec = tree / "spec.yaml"
+    run_id = prepare(spec, env)
+    rng = random.Random(int(os.environ.get("NPA_KILL_SEED", "1225")))
+    argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source", str(spec),
+            "--project", "team", "--run-id", run_id, "--jobs", "8", "--json"]  # fmt: skip
+    full_env = {**os.environ, **env}
+    kills = 0
+    partial = 0  # kills that left some blobs but no manifest: the interesting case
+    for _ in range(6):
+        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        time.sleep(rng.uniform(0.3, 2.5))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.communicate(timeout=60)
+        # After every kill, whatever point it hit, the prefix is consistent.
+        committed = assert_consistent(s3, run_id, tree)
+        partial += not committed and bool(source_objects(s3, run_id))
+    print(f"kills={kills} partial={partial}")
+    assert kills >= 3, "the tree stages too fast to be interrupted; make it bigger"
+    assert partial >= 1, "no kill landed mid-upload; widen the kill window"
+    final = stage(spec, run_id, env)
+    assert final.returncode == 0, final.stdout + final.stderr
+    assert assert_consistent(s3, run_id, tree)
+    objs = source_objects(s3, run_id)
+    manifest = json.loads(objs["manifest.json"])
+    assert len(manifest["files"]) == 401
+    distinct = {e["digest"] for e in manifest["files"]}
+    assert len(objs) - 1 == len(distinct)  # every blob once, nothing else
+    assert json.loads(stage(spec, run_id, env).stdout)["uploaded"] == 0
+
+
+def test_no_credential_in_anything_npa_wrote(
+    env: dict[str, str],
+    s3: S3Server,
+    tmp_path: Path,
+    npa_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tree = make_tree(tmp_path / "src", files=5, size=100)
+    run_id = prepare(tree / "spec.yaml", env)
+    assert stage(tree / "spec.yaml", run_id, env).returncode == 0
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    receipt = write_receipt(
+        NpaPaths.from_env(),
+        Receipt(
+            project="team", project_identity="x", workflow="curate-video", run_id=run_id,
+            submitted_at="2026-01-01T00:00:00+00:00", store=f"s3://{BUCKET}/npa",
+            workflow_prefix=f"s3://{BUCKET}/npa/curate-video/{run_id}/npa-workflow",
+            endpoint_url=s3.endpoint_url, credentials_source="environment (AWS_ACCESS_KEY_ID)",
+        ),
+    )  # fmt: skip
+    journals = list((npa_home / "operations").glob("*.jsonl"))
+    assert journals
+    for path in [receipt, *journals]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+    written = [p for p in npa_home.rglob("*") if p.is_file()]
+    assert len(written) >= 5
+    for path in written:
+        data = path.read_bytes()
+        assert ACCESS_KEY.encode() not in data and SECRET_KEY.encode() not in data, path
+    for body in source_objects(s3, run_id).values():
+        assert SECRET_KEY.encode() not in body
