@@ -1,0 +1,126 @@
+"""Spec commands: validate-spec, plan-spec, render, schema (``npa workbench workflow ...``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from npa.cli.apps import workflow_app
+from npa.cli.common import JsonFlag, finish
+
+SpecArg = Annotated[Path, typer.Argument(help="Workflow spec (YAML).", show_default=False)]
+RunIdOpt = Annotated[str, typer.Option("--run-id", help="The run this plan or render is for.")]
+
+
+@workflow_app.command("validate-spec")
+def validate_spec(spec: SpecArg, as_json: JsonFlag = False) -> None:
+    """Report every problem in a spec at once (exit 0 when valid, 2 when not). Read-only."""
+    from npa.services.spec import validate_spec as run
+
+    finish(as_json, lambda: run(spec))
+
+
+@workflow_app.command("schema")
+def schema(as_json: JsonFlag = False) -> None:
+    """Print the JSON Schema of the workflow spec (for editors)."""
+    from npa.services.spec import spec_schema
+
+    finish(as_json, spec_schema)
+
+
+@workflow_app.command("plan-spec")
+def plan_spec(
+    spec: SpecArg,
+    run_id: RunIdOpt,
+    target: Annotated[
+        str, typer.Option("--target", help="nebius (cluster disks) or local (the store's disk).")
+    ] = "nebius",
+    quota_file: Annotated[
+        list[Path] | None,
+        typer.Option("--quota-file", help="Quota figures to review offline (repeatable)."),
+    ] = None,
+    existing: Annotated[
+        Path | None,
+        typer.Option("--existing", help="Disks proven to exist already; deducted from the need."),
+    ] = None,
+    nebius_project: Annotated[
+        str | None,
+        typer.Option("--nebius-project", help="Ask the Nebius quota API for this project id."),
+    ] = None,
+    nebius_region: Annotated[
+        str | None, typer.Option("--nebius-region", help="Region of the Nebius quotas.")
+    ] = None,
+    nebius_endpoint: Annotated[
+        str | None, typer.Option("--nebius-endpoint", help="Nebius API address override.")
+    ] = None,
+    local_quota: Annotated[
+        bool, typer.Option("--local-quota", help="Also check the local store's free disk.")
+    ] = False,
+    skip_quota: Annotated[
+        bool, typer.Option("--skip-quota", help="Show the plan only; the quota is not checked.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """The run's DAG, waves, resources, infrastructure and quota arithmetic. Read-only.
+
+    Exit 0 when the quota is ok (or --skip-quota), 1 when blocked by a shortfall, 4 when the
+    evidence is unknown or contradictory.
+    """
+    from npa.core.errors import InvalidInput
+    from npa.services.plan import QuotaOptions
+    from npa.services.plan import plan_spec as run
+
+    def produce():  # type: ignore[no-untyped-def]
+        if target not in ("nebius", "local"):
+            raise InvalidInput(f"--target {target!r} is not nebius or local")
+        options = QuotaOptions(
+            quota_files=quota_file or [],
+            existing_file=existing,
+            nebius_parent_id=nebius_project,
+            nebius_region=nebius_region,
+            nebius_endpoint=nebius_endpoint,
+            local=local_quota,
+            skip=skip_quota,
+        )
+        return run(spec, run_id, target=target, quota=options)  # type: ignore[arg-type]
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("render")
+def render(
+    spec: SpecArg,
+    run_id: RunIdOpt,
+    out: Annotated[Path, typer.Option("--out", help="Directory for the task files.")],
+    digests: Annotated[
+        Path | None,
+        typer.Option("--digests", help="TOOL_REF: sha256:<digest> file (before preflight)."),
+    ] = None,
+    context: Annotated[
+        str | None, typer.Option("--context", help="Kube context (default: the spec's).")
+    ] = None,
+    store_uri: Annotated[
+        str | None, typer.Option("--store-uri", help="Object store prefix (default: the spec's).")
+    ] = None,
+    diff: Annotated[
+        Path | None, typer.Option("--diff", help="Print a unified diff against this render.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Render one SkyPilot task YAML per stage, with images pinned by digest."""
+    from npa.services.render import render_spec
+
+    finish(
+        as_json,
+        lambda: render_spec(
+            spec,
+            run_id,
+            out,
+            digests_file=digests,
+            kube_context=context,
+            store_uri=store_uri,
+            diff_against=diff,
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Rendering: a validated workflow -> one SkyPilot task YAML per stage."""

@@ -1,0 +1,287 @@
+"""Render a validated workflow into one SkyPilot task YAML per stage.
+
+Rendering is pure: it takes the workflow, the run id, the kube context and the image digests,
+and returns file contents. It refuses to produce a task whose image is not pinned by digest,
+because a tag can point at different bytes by the time the pod pulls it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from npa import __version__
+from npa.core.errors import InvalidInput
+from npa.plan.model import WorkflowPlan, build_plan
+from npa.render.yamlsafe import yaml_value
+from npa.spec.imageref import DIGEST, parse_image_ref
+from npa.spec.model import Tool, Workflow, env_suffix
+
+TEMPLATE = "skypilot-task.yaml.j2"
+SOURCE_MOUNT = "/npa/source"
+INPUT_MOUNT = "/npa/inputs"
+# SkyPilot mounts these schemes as storage; file:// only exists on the machine that renders.
+MOUNTABLE = ("s3://", "gs://", "r2://")
+
+
+class YamlText(str):
+    """Text the yaml filter produced; the only thing a template may output."""
+
+
+def templates_dir() -> Path:
+    """``$NPA_TEMPLATES_DIR`` or the repository's ``templates/``."""
+    override = os.environ.get("NPA_TEMPLATES_DIR")
+    if override:
+        return Path(override)
+    return Path(__file__).resolve().parents[2] / "templates"
+
+
+def _finalize(value: Any) -> Any:
+    if not isinstance(value, YamlText):
+        raise InvalidInput(
+            f"template bug: a value ({type(value).__name__}) was written without the yaml filter",
+            fix=f"pipe every value through '| yaml' in {templates_dir() / TEMPLATE}",
+        )
+    return value
+
+
+@lru_cache(maxsize=4)
+def _environment(root: str) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # the output is YAML; the yaml filter does the escaping
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_finalize,
+    )
+    env.filters["yaml"] = lambda value: YamlText(yaml_value(value))
+    return env
+
+
+@dataclass(frozen=True)
+class RenderedTask:
+    stage: str
+    filename: str
+    text: str
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+
+
+def load_digests(path: Path) -> dict[str, str]:
+    """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``)."""
+    from npa.spec.loader import load_text
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cannot read digests file {path}: {exc}") from None
+    doc, problems = load_text(text)
+    if doc is None:
+        raise InvalidInput(f"digests file {path} is not valid YAML: {problems[0].message}")
+    data = doc.data
+    if isinstance(data, dict) and set(data) == {"digests"}:
+        data = data["digests"]
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise InvalidInput(
+            f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
+            fix=f"printf 'curator: sha256:<64 hex>\\n' > {path}",
+        )
+    return dict(data)
+
+
+def resolve_images(workflow: Workflow, digests: dict[str, str]) -> dict[str, str]:
+    """TOOL_REF -> ``name@sha256:...``; every tool that cannot be pinned is reported at once."""
+    problems: list[str] = []
+    for ref in sorted(set(digests) - set(workflow.tools)):
+        problems.append(
+            f"digests name unknown tool {ref!r} (declared: {', '.join(workflow.tools)})"
+        )
+    used = {s.tool for s in workflow.stages}
+    pinned: dict[str, str] = {}
+    for ref, tool in workflow.tools.items():
+        if ref not in used:
+            continue
+        problem, image = _pin(ref, tool, digests.get(ref))
+        if problem:
+            problems.append(problem)
+        elif image:
+            pinned[ref] = image
+    if problems:
+        raise InvalidInput(
+            "cannot render: images must be pinned by digest\n"
+            + "\n".join(f"  - {p}" for p in problems),
+            fix=(
+                "npa workbench workflow preflight-images <spec.yaml> --registry <registry>  "
+                "# or pass --digests FILE mapping TOOL_REF: sha256:<digest>"
+            ),
+            details={"problems": problems},
+        )
+    return pinned
+
+
+def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | None]:
+    image = parse_image_ref(tool.image)
+    if image is None:
+        return f"tool {ref!r}: {tool.image!r} is not a valid image reference", None
+    digest = given
+    if given is not None and not DIGEST.fullmatch(given):
+        other = parse_image_ref(given)
+        if other is None or other.digest is None:
+            return f"tool {ref!r}: {given!r} is not sha256:<64 hex> or repo@sha256:<64 hex>", None
+        if other.name != image.name:
+            return f"tool {ref!r}: digest is for {other.name!r}, the spec uses {image.name!r}", None
+        digest = other.digest
+    if image.digest and digest and image.digest != digest:
+        return (
+            f"tool {ref!r}: the spec pins {image.digest} but the digests file says {digest}",
+            None,
+        )
+    digest = digest or image.digest
+    if digest is None:
+        return (
+            f"tool {ref!r}: {tool.image} is not pinned by digest and no digest was given",
+            None,
+        )
+    return None, image.pinned(digest)
+
+
+def _number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+def task_context(
+    workflow: Workflow, plan: WorkflowPlan, stage_name: str, *, kube_context: str, image: str
+) -> dict[str, Any]:
+    """The values one stage's template is rendered with."""
+    stage = workflow.stage(stage_name)
+    planned = next(s for s in plan.stages if s.name == stage_name)
+    tool = workflow.tools[stage.tool]
+    assert plan.run_prefix is not None
+    envs: dict[str, str] = {
+        "NPA_WORKFLOW": plan.workflow,
+        "NPA_RUN_ID": plan.run_id,
+        "NPA_STAGE": stage.name,
+        "NPA_RUN_PREFIX": plan.run_prefix,
+        "NPA_SOURCE_DIR": SOURCE_MOUNT,
+        # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
+        "NPA_WAVE": "0",
+        "NPA_WAVES": str(planned.waves.waves),
+        "NPA_SHARDS": str(planned.waves.shards),
+        "NPA_SHARDS_PER_WAVE": str(planned.waves.parallel),
+    }
+    mounts = {SOURCE_MOUNT: f"{plan.run_prefix}/npa-workflow/source"}
+    for inp in planned.inputs:
+        assert inp.uri is not None
+        envs[f"NPA_INPUT_{env_suffix(inp.name)}"] = inp.uri
+        mounts[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
+    for out in planned.outputs:
+        assert out.uri is not None
+        envs[f"NPA_OUTPUT_{env_suffix(out.name)}"] = out.uri
+    if stage.checkpoint is not None and planned.checkpoint_uri is not None:
+        envs["NPA_CHECKPOINT_URI"] = planned.checkpoint_uri
+        envs["NPA_CHECKPOINT_LOADER"] = stage.checkpoint.loader
+    envs.update(stage.env)
+    res = stage.resources
+    return {
+        "task_name": f"{plan.run_id}-{stage.name}",
+        "infra": f"k8s/{kube_context}",
+        "image_id": f"docker:{image}",
+        "accelerators": res.accelerators,
+        "cpus": None if res.cpus is None else _number(res.cpus),
+        "memory": None if res.memory_gib is None else _number(res.memory_gib),
+        "disk_size": res.disk_gib,
+        "retries": stage.retries,
+        "envs": envs,
+        "file_mounts": mounts,
+        "command": stage.command,
+        "security_context": {
+            "runAsNonRoot": True,
+            "runAsUser": tool.contract.run_as_user,
+            "runAsGroup": tool.contract.run_as_group,
+            "fsGroup": tool.contract.fs_group,
+        },
+    }
+
+
+def render_workflow(
+    workflow: Workflow,
+    run_id: str,
+    *,
+    kube_context: str | None,
+    digests: dict[str, str],
+    store_uri: str | None = None,
+) -> list[RenderedTask]:
+    """Render every stage, in plan order. Raises InvalidInput listing everything missing."""
+    context = kube_context or workflow.infrastructure.context
+    store = store_uri or (workflow.storage.uri if workflow.storage else None)
+    problems = []
+    if context is None:
+        problems.append("no kube context: set infrastructure.context or pass --context")
+    if store is None:
+        problems.append("no object store: set storage.uri or pass --store-uri")
+    elif not store.startswith(MOUNTABLE):
+        problems.append(f"store {store!r} is not an object store SkyPilot can mount (s3://, gs://)")
+    for stage in workflow.stages:
+        for inp in stage.inputs:
+            if inp.uri is not None and not inp.uri.startswith(MOUNTABLE):
+                problems.append(
+                    f"stage {stage.name!r} input {inp.name!r}: {inp.uri} is not mountable"
+                )
+    if problems:
+        raise InvalidInput(
+            "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
+            fix="npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
+            "--context <kube-context> --store-uri s3://<bucket>/<prefix>",
+            details={"problems": problems},
+        )
+    assert context is not None
+    images = resolve_images(workflow, digests)
+    plan = build_plan(workflow, run_id, store_uri=store)
+    template = _environment(str(templates_dir())).get_template(TEMPLATE)
+    rendered = []
+    for name in plan.order:
+        values = task_context(
+            workflow, plan, name, kube_context=context, image=images[workflow.stage(name).tool]
+        )
+        text = template.render(**values)
+        _check_structure(text, values)
+        rendered.append(RenderedTask(stage=name, filename=f"{name}.yaml", text=text))
+    return rendered
+
+
+def _check_structure(text: str, values: dict[str, Any]) -> None:
+    """Parse what was rendered and confirm the values came back exactly, so a template change
+    that lets a value leak into the structure fails here rather than on the cluster."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    parsed = yaml.load(text, Loader=loader)  # a safe loader: plain data only
+    checks = {
+        "name": (parsed.get("name"), values["task_name"]),
+        "envs": (parsed.get("envs"), values["envs"]),
+        "run": (parsed.get("run"), values["command"]),
+        "file_mounts": (parsed.get("file_mounts"), values["file_mounts"]),
+        "image_id": (parsed.get("resources", {}).get("image_id"), values["image_id"]),
+    }
+    for key, (got, want) in checks.items():
+        if got != want:
+            raise InvalidInput(
+                f"template bug: rendered {key} does not read back as written",
+                fix=f"check {templates_dir() / TEMPLATE}",
+            )
+
+
+def version_banner() -> str:
+    return f"npa {__version__}"

@@ -1,0 +1,164 @@
+"""plan-spec: the plan of a run and the quota gate, before anything is created."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
+from npa.core.output import Result
+from npa.core.paths import NpaPaths
+from npa.plan.infra import GIB, cluster_requirements, local_requirements
+from npa.plan.model import WorkflowPlan, build_plan
+from npa.plan.quota import QuotaAssessment, QuotaLine, QuotaSource, assess
+from npa.spec.validate import load_workflow
+
+Target = Literal["nebius", "local"]
+
+
+class PlanResult(Result):
+    """The plan of one run and its quota verdict."""
+
+    spec: str
+    target: Target
+    plan: WorkflowPlan
+    quota: QuotaAssessment
+
+    def exit_code(self) -> int:
+        return {"blocked": EXIT_FAILURE, "blocked-unknown": EXIT_UNAVAILABLE}.get(
+            self.quota.verdict, 0
+        )
+
+    def text_lines(self) -> list[str]:
+        p = self.plan
+        lines = [
+            f"plan: workflow {p.workflow}, run {p.run_id}, target {self.target}",
+            f"run prefix: {p.run_prefix or '(no storage.uri in the spec)'}",
+            "",
+            "stages (in order):",
+        ]
+        for s in p.stages:
+            gpu = (
+                f"{s.resources.accelerator}:{s.resources.accelerator_count}"
+                if s.resources.accelerator
+                else "no GPU"
+            )
+            res = [gpu]
+            if s.resources.cpus is not None:
+                res.append(f"{s.resources.cpus:g} CPU")
+            if s.resources.memory_gib is not None:
+                res.append(f"{s.resources.memory_gib:g} GiB RAM")
+            if s.resources.disk_gib is not None:
+                res.append(f"{s.resources.disk_gib} GiB disk")
+            after = f" after {', '.join(s.depends_on)}" if s.depends_on else ""
+            lines.append(
+                f"  {s.level}. {s.name} [{s.tool}]{after}: {s.waves.shards} shards, "
+                f"{s.waves.parallel} at once = {s.waves.waves} waves; {', '.join(res)}; "
+                f"retries {s.retries}"
+            )
+            for o in s.outputs:
+                lines.append(f"       out {o.name}: {o.uri or o.path}")
+        lines += ["", "infrastructure needed:"]
+        for d in p.disks:
+            lines.append(
+                f"  {d.role}: {d.count} x {d.size_gib} GiB {d.disk_type.value} "
+                f"({d.count * d.size_gib * GIB} bytes)"
+            )
+        q = self.quota
+        lines += ["", f"quota: {q.verdict.upper()} (sources: {', '.join(q.sources) or 'none'})"]
+        for line in q.lines:
+            lines.append("  " + _quota_text(line))
+        for problem in q.problems:
+            lines.append(f"  unknown: {problem}")
+        if q.fix:
+            lines.append(f"  fix: {q.fix}")
+        return lines
+
+
+def _quota_text(line: QuotaLine) -> str:
+    def fig(value: int | None, gib: int | None) -> str:
+        if value is None:
+            return "unknown"
+        return f"{gib:,} GiB ({value} bytes)" if line.unit == "bytes" else f"{value:,}"
+
+    available = "unlimited" if line.unlimited else fig(line.available, line.available_gib)
+    text = (
+        f"{line.name}: {line.verdict}: required {fig(line.required, line.required_gib)}"
+        f", existing {fig(line.existing, line.existing_gib)}"
+        f", new {fig(line.required_new, line.required_new_gib)}"
+        f", available {available}"
+        f", shortfall {fig(line.shortfall, line.shortfall_gib)}"
+    )
+    return text
+
+
+@dataclass
+class QuotaOptions:
+    """Where the quota evidence comes from for one plan-spec call."""
+
+    quota_files: Sequence[Path] = ()
+    existing_file: Path | None = None
+    nebius_parent_id: str | None = None
+    nebius_region: str | None = None
+    nebius_endpoint: str | None = None
+    local: bool = False
+    skip: bool = False
+    extra_sources: list[QuotaSource] = field(default_factory=list)
+
+
+def plan_spec(
+    path: Path, run_id: str, *, target: Target = "nebius", quota: QuotaOptions | None = None
+) -> PlanResult:
+    """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
+    from npa.plan.infra import disk_needs
+    from npa.plan.quota_sources import (
+        FileQuotaSource,
+        LocalStoreSource,
+        NebiusQuotaSource,
+        load_existing,
+    )
+
+    options = quota or QuotaOptions()
+    workflow = load_workflow(path)
+    plan = build_plan(workflow, run_id)
+    needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
+    requirements = (
+        cluster_requirements(needs) if target == "nebius" else local_requirements(workflow)
+    )
+    existing = load_existing(options.existing_file) if options.existing_file else []
+    if existing and target == "local":
+        raise InvalidInput("--existing describes cluster disks; the local target has none")
+
+    sources: list[QuotaSource] = [FileQuotaSource(f) for f in options.quota_files]
+    if options.nebius_parent_id:
+        region = options.nebius_region or workflow.infrastructure.region
+        if not region:
+            raise InvalidInput(
+                "the Nebius quota source needs a region",
+                fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
+            )
+        sources.append(
+            NebiusQuotaSource(options.nebius_parent_id, region, endpoint=options.nebius_endpoint)
+        )
+    if target == "local" or options.local:
+        sources.append(LocalStoreSource(NpaPaths.from_env().local_store))
+    sources.extend(options.extra_sources)
+
+    if options.skip:
+        assessment = QuotaAssessment(
+            verdict="not-checked", lines=[], existing=existing, sources=[], problems=[]
+        )
+    else:
+        assessment = assess(requirements, sources, needs=needs, existing=existing)
+        if not sources:
+            assessment.fix = (
+                f"npa workbench workflow plan-spec {path} --run-id {run_id} "
+                "--quota-file <quota.yaml>  # or --nebius-project <project-id>"
+            )
+        elif assessment.verdict == "blocked":
+            assessment.fix = "request more quota for the lines marked blocked, then plan again"
+        elif assessment.verdict == "blocked-unknown":
+            assessment.fix = "resolve the unknown evidence listed above, then plan again"
+    return PlanResult(spec=str(path), target=target, plan=plan, quota=assessment)

@@ -1,0 +1,161 @@
+"""render: one SkyPilot task YAML per stage, written as a whole or not at all."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from npa import __version__
+from npa.core.errors import InvalidInput
+from npa.core.fsio import atomic_write_text, ensure_private_dir
+from npa.core.output import Result
+from npa.spec.validate import load_workflow
+
+INDEX = "render.json"
+
+
+class RenderedFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stage: str
+    file: str
+    sha256: str
+
+
+class RenderResult(Result):
+    """What was rendered where, and the diff against a previous render when asked."""
+
+    spec: str
+    run_id: str
+    out_dir: str
+    files: list[RenderedFile]
+    diff_against: str | None = None
+    changed: list[str] | None = None
+    diff: str | None = None
+
+    def text_lines(self) -> list[str]:
+        lines = [f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}"]
+        lines += [f"  {f.file}  sha256:{f.sha256[:12]}  ({f.stage})" for f in self.files]
+        if self.diff_against is not None:
+            if not self.changed:
+                lines.append(f"no changes against {self.diff_against}")
+            else:
+                lines.append(f"changed against {self.diff_against}: {', '.join(self.changed)}")
+                lines += (self.diff or "").rstrip("\n").splitlines()
+        return lines
+
+
+def _read_render(directory: Path) -> dict[str, str]:
+    if not directory.is_dir():
+        raise InvalidInput(
+            f"--diff {directory} is not a directory of rendered tasks",
+            fix="pass the --out directory of an earlier render",
+        )
+    files = {}
+    for path in sorted(directory.glob("*.yaml")):
+        try:
+            files[path.name] = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidInput(f"cannot read {path}: {exc}") from None
+    return files
+
+
+def unified_diff(
+    old: dict[str, str], new: dict[str, str], old_dir: str, new_dir: str
+) -> tuple[list[str], str]:
+    """Changed file names and one unified diff covering all of them."""
+    changed: list[str] = []
+    chunks: list[str] = []
+    for name in sorted(set(old) | set(new)):
+        before, after = old.get(name), new.get(name)
+        if before == after:
+            continue
+        changed.append(name)
+        chunks.extend(
+            difflib.unified_diff(
+                (before or "").splitlines(keepends=True),
+                (after or "").splitlines(keepends=True),
+                fromfile=f"{old_dir}/{name}" if before is not None else "/dev/null",
+                tofile=f"{new_dir}/{name}" if after is not None else "/dev/null",
+            )
+        )
+    return changed, "".join(c if c.endswith("\n") else c + "\n" for c in chunks)
+
+
+def _replace_dir(out: Path, files: dict[str, str]) -> None:
+    """Fill a fresh sibling directory, then swap it in: readers see the old render or the new
+    one, never a mix, and a failure leaves the old one untouched."""
+    if out.exists() and not out.is_dir():
+        raise InvalidInput(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not (out / INDEX).is_file():
+        raise InvalidInput(
+            f"--out {out} is not empty and holds no earlier npa render; refusing to replace it",
+            fix=f"pass an empty or new directory, e.g. --out {out}-render",
+        )
+    parent = ensure_private_dir(out.parent.resolve())
+    staging = parent / f".{out.name}.tmp-{os.getpid()}"
+    old = parent / f".{out.name}.old-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        ensure_private_dir(staging)
+        for name, text in files.items():
+            atomic_write_text(staging / name, text)
+        if out.exists():
+            os.replace(out, old)
+        os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if old.exists() and not out.exists():
+            os.replace(old, out)
+        raise
+    with contextlib.suppress(OSError):
+        shutil.rmtree(old)
+
+
+def render_spec(
+    path: Path,
+    run_id: str,
+    out: Path,
+    *,
+    digests_file: Path | None = None,
+    kube_context: str | None = None,
+    store_uri: str | None = None,
+    diff_against: Path | None = None,
+) -> RenderResult:
+    """Render a spec into ``out`` (replacing an earlier render there atomically)."""
+    from npa.render.tasks import load_digests, render_workflow
+
+    workflow = load_workflow(path)
+    digests = load_digests(digests_file) if digests_file else {}
+    tasks = render_workflow(
+        workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
+    )
+    previous = _read_render(diff_against) if diff_against is not None else None
+    files = {t.filename: t.text for t in tasks}
+    index = {
+        "npa_version": __version__,
+        "workflow": workflow.metadata.name,
+        "run_id": run_id,
+        "spec_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
+    }
+    files[INDEX] = json.dumps(index, indent=2, sort_keys=True) + "\n"
+    _replace_dir(out, files)
+    result = RenderResult(
+        spec=str(path),
+        run_id=run_id,
+        out_dir=str(out),
+        files=[RenderedFile(stage=t.stage, file=t.filename, sha256=t.sha256) for t in tasks],
+    )
+    if previous is not None and diff_against is not None:
+        new = {t.filename: t.text for t in tasks}
+        result.changed, result.diff = unified_diff(previous, new, str(diff_against), str(out))
+        result.diff_against = str(diff_against)
+    return result

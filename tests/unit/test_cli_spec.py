@@ -1,0 +1,272 @@
+"""The spec commands end to end: the real CLI in a subprocess, text and --json, exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.cli import run_npa
+from tests.unit.specdata import base_spec, dump
+
+pytestmark = pytest.mark.unit
+
+PHYSAI = "examples/physical-ai.yaml"
+WF = ("workbench", "workflow")
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    return {
+        str(p.relative_to(root)): (p.stat().st_mode, p.stat().st_size, p.stat().st_mtime_ns)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+@pytest.fixture
+def readonly_home(npa_home: Path) -> Iterator[Path]:
+    """An NPA_HOME that exists with some state in it, and cannot be written."""
+    npa_home.mkdir(mode=0o700)
+    (npa_home / "config.json").write_text("{}\n")
+    npa_home.chmod(0o500)
+    try:
+        yield npa_home
+    finally:
+        npa_home.chmod(0o700)
+
+
+def test_validate_spec_text_and_json() -> None:
+    res = run_npa(*WF, "validate-spec", PHYSAI)
+    assert res.code == 0, res.stderr
+    assert res.stdout.startswith("ok: examples/physical-ai.yaml is a valid workflow")
+    js = run_npa(*WF, "validate-spec", PHYSAI, "--json").json()
+    assert js["valid"] is True and js["issues"] == [] and js["stages"] == 3
+
+
+def test_validate_spec_reports_every_error_with_exit_2(tmp_path: Path) -> None:
+    spec = base_spec()
+    spec["stages"][0]["tool"] = "nope"
+    spec["stages"][1]["resources"]["accelerators"] = "H100"
+    spec["stages"][2]["depends_on"] = ["ghost"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(dump(spec))
+    res = run_npa(*WF, "validate-spec", str(path))
+    assert res.code == 2
+    assert "has 3 issues" in res.stdout
+    assert f"{path}:" in res.stdout and "hint:" in res.stdout
+    js = run_npa(*WF, "validate-spec", str(path), "--json")
+    assert js.code == 2
+    assert sorted(i["path"] for i in js.json()["issues"]) == [
+        "stages[0].tool",
+        "stages[1].resources.accelerators",
+        "stages[2].depends_on[0]",
+    ]
+    assert all(i["line"] and i["column"] and i["hint"] for i in js.json()["issues"])
+
+
+def test_yaml_syntax_error_has_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("apiVersion: npa/v1\nkind: [Workflow\nmetadata: {}\n")
+    js = run_npa(*WF, "validate-spec", str(path), "--json")
+    assert js.code == 2
+    (issue,) = js.json()["issues"]
+    assert issue["message"].startswith("YAML syntax error")
+    assert (issue["line"], issue["column"]) == (3, 9)
+
+
+def test_missing_spec_is_a_clean_error() -> None:
+    res = run_npa(*WF, "validate-spec", "no/such/spec.yaml")
+    assert res.code == 3
+    assert res.stderr.startswith("error: spec file no/such/spec.yaml does not exist")
+    assert "Traceback" not in res.stderr
+    js = run_npa(*WF, "validate-spec", "no/such/spec.yaml", "--json")
+    assert js.json()["error"]["kind"] == "not_found"
+
+
+def test_plan_spec_blocked_at_21_gib_exact_figures() -> None:
+    args = (*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--quota-file")
+    res = run_npa(*args, "examples/quota-21gib.yaml")
+    assert res.code == 1, res.stderr
+    assert "quota: BLOCKED" in res.stdout
+    assert "required 1,251 GiB (1343251021824 bytes)" in res.stdout
+    assert "available 21 GiB (22548578304 bytes)" in res.stdout
+    assert "shortfall 1,230 GiB (1320702443520 bytes)" in res.stdout
+    js = run_npa(*args, "examples/quota-21gib.yaml", "--json")
+    assert js.code == 1
+    q = js.json()["quota"]
+    ssd = next(x for x in q["lines"] if x["name"] == "compute.disk.size.network-ssd")
+    assert (ssd["required"], ssd["required_gib"]) == (1343251021824, 1251)
+    assert (ssd["shortfall"], ssd["shortfall_gib"]) == (1320702443520, 1230)
+    count = next(x for x in q["lines"] if x["name"] == "compute.disk.count")
+    assert (count["required"], count["available"], count["verdict"]) == (3, 27, "ok")
+    plan = js.json()["plan"]
+    assert plan["order"] == ["curate", "augment", "evaluate"]
+    assert plan["stages"][1]["waves"] == {"shards": 16, "parallel": 4, "waves": 4}
+
+
+def test_plan_spec_deducts_existing_and_passes_with_room() -> None:
+    js = run_npa(
+        *WF,
+        "plan-spec",
+        PHYSAI,
+        "--run-id",
+        "demo-1",
+        "--quota-file",
+        "examples/quota-ample.yaml",
+        "--existing",
+        "examples/existing-agent.yaml",
+        "--json",
+    )
+    assert js.code == 0, js.stdout
+    ssd = js.json()["quota"]["lines"][0]
+    assert (ssd["required_new"], ssd["required_new_gib"], ssd["verdict"]) == (
+        1235876839424,
+        1151,
+        "ok",
+    )
+
+
+def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
+    res = run_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1")
+    assert res.code == 4
+    assert "BLOCKED-UNKNOWN" in res.stdout and "--quota-file" in res.stdout
+    disagree = tmp_path / "other.yaml"
+    disagree.write_text(
+        "quotas:\n  compute.disk.size.network-ssd: {limit: 2199023255552, usage: 0}\n"
+        "  compute.disk.count: {limit: 32, usage: 5}\n"
+    )
+    js = run_npa(
+        *WF,
+        "plan-spec",
+        PHYSAI,
+        "--run-id",
+        "demo-1",
+        "--quota-file",
+        "examples/quota-ample.yaml",
+        "--quota-file",
+        str(disagree),
+        "--json",
+    )
+    assert js.code == 4
+    assert js.json()["quota"]["verdict"] == "blocked-unknown"
+    assert "disagree" in js.json()["quota"]["lines"][0]["reason"]
+    skipped = run_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--skip-quota")
+    assert skipped.code == 0 and "quota: NOT-CHECKED" in skipped.stdout
+
+
+def test_read_only_commands_write_nothing(readonly_home: Path, tmp_path: Path) -> None:
+    before = snapshot(readonly_home.parent)
+    assert not os.access(readonly_home, os.W_OK) or os.geteuid() == 0
+    for args in (
+        (*WF, "validate-spec", PHYSAI),
+        (*WF, "validate-spec", "examples/tiny-local.yaml", "--json"),
+        (
+            *WF,
+            "plan-spec",
+            PHYSAI,
+            "--run-id",
+            "demo-1",
+            "--quota-file",
+            "examples/quota-21gib.yaml",
+        ),
+        (*WF, "plan-spec", "examples/tiny-local.yaml", "--run-id", "tiny-1", "--target", "local"),
+        (*WF, "schema"),
+    ):
+        res = run_npa(*args)
+        assert res.code in (0, 1), (args, res.stdout, res.stderr)
+        assert "Traceback" not in res.stderr
+    assert snapshot(readonly_home.parent) == before
+    assert stat.S_IMODE(readonly_home.stat().st_mode) == 0o500
+
+
+def test_local_target_uses_the_store_filesystem(readonly_home: Path) -> None:
+    js = run_npa(
+        *WF,
+        "plan-spec",
+        "examples/tiny-local.yaml",
+        "--run-id",
+        "t1",
+        "--target",
+        "local",
+        "--json",
+    )
+    q = js.json()["quota"]
+    assert q["sources"] == ["local"]
+    (line,) = q["lines"]
+    assert line["name"] == "local.store.size"
+    assert line["required"] == 4 * 2**30  # 1 + 2x1 (two shards at once) + 1 GiB
+    assert line["verdict"] in ("ok", "blocked") and line["available"] > 0
+
+
+def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
+    out = tmp_path / "r"
+    base = (*WF, "render", PHYSAI, "--run-id", "demo-1", "--out", str(out))
+    refused = run_npa(*base)
+    assert refused.code == 2 and "pinned by digest" in refused.stderr
+    assert not out.exists()
+    ok = run_npa(*base, "--digests", "examples/physical-ai.digests.yaml", "--json")
+    assert ok.code == 0, ok.stdout
+    assert [f["file"] for f in ok.json()["files"]] == [
+        "curate.yaml",
+        "augment.yaml",
+        "evaluate.yaml",
+    ]
+    again = run_npa(
+        *base,
+        "--digests",
+        "examples/physical-ai.digests.yaml",
+        "--context",
+        "other",
+        "--diff",
+        str(out),
+    )
+    assert again.code == 0
+    assert '-  infra: "k8s/nebius-physai"' in again.stdout
+    assert '+  infra: "k8s/other"' in again.stdout
+
+
+def test_schema_command() -> None:
+    res = run_npa(*WF, "schema")
+    assert res.code == 0
+    schema = json.loads(res.stdout)
+    assert schema["$schema"].endswith("2020-12/schema")
+    assert set(schema["required"]) >= {"apiVersion", "kind", "metadata", "tools", "stages"}
+    assert schema["additionalProperties"] is False
+    wrapped = run_npa(*WF, "schema", "--json").json()
+    assert wrapped["api_version"] == "npa/v1" and wrapped["json_schema"] == schema
+
+
+def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
+    import jsonschema
+    import yaml
+
+    schema = json.loads(run_npa(*WF, "schema").stdout)
+    for name in ("physical-ai", "tiny-local"):
+        with open(f"examples/{name}.yaml", encoding="utf-8") as fh:
+            jsonschema.validate(yaml.safe_load(fh), schema)
+    bad = base_spec()
+    bad["stages"][0]["bogus"] = 1
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_spec_commands_import_no_heavy_library() -> None:
+    heavy = {"sky", "pulumi", "boto3", "botocore", "kubernetes", "nebius", "grpc", "jinja2"}
+    for args in (["--help"], [*WF, "validate-spec", PHYSAI]):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "npa", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        imported = {
+            line.split("|")[-1].strip().split(".")[0]
+            for line in proc.stderr.splitlines()
+            if line.startswith("import time:")
+        }
+        assert not imported & heavy, (args, imported & heavy)

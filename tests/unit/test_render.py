@@ -1,0 +1,246 @@
+"""Rendering: digest pinning, the YAML-safe filter, injection, atomic output and --diff."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from npa.core.errors import InvalidInput
+from npa.render.tasks import load_digests, render_workflow, resolve_images
+from npa.render.yamlsafe import yaml_value
+from npa.services.render import INDEX, render_spec
+from npa.spec.model import Workflow
+from tests.unit.specdata import DIGEST_A, DIGEST_B, base_spec, dump
+
+pytestmark = pytest.mark.unit
+
+DIGESTS = {"cur": DIGEST_A}
+
+HOSTILE = [
+    "line one\nline two",
+    "key: value",
+    "a: b\nc: d",
+    "{{ run_id }}",
+    "{% if true %}x{% endif %}",
+    "# not a comment",
+    "value # trailing",
+    "&anchor value",
+    "*alias",
+    "!!python/object:os.system",
+    "- item",
+    "? complex",
+    "'single' \"double\" `back`",
+    "\ttab and \\ backslash",
+    "ls\u2028sep\u2029par\x85nel",
+    "emoji \U0001f600 and \ufeff bom",
+    "",
+    " leading and trailing ",
+    "null",
+    "true",
+    "0x1F",
+    "---\n...\n",
+]
+
+
+def workflow_with(**stage_fields: Any) -> Workflow:
+    spec = base_spec()
+    spec["stages"][0].update(stage_fields)
+    return Workflow.model_validate(spec)
+
+
+def parsed(text: str) -> dict[str, Any]:
+    data = yaml.safe_load(text)
+    assert isinstance(data, dict)
+    return data
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_yaml_value_round_trips(value: str) -> None:
+    assert yaml.safe_load(f"k: {yaml_value(value)}\n") == {"k": value}
+    nested = {value: [value, {"x": value}], "n": [1, 2.5, None, True]}
+    assert yaml.safe_load(f"k: {yaml_value(nested)}\n") == {"k": nested}
+
+
+def test_hostile_values_do_not_change_the_rendered_structure() -> None:
+    env = {f"V{i}": v for i, v in enumerate(HOSTILE)}
+    command = "\n".join(HOSTILE)
+    hostile = render_workflow(
+        workflow_with(env=env, command=command),
+        "run-1",
+        kube_context=None,
+        digests=DIGESTS,
+    )
+    plain = render_workflow(
+        Workflow.model_validate(base_spec()), "run-1", kube_context=None, digests=DIGESTS
+    )
+    got, want = parsed(hostile[0].text), parsed(plain[0].text)
+    assert got["run"] == command
+    for key, value in env.items():
+        assert got["envs"][key] == value
+    # Apart from the values we injected, the document is exactly the plain one.
+    for key in env:
+        del got["envs"][key]
+    got["run"] = want["run"]
+    assert got == want
+    assert list(got) == ["name", "resources", "envs", "file_mounts", "run", "config"]
+
+
+def test_hostile_values_in_names_and_uris_are_refused_or_quoted() -> None:
+    spec = base_spec()
+    spec["storage"]["uri"] = "s3://bucket/a:#{{b}}"
+    spec["stages"][0]["inputs"][0]["uri"] = "s3://raw/x#y&z*q"
+    spec["infrastructure"]["context"] = "ctx:with@odd+chars"
+    tasks = render_workflow(
+        Workflow.model_validate(spec), "run-1", kube_context=None, digests=DIGESTS
+    )
+    data = parsed(tasks[0].text)
+    assert data["file_mounts"]["/npa/inputs/raw"] == "s3://raw/x#y&z*q"
+    assert data["envs"]["NPA_RUN_PREFIX"] == "s3://bucket/a:#{{b}}/demo/run-1"
+    assert data["resources"]["infra"] == "k8s/ctx:with@odd+chars"
+
+
+def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
+    tasks = render_workflow(
+        Workflow.model_validate(base_spec()), "run-7", kube_context="other-ctx", digests=DIGESTS
+    )
+    assert [t.filename for t in tasks] == ["curate.yaml", "augment.yaml", "evaluate.yaml"]
+    aug = parsed(tasks[1].text)
+    assert aug["name"] == "run-7-augment"
+    res = aug["resources"]
+    assert res["infra"] == "k8s/other-ctx"
+    assert res["image_id"] == f"docker:registry.example.com/gpu@{DIGEST_B}"
+    assert res["accelerators"] == "H100:8"
+    assert res["job_recovery"] == {"max_restarts_on_errors": 2}
+    envs = aug["envs"]
+    assert envs["NPA_RUN_ID"] == "run-7" and envs["NPA_STAGE"] == "augment"
+    assert (envs["NPA_WAVE"], envs["NPA_WAVES"], envs["NPA_SHARDS"]) == ("0", "3", "10")
+    assert envs["NPA_OUTPUT_AUG"] == "s3://bucket/workflows/demo/run-7/augmented/"
+    assert envs["NPA_INPUT_CLIPS"] == "s3://bucket/workflows/demo/run-7/curated/clips/"
+    assert (
+        aug["file_mounts"]["/npa/source"] == "s3://bucket/workflows/demo/run-7/npa-workflow/source"
+    )
+    ctx = aug["config"]["kubernetes"]["pod_config"]["spec"]["securityContext"]
+    assert ctx == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+    cur = parsed(tasks[0].text)
+    assert cur["resources"]["image_id"] == f"docker:registry.example.com/cur@{DIGEST_A}"
+    assert "accelerators" not in cur["resources"]
+
+
+def test_unpinned_images_are_refused_all_at_once() -> None:
+    spec = base_spec()
+    spec["tools"]["gpu"]["image"] = "registry.example.com/gpu:2.0"
+    workflow = Workflow.model_validate(spec)
+    with pytest.raises(InvalidInput) as exc:
+        render_workflow(workflow, "run-1", kube_context=None, digests={})
+    assert "'cur'" in exc.value.message and "'gpu'" in exc.value.message
+    assert exc.value.fix and "preflight-images" in exc.value.fix and "--digests" in exc.value.fix
+
+
+@pytest.mark.parametrize(
+    ("digests", "needle"),
+    [
+        ({"cur": "sha256:abc"}, "not sha256:<64 hex>"),
+        ({"cur": DIGEST_A, "nope": DIGEST_A}, "unknown tool 'nope'"),
+        ({"cur": DIGEST_A, "gpu": DIGEST_A}, "the spec pins"),
+        ({"cur": f"other.example.com/cur@{DIGEST_A}"}, "digest is for"),
+    ],
+)
+def test_bad_digests_are_refused(digests: dict[str, str], needle: str) -> None:
+    with pytest.raises(InvalidInput) as exc:
+        resolve_images(Workflow.model_validate(base_spec()), digests)
+    assert needle in exc.value.message
+
+
+def test_full_pinned_reference_in_digests_file(tmp_path: Path) -> None:
+    f = tmp_path / "d.yaml"
+    f.write_text(f"digests:\n  cur: registry.example.com/cur:1.0@{DIGEST_A}\n")
+    images = resolve_images(Workflow.model_validate(base_spec()), load_digests(f))
+    assert images["cur"] == f"registry.example.com/cur@{DIGEST_A}"
+    f.write_text("- not a mapping\n")
+    with pytest.raises(InvalidInput):
+        load_digests(f)
+
+
+def test_render_needs_a_context_and_a_mountable_store() -> None:
+    spec = base_spec()
+    del spec["infrastructure"]["context"]
+    spec["storage"]["uri"] = "file:///tmp/store"
+    with pytest.raises(InvalidInput) as exc:
+        render_workflow(Workflow.model_validate(spec), "r1", kube_context=None, digests=DIGESTS)
+    assert "no kube context" in exc.value.message and "not an object store" in exc.value.message
+
+
+def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:
+    path = tmp_path / "spec.yaml"
+    path.write_text(dump(spec))
+    return path
+
+
+def write_digests(tmp_path: Path) -> Path:
+    path = tmp_path / "digests.yaml"
+    path.write_text(f"cur: {DIGEST_A}\n")
+    return path
+
+
+def test_render_writes_owner_only_files_and_an_index(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = render_spec(
+        write_spec(tmp_path, base_spec()), "run-1", out, digests_file=write_digests(tmp_path)
+    )
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["curate.yaml", "augment.yaml", "evaluate.yaml", INDEX]
+    )
+    assert os.stat(out).st_mode & 0o777 == 0o700
+    assert all(os.stat(p).st_mode & 0o777 == 0o600 for p in out.iterdir())
+    assert [f.stage for f in result.files] == ["curate", "augment", "evaluate"]
+    leftovers = [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")]
+    assert leftovers == []
+
+
+def test_failed_render_leaves_the_previous_render_untouched(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    spec_path = write_spec(tmp_path, base_spec())
+    render_spec(spec_path, "run-1", out, digests_file=write_digests(tmp_path))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(InvalidInput):
+        render_spec(spec_path, "run-2", out, digests_file=None)  # 'cur' is not pinned
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_render_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Path) -> None:
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("keep me")
+    with pytest.raises(InvalidInput) as exc:
+        render_spec(
+            write_spec(tmp_path, base_spec()), "run-1", out, digests_file=write_digests(tmp_path)
+        )
+    assert "refusing" in exc.value.message
+    assert (out / "notes.txt").read_text() == "keep me"
+
+
+def test_diff_against_a_previous_render(tmp_path: Path) -> None:
+    spec = base_spec()
+    spec_path = write_spec(tmp_path, spec)
+    digests = write_digests(tmp_path)
+    first = tmp_path / "r1"
+    render_spec(spec_path, "run-1", first, digests_file=digests)
+    same = render_spec(
+        spec_path, "run-1", tmp_path / "r2", digests_file=digests, diff_against=first
+    )
+    assert same.changed == [] and same.diff == ""
+    spec["stages"][1]["retries"] = 5
+    del spec["stages"][2]
+    spec_path = write_spec(tmp_path, spec)
+    changed = render_spec(spec_path, "run-1", first, digests_file=digests, diff_against=first)
+    assert changed.changed == ["augment.yaml", "evaluate.yaml"]
+    assert "-    max_restarts_on_errors: 2\n+    max_restarts_on_errors: 5\n" in (
+        changed.diff or ""
+    )
+    assert "+++ /dev/null" in (changed.diff or "")
+    assert not (first / "evaluate.yaml").exists()
+    assert "changed against" in "\n".join(changed.text_lines())

@@ -1,0 +1,113 @@
+"""Every file render writes is loaded by SkyPilot's own task loader and means what we meant."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from npa.services.render import render_spec
+from tests.unit.specdata import DIGEST_A, base_spec, dump
+
+pytestmark = pytest.mark.unit
+
+
+def sky_load(path: Path) -> Any:
+    import sky  # slow to import (1-3 s); only here, never at CLI start-up
+
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return sky.Task.from_yaml_config(config)
+
+
+def check_all(out: Path, context: str) -> list[Any]:
+    tasks = []
+    files = sorted(out.glob("*.yaml"))
+    assert files
+    for path in files:
+        task = sky_load(path)
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+        (resources,) = list(task.resources)
+        assert str(resources.cloud) == "Kubernetes"
+        assert resources.region == context
+        assert resources.image_id == {context: config["resources"]["image_id"]}
+        assert "@sha256:" in config["resources"]["image_id"]
+        assert task.name == config["name"]
+        assert task.envs == config["envs"]
+        assert task.run == config["run"]
+        assert task.file_mounts == config["file_mounts"]
+        recovery = config["resources"]["job_recovery"]
+        # SkyPilot fills in the default strategy; the restart budget is ours.
+        assert (
+            resources.job_recovery["max_restarts_on_errors"] == recovery["max_restarts_on_errors"]
+        )
+        if "accelerators" in config["resources"]:
+            name, count = config["resources"]["accelerators"].split(":")
+            assert resources.accelerators == {name: int(count)}
+        pod = task.to_yaml_config()["resources"]["_cluster_config_overrides"]
+        assert pod == config["config"]
+        tasks.append(task)
+    return tasks
+
+
+def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
+    out = tmp_path / "physai"
+    render_spec(
+        Path("examples/physical-ai.yaml"),
+        "demo-1",
+        out,
+        digests_file=Path("examples/physical-ai.digests.yaml"),
+    )
+    tasks = check_all(out, "nebius-physai")
+    assert [t.name for t in tasks] == ["demo-1-augment", "demo-1-curate", "demo-1-evaluate"]
+    tiny = tmp_path / "tiny"
+    render_spec(
+        Path("examples/tiny-local.yaml"),
+        "tiny-1",
+        tiny,
+        kube_context="kind-npa",
+        store_uri="s3://npa-test/workflows",
+    )
+    check_all(tiny, "kind-npa")
+
+
+def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> None:
+    spec = base_spec()
+    spec["stages"][0]["env"] = {
+        "NEWLINE": "a\nb: c",
+        "TEMPLATE": "{{ x }}",
+        "HASH": "# x",
+        "ANCHOR": "&a *a",
+    }
+    spec["stages"][0]["command"] = "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
+    stages = spec["stages"]
+    for i in range(30):
+        stages.append(
+            {
+                "name": f"extra-{i}",
+                "tool": "gpu" if i % 2 else "cur",
+                "command": f"echo {i}",
+                "inputs": [{"name": "aug", "from": "augment.aug"}],
+                "outputs": [{"name": "o", "path": f"extra/{i}/"}],
+                "resources": {
+                    "accelerators": "H100:4",
+                    "cpus": 8.5,
+                    "memory_gib": 30,
+                    "disk_gib": 50,
+                },
+                "waves": {"shards": i + 1, "parallel": 1},
+                "retries": i % 4,
+            }
+        )
+    path = tmp_path / "spec.yaml"
+    path.write_text(dump(spec))
+    digests = tmp_path / "d.yaml"
+    digests.write_text(f"cur: {DIGEST_A}\n")
+    out = tmp_path / "out"
+    render_spec(path, "big-1", out, digests_file=digests)
+    tasks = check_all(out, "test-ctx")
+    assert len(tasks) == 33
+    curate = next(t for t in tasks if t.name == "big-1-curate")
+    assert curate.envs["NEWLINE"] == "a\nb: c"
+    assert curate.run == "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
