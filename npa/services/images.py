@@ -1,0 +1,393 @@
+"""``preflight-images``: every tool's image, resolved to a digest and verified, in one table.
+
+For each tool: choose the image (override, global fallback, spec), fetch its manifest exactly as
+a node would, and classify the answer. For an image that is there, prove it can run the stage
+bootstrap: from the cache, from its contract labels, or by one bounded capability probe in the
+selected Kubernetes context. Images are checked concurrently, a bounded number at a time.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
+from npa.core.output import Result
+from npa.core.paths import NpaPaths
+from npa.images.cache import VerificationCache
+from npa.images.contract import (
+    CONTRACT_VERSION,
+    ContractViolation,
+    enforce_declared_user,
+    read_attestation,
+)
+from npa.images.credentials import load_store
+from npa.images.overrides import ChosenImage, ImageSource, choose_images, parse_overrides
+from npa.images.probe import (
+    DEFAULT_TIMEOUT,
+    CapabilityProber,
+    ProbeOutcome,
+    ProbeSetupError,
+    ProbeTarget,
+    core_api,
+    select_target,
+)
+from npa.images.reference import ImageReference, parse_reference, parse_registry
+from npa.images.registry import RegistryClient, RegistryProblem, Status, is_loopback
+from npa.spec.model import Tool
+
+RowStatus = Literal["ok", "not_found", "forbidden", "unreachable", "rejected", "unverified"]
+VerifiedBy = Literal["contract", "probe", "cache"]
+MAX_CONCURRENCY = 8
+FAILING: set[str] = {"not_found", "forbidden", "rejected"}
+_ROW_STATUS: dict[Status, RowStatus] = {
+    Status.OK: "ok",
+    Status.NOT_FOUND: "not_found",
+    Status.FORBIDDEN: "forbidden",
+    Status.UNREACHABLE: "unreachable",
+}
+
+
+class ImageRow(BaseModel):
+    """One tool's image and what preflight found."""
+
+    tool: str
+    reference: str  # the chosen image as written
+    source: ImageSource  # where the choice came from
+    resolved: str  # normalised: registry/path[:tag][@digest]
+    status: RowStatus
+    digest: str | None = None
+    pinned: str | None = None  # registry/path@digest: what render writes
+    verified_by: VerifiedBy | None = None
+    credential_source: str | None = None  # a source name, never a value
+    user: int | None = None  # the declared (contract) or observed (probe) UID
+    detail: str
+    fix: str | None = None
+
+
+class PreflightResult(Result):
+    """``npa workbench workflow preflight-images``."""
+
+    spec: str
+    registry: str | None
+    context: str | None
+    contract_version: int
+    images: list[ImageRow]
+    digests: dict[str, str]  # TOOL_REF -> pinned reference, for every ok image
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.images)
+
+    def exit_code(self) -> int:
+        """0 when every image is ok; 1 when one is missing, forbidden or rejected; 4 when the
+        rest could only not be verified."""
+        if self.ok:
+            return 0
+        if any(r.status in FAILING for r in self.images):
+            return EXIT_FAILURE
+        return EXIT_UNAVAILABLE
+
+    def text_lines(self) -> list[str]:
+        head = ["TOOL", "STATUS", "VERIFIED", "DIGEST", "CREDENTIALS", "REFERENCE"]
+        rows = [
+            [
+                r.tool,
+                r.status,
+                r.verified_by or "-",
+                (r.digest or "-")[:19],
+                r.credential_source or "anonymous",
+                r.reference,
+            ]
+            for r in self.images
+        ]
+        widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
+        lines = [
+            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+            for row in [head, *rows]
+        ]
+        for r in self.images:
+            if r.status != "ok":
+                lines.append(f"{r.tool}: {r.status}: {r.detail}")
+                if r.fix:
+                    lines.append(f"  fix: {r.fix}")
+        bad = sum(r.status != "ok" for r in self.images)
+        lines.append(
+            f"all {len(self.images)} images ok"
+            if not bad
+            else f"{bad} of {len(self.images)} images not ok"
+        )
+        return lines
+
+
+class _Settings(BaseModel):
+    registry: str | None
+    context: str | None
+
+
+def _settings(project: str | None, registry: str | None, context: str | None) -> _Settings:
+    from npa.services.configure import resolve_project
+
+    resolved = resolve_project(project, {"registry": registry, "context": context})
+    return _Settings(registry=resolved.value("registry"), context=resolved.value("context"))
+
+
+def preflight(
+    spec_path: Path,
+    *,
+    registry: str | None = None,
+    project: str | None = None,
+    context: str | None = None,
+    image_overrides: Sequence[str] = (),
+    image: str | None = None,
+    registry_auth: Sequence[str] = (),
+    probe_timeout: float = DEFAULT_TIMEOUT,
+    concurrency: int = MAX_CONCURRENCY,
+    paths: NpaPaths | None = None,
+    prober_factory: Callable[[ProbeTarget], CapabilityProber] | None = None,
+) -> PreflightResult:
+    """Resolve and verify every tool's image of the spec at ``spec_path``."""
+    from npa.spec.validate import load_workflow
+
+    paths = paths or NpaPaths.from_env()
+    workflow = load_workflow(spec_path)
+    settings = _settings(project, registry, context)
+    default_registry = parse_registry(settings.registry) if settings.registry else None
+    selected_context = settings.context or workflow.infrastructure.context
+
+    overrides = parse_overrides(image_overrides, workflow.tools)
+    chosen = choose_images({k: t.image for k, t in workflow.tools.items()}, overrides, image)
+    refs = {c.tool: parse_reference(c.image, default_registry=default_registry) for c in chosen}
+
+    checker = _Checker(
+        spec_path=spec_path,
+        workflow_tools=workflow.tools,
+        client=RegistryClient(load_store(registry_auth)),
+        cache=VerificationCache(paths),
+        context=selected_context,
+        kubeconfig=_kubeconfig_for(paths, selected_context),
+        probe_timeout=probe_timeout,
+        prober_factory=prober_factory,
+    )
+    workers = max(1, min(concurrency, len(chosen)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="npa-preflight") as pool:
+        rows = list(pool.map(lambda c: checker.check(c, refs[c.tool]), chosen))
+    return PreflightResult(
+        spec=str(spec_path),
+        registry=default_registry,
+        context=selected_context,
+        contract_version=CONTRACT_VERSION,
+        images=rows,
+        digests={r.tool: r.pinned for r in rows if r.status == "ok" and r.pinned},
+    )
+
+
+def _kubeconfig_for(paths: NpaPaths, context: str | None) -> Path | None:
+    """The kubeconfig provisioning placed for ``context``, else the client's usual lookup."""
+    if context is None:
+        return None
+    try:
+        placed = paths.cluster_kubeconfig(context)
+    except InvalidInput:
+        return None
+    return placed if placed.is_file() else None
+
+
+class _Checker:
+    """Checks one chosen image at a time; shared by the worker threads."""
+
+    def __init__(
+        self,
+        *,
+        spec_path: Path,
+        workflow_tools: Mapping[str, Tool],
+        client: RegistryClient,
+        cache: VerificationCache,
+        context: str | None,
+        kubeconfig: Path | None,
+        probe_timeout: float,
+        prober_factory: Callable[[ProbeTarget], CapabilityProber] | None,
+    ) -> None:
+        self.spec_path = spec_path
+        self.tools = workflow_tools
+        self.client = client
+        self.cache = cache
+        self.context = context
+        self.kubeconfig = kubeconfig
+        self.probe_timeout = probe_timeout
+        self.prober_factory = prober_factory
+        self._lock = threading.Lock()
+        self._prober: CapabilityProber | ProbeSetupError | None = None
+        # One probe per (digest, user), however many tools share the image.
+        self._probes: dict[tuple[str, int], Future[ProbeOutcome]] = {}
+
+    def check(self, chosen: ChosenImage, ref: ImageReference) -> ImageRow:
+        row = ImageRow(
+            tool=chosen.tool,
+            reference=chosen.image,
+            source=chosen.source,
+            resolved=str(ref),
+            status="unreachable",
+            detail="",
+        )
+        answer = self.client.check_manifest(ref)
+        row.credential_source = answer.credential_source
+        if answer.status is not Status.OK or answer.digest is None:
+            row.status = _ROW_STATUS[answer.status]
+            row.detail = answer.detail
+            row.fix = self._fix(answer.status, chosen, ref)
+            return row
+        row.digest = answer.digest
+        row.pinned = ref.pinned(answer.digest)
+        self._verify(row, chosen, ref, answer.digest)
+        return row
+
+    # --- the bootstrap contract ----------------------------------------------------------
+    def _verify(self, row: ImageRow, chosen: ChosenImage, ref: ImageReference, digest: str) -> None:
+        contract = self.tools[chosen.tool].contract
+        run_as_user = int(contract.run_as_user)
+        run_as_group = int(contract.run_as_group)
+        cached = self.cache.lookup(digest, run_as_user)
+        if cached is not None:
+            if cached.verified_by == "contract" and not self._user_allowed(
+                row, chosen, cached.user, run_as_user
+            ):
+                return
+            row.status, row.verified_by, row.user = "ok", "cache", cached.user
+            row.detail = f"verified by {cached.verified_by} on {cached.checked_at} (cached)"
+            return
+        try:
+            config = self.client.image_config(ref, digest)
+        except RegistryProblem as problem:
+            unknown = problem.status is Status.UNREACHABLE
+            row.status = "unverified" if unknown else _ROW_STATUS[problem.status]
+            row.detail = f"cannot read the image config: {problem.detail}"
+            return
+        try:
+            attestation = read_attestation(config)
+        except ContractViolation as violation:
+            row.status = "rejected"
+            row.detail = f"the image claims the bootstrap contract but breaks it: {violation}"
+            row.fix = self._build_fix(chosen, ref)
+            return
+        if attestation is not None:
+            if not self._user_allowed(row, chosen, attestation.uid, run_as_user):
+                return
+            row.status, row.verified_by, row.user = "ok", "contract", attestation.uid
+            row.detail = (
+                f"contract {attestation.version} attested: user {attestation.uid}, "
+                f"{', '.join(attestation.capabilities)}"
+            )
+            self.cache.store(digest, "contract", attestation.uid, None)
+            return
+        self._probe(row, ref, digest, run_as_user, run_as_group)
+
+    def _user_allowed(
+        self, row: ImageRow, chosen: ChosenImage, declared: int, run_as_user: int
+    ) -> bool:
+        try:
+            enforce_declared_user(chosen.tool, str(row.pinned), declared, run_as_user)
+        except InvalidInput as refused:
+            row.status, row.detail, row.fix = "rejected", refused.message, refused.fix
+            return False
+        return True
+
+    def _probe(
+        self, row: ImageRow, ref: ImageReference, digest: str, run_as_user: int, run_as_group: int
+    ) -> None:
+        prober = self._get_prober()
+        if isinstance(prober, ProbeSetupError) or prober is None:
+            row.status = "unverified"
+            why = str(prober) if prober else "no kube context is selected"
+            row.detail = f"the image carries no bootstrap contract and cannot be probed: {why}"
+            row.fix = (
+                "rerun with --context CTX (or record one: npa configure --project P --context CTX)"
+            )
+            return
+        key = (digest, run_as_user)
+        with self._lock:
+            future = self._probes.get(key)
+            owner = future is None
+            if future is None:
+                future = self._probes[key] = Future()
+        if owner:
+            try:
+                outcome = prober.run(
+                    ref.pinned(digest), digest, run_as_user=run_as_user, run_as_group=run_as_group
+                )
+            except Exception as exc:  # never leave a waiting thread hanging
+                outcome = ProbeOutcome("unverified", f"probe error: {type(exc).__name__}", "-", "-")
+            future.set_result(outcome)
+        outcome = future.result()
+        if outcome.verdict == "passed":
+            row.status, row.verified_by = "ok", "probe"
+            row.user = outcome.uid if outcome.uid is not None else run_as_user
+            row.detail = outcome.detail
+            if owner:
+                self.cache.store(digest, "probe", row.user, run_as_user)
+            return
+        row.status = "rejected" if outcome.verdict == "failed" else "unverified"
+        row.detail = f"capability probe in context {self.context}: {outcome.detail}"
+        row.fix = outcome.fix
+
+    def _get_prober(self) -> CapabilityProber | ProbeSetupError | None:
+        if self.context is None:
+            return None
+        with self._lock:
+            if self._prober is None:
+                try:
+                    target = select_target(self.context, self.kubeconfig)
+                    if self.prober_factory is not None:
+                        self._prober = self.prober_factory(target)
+                    else:
+                        self._prober = CapabilityProber(
+                            core_api(target), target, timeout=self.probe_timeout
+                        )
+                except ProbeSetupError as exc:
+                    self._prober = exc
+            return self._prober
+
+    # --- fixes ---------------------------------------------------------------------------
+    def _fix(self, status: Status, chosen: ChosenImage, ref: ImageReference) -> str | None:
+        if status is Status.NOT_FOUND:
+            return self._build_fix(chosen, ref)
+        if status is Status.FORBIDDEN:
+            return (
+                f"docker login {ref.credential_host}  # or pass --registry-auth "
+                f"{ref.credential_host}=env:VAR with VAR=USER:PASSWORD"
+            )
+        if status is Status.UNREACHABLE:
+            scheme = "http" if is_loopback(ref.api_host) else "https"
+            return f"curl -sSI {scheme}://{ref.api_host}/v2/  # check the registry answers, rerun"
+        return None
+
+    def _build_fix(self, chosen: ChosenImage, ref: ImageReference) -> str:
+        tag_ref = f"{ref.name}:{ref.tag}" if ref.tag else f"{ref.name}:TAG"
+        build = self.tools[chosen.tool].build
+        if build is None:
+            return (
+                f"docker push {tag_ref}  # tools.{chosen.tool} has no build: section; push the "
+                f"image you mean to {ref.credential_host}"
+            )
+        context_dir = _relative(self.spec_path.parent / build.context)
+        dockerfile = _relative(self.spec_path.parent / build.context / build.dockerfile)
+        command = (
+            f"docker build -t {shlex.quote(tag_ref)} -f {shlex.quote(dockerfile)} "
+            f"{shlex.quote(context_dir)} && docker push {shlex.quote(tag_ref)}"
+        )
+        if ref.digest:
+            command += f"  # then pin tools.{chosen.tool}.image to the digest docker prints"
+        return command
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve())) or "."
+    except ValueError:
+        return str(path.resolve())
