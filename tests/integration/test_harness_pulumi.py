@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -74,17 +75,17 @@ def test_stack_preview_up_noop_destroy(pulumi_backend: PulumiBackend, tmp_path: 
     again = stack.preview()
     assert set(again.change_summary) == {"same"}
 
-    # The state lives in the file:// backend, readable by the plain CLI.
+    # The state lives in the file:// backend, where the plain CLI sees the stack too.
     listing = subprocess.run(
-        [str(pulumi_backend.pulumi_bin), "stack", "ls", "--json", "--cwd", str(tmp_path)],
+        [str(pulumi_backend.pulumi_bin), "stack", "ls", "--all", "--json"],
         capture_output=True,
         text=True,
-        env={**pulumi_backend.env, "PULUMI_HOME": str(Path.home() / ".pulumi")},
-        check=False,
+        cwd=tmp_path,
+        env={**os.environ, **pulumi_backend.env},
+        check=True,
     )
+    assert [s["name"] for s in json.loads(listing.stdout)] == ["organization/npa-harness/harness"]
+
     assert stack.destroy().summary.result == "succeeded"
     assert not marker.exists()
     stack.workspace.remove_stack("harness")
-    assert listing.returncode == 0 or "no Pulumi.yaml" in listing.stderr, listing.stderr
-    if listing.returncode == 0:
-        assert any(s["name"].endswith("harness") for s in json.loads(listing.stdout))
