@@ -44,6 +44,7 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_PLATFORM = ("linux", "amd64")
+_ANY_SCOPE = "*"
 
 
 class Status(StrEnum):
@@ -360,7 +361,8 @@ class RegistryClient:
 
     def _cached_auth(self, host: str, scope: str) -> tuple[str, Credential | None] | None:
         with self._lock:
-            entry = self._auth.get((host, scope))
+            # A Basic credential is good for every repository of its host.
+            entry = self._auth.get((host, scope)) or self._auth.get((host, _ANY_SCOPE))
             if entry is None or entry[2] <= time.monotonic():
                 return None
             return entry[0], entry[1]
@@ -369,6 +371,8 @@ class RegistryClient:
         self, host: str, scope: str, authorization: str, credential: Credential | None
     ) -> None:
         # Tokens last at least 60 s by the token spec; renew well before that.
+        if authorization.startswith("Basic "):
+            scope = _ANY_SCOPE
         with self._lock:
             self._auth[(host, scope)] = (authorization, credential, time.monotonic() + 45)
 

@@ -18,6 +18,7 @@ import json
 import re
 import secrets
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -42,6 +43,8 @@ class TokenProxy:
     tokens: dict[str, str] = field(default_factory=dict)  # token -> "user" | "anonymous"
     token_requests: list[dict[str, str]] = field(default_factory=list)
     host: str = ""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    delay: float = 0.0  # seconds added to every answer, to stand in for a distant registry
 
     @property
     def realm(self) -> str:
@@ -69,17 +72,20 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
             self._reply(code, body, {"Content-Type": "application/json", **(extra or {})})
 
         def do_GET(self) -> None:
+            time.sleep(proxy.delay)
             url = urlparse(self.path)
             if url.path == "/token":
                 return self._token(url.query)
             return self._registry(url.path)
 
         def do_HEAD(self) -> None:
+            time.sleep(proxy.delay)
             self._registry(urlparse(self.path).path)
 
         def _token(self, query: str) -> None:
             params = {k: v[0] for k, v in parse_qs(query).items()}
-            proxy.token_requests.append(params)
+            with proxy.lock:
+                proxy.token_requests.append(params)
             auth = self.headers.get("Authorization", "")
             who = "anonymous"
             if auth:
@@ -88,7 +94,8 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
                     return self._error(401, "UNAUTHORIZED")
                 who = "user"
             token = secrets.token_hex(16)
-            proxy.tokens[token] = who
+            with proxy.lock:
+                proxy.tokens[token] = who
             body = json.dumps({"token": token, "expires_in": 300}).encode()
             self._reply(200, body, {"Content-Type": "application/json"})
 
@@ -132,8 +139,10 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def token_proxy(upstream: Registry, **sets: set[str]) -> Iterator[TokenProxy]:
-    proxy = TokenProxy(upstream, **sets)
+def token_proxy(
+    upstream: Registry, *, delay: float = 0.0, **sets: set[str]
+) -> Iterator[TokenProxy]:
+    proxy = TokenProxy(upstream, delay=delay, **sets)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(proxy))
     server.daemon_threads = True
     proxy.host = f"127.0.0.1:{server.server_address[1]}"
