@@ -82,6 +82,7 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
     prefix = run_prefix(store, workflow.metadata.name, run_id)
     order = topological_order(workflow)
     level = levels(workflow, order)
+    position = {name: i for i, name in enumerate(order)}
     by_name = {s.name: s for s in workflow.stages}
     outputs_uri: dict[tuple[str, str], str | None] = {}
     for stage in workflow.stages:
@@ -117,7 +118,7 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
                 name=name,
                 level=level[name],
                 tool=stage.tool,
-                depends_on=sorted(upstream(stage), key=order.index),
+                depends_on=sorted(upstream(stage), key=position.__getitem__),
                 resources=StageResources(
                     accelerator=accel[0] if accel else None,
                     accelerator_count=accel[1] if accel else 0,

@@ -18,10 +18,10 @@ import yaml
 
 from npa import __version__
 from npa.core.errors import InvalidInput
-from npa.plan.model import WorkflowPlan, build_plan
+from npa.plan.model import StagePlan, WorkflowPlan, build_plan
 from npa.render.yamlsafe import yaml_value
 from npa.spec.imageref import DIGEST, parse_image_ref
-from npa.spec.model import Tool, Workflow, env_suffix
+from npa.spec.model import Stage, Tool, Workflow, env_suffix
 
 TEMPLATE = "skypilot-task.yaml.j2"
 SOURCE_MOUNT = "/npa/source"
@@ -164,12 +164,15 @@ def _number(value: float) -> int | float:
 
 
 def task_context(
-    workflow: Workflow, plan: WorkflowPlan, stage_name: str, *, kube_context: str, image: str
+    stage: Stage,
+    planned: StagePlan,
+    plan: WorkflowPlan,
+    tool: Tool,
+    *,
+    kube_context: str,
+    image: str,
 ) -> dict[str, Any]:
     """The values one stage's template is rendered with."""
-    stage = workflow.stage(stage_name)
-    planned = next(s for s in plan.stages if s.name == stage_name)
-    tool = workflow.tools[stage.tool]
     assert plan.run_prefix is not None
     envs: dict[str, str] = {
         "NPA_WORKFLOW": plan.workflow,
@@ -252,14 +255,21 @@ def render_workflow(
     images = resolve_images(workflow, digests)
     plan = build_plan(workflow, run_id, store_uri=store)
     template = _environment(str(templates_dir())).get_template(TEMPLATE)
+    stages = {s.name: s for s in workflow.stages}
     rendered = []
-    for name in plan.order:
+    for planned in plan.stages:
+        stage = stages[planned.name]
         values = task_context(
-            workflow, plan, name, kube_context=context, image=images[workflow.stage(name).tool]
+            stage,
+            planned,
+            plan,
+            workflow.tools[stage.tool],
+            kube_context=context,
+            image=images[stage.tool],
         )
         text = template.render(**values)
         _check_structure(text, values)
-        rendered.append(RenderedTask(stage=name, filename=f"{name}.yaml", text=text))
+        rendered.append(RenderedTask(stage=stage.name, filename=f"{stage.name}.yaml", text=text))
     return rendered
 
 
