@@ -21,39 +21,53 @@ def preflight_images(
         str | None,
         Opt(
             "--registry",
+            metavar="HOST[:PORT][/NAMESPACE]",
             help="HOST[:PORT][/NAMESPACE] that references without a registry host resolve "
             "under (default: the project's, else Docker Hub).",
         ),
     ] = None,
     project: Annotated[
-        str | None, Opt("--project", help="Project alias: its registry and kube context.")
+        str | None,
+        Opt("--project", metavar="ALIAS", help="Project alias: its registry and kube context."),
     ] = None,
     context: Annotated[
         str | None,
-        Opt("--context", help="Kube context the capability probe of unattested images runs in."),
+        Opt(
+            "--context",
+            metavar="CTX",
+            help="Kube context the capability probe of unattested images runs in.",
+        ),
     ] = None,
     image_override: Annotated[
         list[str] | None,
         Opt(
             "--image-override",
+            metavar="TOOL_REF=IMAGE",
             help="TOOL_REF=IMAGE: verify (and render) IMAGE for that tool. Repeatable.",
         ),
     ] = None,
     image: Annotated[
         str | None,
-        Opt("--image", help="IMAGE for every tool without an --image-override."),
+        Opt("--image", metavar="IMAGE", help="IMAGE for every tool without an --image-override."),
     ] = None,
     registry_auth: Annotated[
         list[str] | None,
         Opt(
             "--registry-auth",
+            metavar="HOST=env:VAR|FILE",
             help="HOST=env:VAR (VAR holds USER:PASSWORD) or a Docker config.json path. "
             "Repeatable; ~/.docker/config.json is read after these.",
         ),
     ] = None,
     probe_timeout: Annotated[
         float,
-        Opt("--probe-timeout", min=1, max=3600, help="Seconds a capability probe may take."),
+        Opt(
+            "--probe-timeout",
+            metavar="SECONDS",
+            min=1,
+            max=3600,
+            help="Seconds a capability probe may take.",
+        ),
     ] = 120.0,
     as_json: JsonFlag = False,
 ) -> None:

@@ -250,3 +250,26 @@ def test_no_credential_value_in_output_or_written_files(
         for secret in secrets_:
             assert secret.encode() not in data, f"{path} holds a credential"
     assert all(os.stat(p).st_mode & 0o077 == 0 for p in written)
+
+
+def test_project_supplies_registry(registry: Registry, npa_home: Path, tmp_path: Path) -> None:
+    img = push_attested(registry, "proj")
+    namespace, name = img.repository.split("/", 1)
+    env = _env(registry, npa_home)
+    recorded = run_npa(
+        "configure", "--project", "team", "--registry", f"{registry.host}/{namespace}", env=env
+    )
+    assert recorded.code == 0, recorded.stderr
+    spec = write_spec(tmp_path / "spec.yaml", {"tool": {"image": f"{name}:v1"}})
+    out = run_npa(
+        *CMD,
+        str(spec),
+        "--project",
+        "team",
+        f"--registry-auth={registry.host}=env:REG_AUTH",
+        "--json",
+        env=env,
+    )
+    assert out.code == 0, out.stdout + out.stderr
+    assert out.json()["registry"] == f"{registry.host}/{namespace}"
+    assert _rows(out.json())["tool"]["digest"] == img.digest
