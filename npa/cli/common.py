@@ -1,14 +1,19 @@
-"""What every command shares: the ``--json`` flag and the one way a command ends."""
+"""What every command shares: the ``--json`` flag and the one way a command ends.
+
+Command modules are imported for ``npa --help``, so they (and this module) import nothing heavy
+at the top: not even pydantic. Services and result models are imported inside the command
+functions.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from npa.core.errors import NpaError
-from npa.core.output import Result, emit, emit_error
+if TYPE_CHECKING:
+    from npa.core.output import Result
 
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print the result (or the error) as a JSON object.")
@@ -17,6 +22,9 @@ JsonFlag = Annotated[
 
 def finish(as_json: bool, produce: Callable[[], Result]) -> None:
     """Run ``produce``, print its result or its NpaError, and exit with the matching code."""
+    from npa.core.errors import NpaError
+    from npa.core.output import emit, emit_error
+
     try:
         result = produce()
     except NpaError as error:
