@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from npa.core.errors import InvalidInput
@@ -111,6 +111,9 @@ _component = st.from_regex(r"[a-z0-9]{1,6}(?:[._-][a-z0-9]{1,4}){0,2}", fullmatc
 def test_parser_agrees_with_the_spec_grammar_and_round_trips(
     host: str, parts: list[str], tag: str | None, digest: str | None
 ) -> None:
+    # A first component with a dot is read as a registry host (the runtime rule); one that is
+    # not a valid host is refused with its own message, which the spec grammar cannot give.
+    assume(not (host == "" and len(parts) > 1 and "." in parts[0] and "_" in parts[0]))
     text = host + "/".join(parts) + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
     assert parse_image_ref(text) is not None
     ref = parse_reference(text)
@@ -286,16 +289,13 @@ def test_cache_keys_on_contract_version_and_probe_user(
 
 
 def test_cache_write_failure_is_not_fatal(tmp_path: Path) -> None:
-    root = tmp_path / "ro"
+    # A file where the cache directory belongs: unwritable even for root.
+    root = tmp_path / "npa"
     root.mkdir()
-    root.chmod(0o500)
-    try:
-        assert VerificationCache(NpaPaths(root / "npa")).store(D, "contract", 1000, None) in (
-            False,
-            True,  # root ignores directory modes
-        )
-    finally:
-        root.chmod(0o700)
+    (root / "cache").write_text("not a directory")
+    cache = VerificationCache(NpaPaths(root))
+    assert cache.store(D, "contract", 1000, None) is False
+    assert cache.lookup(D, 1000) is None
 
 
 # --- probe pieces ----------------------------------------------------------------------------
