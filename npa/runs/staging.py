@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pydantic import BaseModel
 
 from npa.adapters.storage import ObjectAbsent, ObjectInfo, ObjectStore
 from npa.core.errors import InvalidInput, NpaError, StateCorrupt
+from npa.core.fsio import atomic_write_json
 from npa.runs.ignore import IgnoreRules
 
 MANIFEST_VERSION = 1
@@ -235,6 +237,50 @@ def describe_difference(
     return out
 
 
+class HashIndex:
+    """Digests of files already hashed, keyed by path and trusted only while the file's size,
+    mtime, ctime and inode are unchanged — git's index idea, so an unchanged re-run reads
+    nothing. An entry modified within ``RACY_NS`` of the moment the index was saved is not
+    trusted (a write in the same timestamp tick would not show in the stat)."""
+
+    RACY_NS = 2_000_000_000
+
+    def __init__(self, entries: dict[str, list[Any]] | None = None, saved_ns: int = 0) -> None:
+        self.entries = entries or {}
+        self.saved_ns = saved_ns
+
+    @classmethod
+    def load(cls, path: Path) -> HashIndex:
+        try:
+            data = json.loads(path.read_bytes())
+            return cls(dict(data["entries"]), int(data["saved_ns"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return cls()  # a cache: missing or damaged means hash everything
+
+    @staticmethod
+    def save(path: Path, files: list[HashedFile]) -> None:
+        entries = {
+            h.file.path: [
+                h.file.size,
+                h.file.mtime_ns,
+                h.file.ctime_ns,
+                h.file.ino,
+                h.sha256,
+                h.md5,
+            ]
+            for h in files
+        }
+        atomic_write_json(path, {"saved_ns": time.time_ns(), "entries": entries})
+
+    def lookup(self, f: LocalFile) -> HashedFile | None:
+        e = self.entries.get(f.path)
+        if not e or e[:4] != [f.size, f.mtime_ns, f.ctime_ns, f.ino]:
+            return None
+        if max(f.mtime_ns, f.ctime_ns) >= self.saved_ns - self.RACY_NS:
+            return None
+        return HashedFile(f, str(e[4]), str(e[5]))
+
+
 # --- staging ---------------------------------------------------------------------------------
 
 Progress = Callable[[str, int], None]  # (phase, bytes just processed)
@@ -287,8 +333,13 @@ def stage_source(
     progress: Progress | None = None,
     step: Step | None = None,
     refuse_fix: str = "",
+    index: Path | None = None,
 ) -> tuple[SourceManifest, StagePlan]:
-    """Stage ``source`` under ``run_prefix`` and return the committed manifest and the tally."""
+    """Stage ``source`` under ``run_prefix`` and return the committed manifest and the tally.
+
+    ``index`` is a local file remembering the digests of files whose stat has not changed
+    (see :class:`HashIndex`); without it every file is read and hashed.
+    """
     layout = SourceLayout(run_prefix)
     note: Step = step or (lambda _s, _d: None)
     tick: Progress = progress or (lambda _p, _n: None)
@@ -303,12 +354,16 @@ def stage_source(
         committed_f = pool.submit(load_committed, store, layout)
         held_f = pool.submit(lambda: {o.key: o for o in store.list(layout.blobs)})
 
+        known = HashIndex.load(index) if index is not None else HashIndex()
+
         def hashed(f: LocalFile) -> HashedFile:
-            h = hash_file(f)
+            h = known.lookup(f) or hash_file(f)
             tick("hash", f.size)
             return h
 
         plan.files = list(pool.map(hashed, files))
+        if index is not None:
+            HashIndex.save(index, plan.files)
         local = build_manifest(plan.files)
         committed = committed_f.result()
         held: dict[str, ObjectInfo] = held_f.result()
@@ -331,7 +386,7 @@ def stage_source(
             data = read_checked(h.file)
             if hashlib.sha256(data).hexdigest() != h.sha256:
                 raise _changed(h.file.path)
-            md5 = base64.b64encode(hashlib.md5(data).digest()).decode()
+            md5 = base64.b64encode(bytes.fromhex(h.md5)).decode()
             store.put(layout.blob(h.sha256), data, content_md5=md5)
             with lock:
                 plan.uploaded += 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 import time
 from pathlib import Path
@@ -127,6 +128,12 @@ def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[s
     return uri, store
 
 
+def _hash_index(paths: NpaPaths, tree: Path) -> Path:
+    """Where the digests of one source tree's files are remembered between stagings."""
+    name = hashlib.sha256(str(tree).encode()).hexdigest()[:32]
+    return paths.cache("source-index") / f"{name}.json"
+
+
 def stage_run_source(
     spec: Path,
     project: str | None,
@@ -204,6 +211,7 @@ def stage_run_source(
                 progress=progress,
                 step=lambda name, details: journal.append(name, "done", **details),
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
+                index=_hash_index(paths, tree),
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)

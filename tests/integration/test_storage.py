@@ -249,3 +249,10 @@ def test_file_store_killed_writer_leaves_no_partial_object(tmp_path: Path) -> No
     # Temporary files live outside the key space, so they are never listed as objects.
     (tmp_path / "s" / ".npa-tmp" / "123-dead").write_bytes(b"partial")
     assert [o.key for o in store.list("")] == ["k"]
+
+
+def test_unknown_profile_is_invalid_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    with pytest.raises(InvalidInput, match="no-such-profile"):
+        open_store("s3://bucket-x", profile="no-such-profile")

@@ -153,3 +153,33 @@ def test_progress_reports_every_byte(tree: Path, store: ObjectStore) -> None:
     assert seen["hash"] == total
     distinct = sum({e.digest: e.size for e in manifest.files}.values())
     assert seen.get("upload", 0) + seen.get("skip", 0) == distinct
+
+
+def test_hash_index_skips_reading_only_unchanged_files(tree: Path, tmp_path: Path) -> None:
+    from npa.runs.staging import HashIndex
+
+    index = tmp_path / "index.json"
+    files = scan_tree(tree)
+    HashIndex.save(index, [hash_file(f) for f in files])
+    fresh = HashIndex.load(index)
+    # Just written: every entry is too recent to trust (a same-tick write would not show).
+    assert all(fresh.lookup(f) is None for f in files)
+    old = HashIndex(fresh.entries, fresh.saved_ns + 10 * HashIndex.RACY_NS)
+    util = next(f for f in files if f.path == "pkg/util.py")
+    cached = old.lookup(util)
+    assert cached is not None and cached.sha256 == hash_file(util).sha256
+    (tree / "pkg" / "util.py").write_text("X = 42\n")
+    changed = next(f for f in scan_tree(tree) if f.path == "pkg/util.py")
+    assert old.lookup(changed) is None
+    index.write_text("{not json")
+    assert HashIndex.load(index).entries == {}
+
+
+def test_restaging_with_an_index_gives_the_same_manifest(
+    tree: Path, store: ObjectStore, tmp_path: Path
+) -> None:
+    index = tmp_path / "idx.json"
+    manifest, _ = stage_source(store, tree, PREFIX, index=index)
+    assert index.exists()
+    again, plan = stage_source(store, tree, PREFIX, index=index)
+    assert again.digest() == manifest.digest() and plan.uploaded == 0

@@ -1,6 +1,7 @@
-"""The ``s3://`` backend: any S3-compatible store (AWS S3, Nebius Object Storage, MinIO) via boto3.
+"""The ``s3://`` backend: any S3-compatible store (AWS S3, Nebius Object Storage, MinIO) via
+boto3's botocore, with the same credential chain (environment, profile, instance roles).
 
-boto3 is imported when a store is opened, never at CLI import time.
+botocore is imported when a store is opened, never at CLI import time.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from npa.adapters.storage.base import (
     StoreUnavailable,
     check_key,
 )
+from npa.core.errors import InvalidInput
 
 # Error codes that mean "the thing is not there", as opposed to "you may not look".
 _ABSENT_KEY = {"NoSuchKey", "404", "NotFound"}
@@ -42,26 +44,35 @@ class S3Store(ObjectStore):
         max_attempts: int = 4,
         fix_hint: str | None = None,
     ) -> None:
-        import boto3
+        # botocore directly: boto3's resource layer costs start-up time and is not needed.
+        import botocore.session
         from botocore.config import Config
+        from botocore.exceptions import ProfileNotFound
 
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.endpoint_url = endpoint_url
         self._fix_hint = fix_hint
-        session = boto3.session.Session(profile_name=profile, region_name=region)
-        self.client: Any = session.client(
-            "s3",
-            endpoint_url=endpoint_url,
-            config=Config(
-                retries={"mode": "standard", "max_attempts": max_attempts},
-                max_pool_connections=max_connections,
-                connect_timeout=10,
-                read_timeout=60,
-            ),
-        )
-        creds = session.get_credentials()
+        session = botocore.session.Session(profile=profile)
+        try:
+            self.client: Any = session.create_client(
+                "s3",
+                region_name=region,
+                endpoint_url=endpoint_url,
+                config=Config(
+                    retries={"mode": "standard", "max_attempts": max_attempts},
+                    max_pool_connections=max_connections,
+                    connect_timeout=10,
+                    read_timeout=60,
+                ),
+            )
+            creds = session.get_credentials()
+        except ProfileNotFound:
+            raise InvalidInput(
+                f"AWS profile {profile!r} is not defined in the shared config or credentials file",
+                fix=fix_hint or "aws configure --profile NAME",
+            ) from None
         # The *method* names where credentials came from (env, shared-credentials-file, ...);
         # it is safe to print, unlike the credentials themselves.
         self.credential_source = creds.method if creds is not None else "none"
