@@ -73,6 +73,12 @@ def run_prefix(store_uri: str | None, workflow: str, run_id: str) -> str | None:
     return f"{store_uri.rstrip('/')}/{workflow}/{run_id}"
 
 
+def stage_prefix(prefix: str, stage: str) -> str:
+    """Where one stage's data lives: ``<run prefix>/npa-workflow/stages/<stage>`` (the layout
+    in docs/storage-layout.md)."""
+    return f"{prefix}/npa-workflow/stages/{stage}"
+
+
 def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None) -> WorkflowPlan:
     """Plan a run of a validated workflow. Pure: reads nothing, writes nothing."""
     safe_component(run_id, "run id")
@@ -87,7 +93,9 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
     outputs_uri: dict[tuple[str, str], str | None] = {}
     for stage in workflow.stages:
         for out in stage.outputs:
-            outputs_uri[(stage.name, out.name)] = f"{prefix}/{out.path}" if prefix else None
+            outputs_uri[(stage.name, out.name)] = (
+                f"{stage_prefix(prefix, stage.name)}/outputs/{out.path}" if prefix else None
+            )
 
     stages = []
     for name in order:
@@ -140,7 +148,9 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
                     for o in stage.outputs
                 ],
                 checkpoint_uri=(
-                    f"{prefix}/{stage.checkpoint.path}" if prefix and stage.checkpoint else None
+                    f"{stage_prefix(prefix, name)}/checkpoints/{stage.checkpoint.path}"
+                    if prefix and stage.checkpoint
+                    else None
                 ),
             )
         )

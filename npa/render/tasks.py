@@ -179,7 +179,9 @@ def task_context(
         "NPA_RUN_ID": plan.run_id,
         "NPA_STAGE": stage.name,
         "NPA_RUN_PREFIX": plan.run_prefix,
-        "NPA_SOURCE_DIR": SOURCE_MOUNT,
+        # The staged source as stored (blobs named by digest + manifest.json); the backend
+        # materialises the tree from the manifest.
+        "NPA_SOURCE_MANIFEST": f"{SOURCE_MOUNT}/manifest.json",
         # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
         "NPA_WAVE": "0",
         "NPA_WAVES": str(planned.waves.waves),

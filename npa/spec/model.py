@@ -123,11 +123,13 @@ class OutputKind(StrEnum):
 
 
 class Output(_Strict):
-    """Something a stage promises to write under the run prefix; it must exist and be non-empty
-    when the stage succeeds."""
+    """Something a stage promises to write under its outputs prefix; it must exist and be
+    non-empty when the stage succeeds."""
 
     name: Ident = Field(description="Output name; exposed as $NPA_OUTPUT_<NAME>.")
-    path: NonEmpty = Field(description="Path relative to the run prefix (e.g. curated/clips/).")
+    path: NonEmpty = Field(
+        description="Path under the stage's outputs prefix (e.g. curated/clips/)."
+    )
     kind: OutputKind = Field(default=OutputKind.PREFIX, description="file or prefix.")
 
 
@@ -150,7 +152,7 @@ class Waves(_Strict):
 class Checkpoint(_Strict):
     """Mid-stage resume: where the stage keeps checkpoints and what loads them."""
 
-    path: NonEmpty = Field(description="Checkpoint prefix, relative to the run prefix.")
+    path: NonEmpty = Field(description="Checkpoint path under the stage's checkpoints prefix.")
     loader: NonEmpty = Field(description="Command that resumes from $NPA_CHECKPOINT_URI.")
 
 

@@ -162,8 +162,6 @@ def _relative_path_problem(value: str) -> str | None:
         return "contains an empty, '.' or '..' segment, which could escape the run prefix"
     if any(not p.isprintable() or p != p.strip() for p in parts):
         return "contains whitespace at a segment edge or an unprintable character"
-    if value.startswith("npa-workflow"):
-        return "is inside npa-workflow/, which npa reserves for its own records"
     return None
 
 
@@ -230,9 +228,8 @@ def _check_document(raw: Mapping[str, Any], out: _Collector) -> Workflow | None:
     declared = {
         s.name: {o.name for o in s.outputs} for _, s in stages if raw_names.get(s.name) is not None
     }
-    output_paths: dict[str, tuple[str, int, int]] = {}
     for i, stage in stages:
-        _check_stage(i, stage, tool_names, raw_names, declared, output_paths, infra, out)
+        _check_stage(i, stage, tool_names, raw_names, declared, infra, out)
 
     _check_cycles(stages, raw_names, out)
 
@@ -273,7 +270,6 @@ def _check_stage(
     tool_names: set[str],
     stage_index: dict[str, int],
     declared: dict[str, set[str]],
-    output_paths: dict[str, tuple[str, int, int]],
     infra: Infrastructure | None,
     out: _Collector,
 ) -> None:
@@ -332,6 +328,8 @@ def _check_stage(
             )
 
     seen_outputs: set[str] = set()
+    # Each stage writes under its own outputs prefix, so only paths within a stage can clash.
+    output_paths: dict[str, int] = {}
     for j, output_decl in enumerate(stage.outputs):
         op: Path = (*at, "outputs", j)
         if output_decl.name in seen_outputs:
@@ -343,15 +341,13 @@ def _check_stage(
             continue
         key = output_decl.path.rstrip("/")
         if key in output_paths:
-            other, oi, oj = output_paths[key]
             out.add(
                 (*op, "path"),
-                f"{output_decl.path!r} is also written by stage {other!r} "
-                f"(stages[{oi}].outputs[{oj}])",
-                "give every output its own path so no stage overwrites another",
+                f"{output_decl.path!r} is also the path of outputs[{output_paths[key]}]",
+                "give every output of a stage its own path",
             )
         else:
-            output_paths[key] = (stage.name, i, j)
+            output_paths[key] = j
 
     if stage.checkpoint is not None:
         problem = _relative_path_problem(stage.checkpoint.path)

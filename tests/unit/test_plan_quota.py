@@ -230,7 +230,9 @@ def test_dag_order_levels_and_waves() -> None:
     plan = build_plan(workflow, "run-1")
     augment = plan.stages[1]
     assert (augment.waves.shards, augment.waves.parallel, augment.waves.waves) == (10, 4, 3)
-    assert augment.inputs[0].uri == "s3://bucket/workflows/demo/run-1/curated/clips/"
+    assert augment.inputs[0].uri == (
+        "s3://bucket/workflows/demo/run-1/npa-workflow/stages/curate/outputs/curated/clips/"
+    )
     assert plan.run_prefix == "s3://bucket/workflows/demo/run-1"
     assert augment.resources.accelerator == "H100" and augment.resources.accelerator_count == 8
 

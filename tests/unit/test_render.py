@@ -118,8 +118,11 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     envs = aug["envs"]
     assert envs["NPA_RUN_ID"] == "run-7" and envs["NPA_STAGE"] == "augment"
     assert (envs["NPA_WAVE"], envs["NPA_WAVES"], envs["NPA_SHARDS"]) == ("0", "3", "10")
-    assert envs["NPA_OUTPUT_AUG"] == "s3://bucket/workflows/demo/run-7/augmented/"
-    assert envs["NPA_INPUT_CLIPS"] == "s3://bucket/workflows/demo/run-7/curated/clips/"
+    stages = "s3://bucket/workflows/demo/run-7/npa-workflow/stages"
+    assert envs["NPA_OUTPUT_AUG"] == f"{stages}/augment/outputs/augmented/"
+    assert envs["NPA_INPUT_CLIPS"] == f"{stages}/curate/outputs/curated/clips/"
+    assert aug["file_mounts"]["/npa/inputs/clips"] == envs["NPA_INPUT_CLIPS"]
+    assert envs["NPA_SOURCE_MANIFEST"] == "/npa/source/manifest.json"
     assert (
         aug["file_mounts"]["/npa/source"] == "s3://bucket/workflows/demo/run-7/npa-workflow/source"
     )
