@@ -258,3 +258,60 @@ def test_no_credential_in_anything_npa_wrote(
         assert ACCESS_KEY.encode() not in data and SECRET_KEY.encode() not in data, path
     for body in source_objects(s3, run_id).values():
         assert SECRET_KEY.encode() not in body
+
+
+def _run_on_tty(argv: list[str], env: dict[str, str], answer: bytes = b"") -> tuple[int, str, str]:
+    """Run with stdin and stderr on a pseudo-terminal (stdout stays a pipe, as in $(...))."""
+    import pty
+    import select
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **env, "COLUMNS": "100"}, stdin=slave, stderr=slave,
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(slave)
+    if answer:
+        os.write(master, answer)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.2)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    code = proc.wait(timeout=60)
+    os.close(master)
+    return code, out, seen.decode(errors="replace")
+
+
+def test_progress_bar_on_a_terminal_only(env: dict[str, str], tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "src", files=200, size=20_000)
+    run_id = prepare(tree / "spec.yaml", env)
+    argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source",
+            str(tree / "spec.yaml"), "--project", "team", "--run-id", run_id]  # fmt: skip
+    code, out, terminal = _run_on_tty(argv, env)
+    assert code == 0, out + terminal
+    assert "uploading" in terminal or "hashing" in terminal  # rich drew a bar on the terminal
+    assert "committed for run" in out
+
+
+def test_interactive_shell_is_asked_which_run(env: dict[str, str], tmp_path: Path) -> None:
+    tree = make_tree(tmp_path / "src", files=3, size=10)
+    older = prepare(tree / "spec.yaml", env)
+    newer = prepare(tree / "spec.yaml", env)
+    argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source",
+            str(tree / "spec.yaml"), "--project", "team", "--json"]  # fmt: skip
+    code, out, terminal = _run_on_tty(argv, env, answer=b"2\n")
+    assert code == 0, out + terminal
+    assert "which run?" in terminal and newer in terminal
+    assert json.loads(out)["run_id"] == older  # the list is newest first; "2" is the older
+    code, out, terminal = _run_on_tty(argv, env, answer=b"\n")
+    assert code == 2 and "no run chosen" in out
