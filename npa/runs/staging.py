@@ -349,7 +349,8 @@ def stage_source(
     files = scan_tree(source)
     note("scanned", {"files": len(files), "bytes": sum(f.size for f in files)})
 
-    with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="npa-stage") as pool:
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="npa-stage")
+    try:
         # The store is asked what it holds while the tree is hashed.
         committed_f = pool.submit(load_committed, store, layout)
         held_f = pool.submit(lambda: {o.key: o for o in store.list(layout.blobs)})
@@ -395,6 +396,9 @@ def stage_source(
 
         for _ in pool.map(upload, todo):
             pass
+    finally:
+        # On an error or Ctrl-C, queued uploads are cancelled rather than run to the end.
+        pool.shutdown(wait=True, cancel_futures=True)
     note("blobs", {"uploaded": plan.uploaded, "repaired": plan.repaired, "held": len(held)})
 
     if committed is None and not store.create_if_absent(layout.manifest, local.canonical_bytes()):

@@ -25,6 +25,13 @@ from npa.runs.staging import Progress, stage_source
 from npa.services.configure import ProjectSettings, resolve_project
 
 
+class Interrupted(NpaError):
+    """The user stopped a multi-step operation; its journal holds the resume command."""
+
+    exit_code = 130
+    kind = "interrupted"
+
+
 def run_prefix(workflow: str, run_id: str) -> str:
     """The canonical prefix of a run inside its project's store."""
     return f"{workflow}/{run_id}/npa-workflow"
@@ -218,6 +225,13 @@ def stage_run_source(
             if error.fix is None or error.exit_code == 4:
                 error.fix = resume
             raise
+        except KeyboardInterrupt:
+            journal.append("interrupted", "failed")
+            raise Interrupted(
+                f"staging the source of run {entry.run_id} was interrupted; rerunning the "
+                "same command is safe and reuses what is already stored",
+                fix=resume,
+            ) from None
         journal.append("done", "done", source_digest=manifest.digest())
     return StagedSource(
         run_id=entry.run_id,

@@ -315,3 +315,28 @@ def test_interactive_shell_is_asked_which_run(env: dict[str, str], tmp_path: Pat
     assert json.loads(out)["run_id"] == older  # the list is newest first; "2" is the older
     code, out, terminal = _run_on_tty(argv, env, answer=b"\n")
     assert code == 2 and "no run chosen" in out
+
+
+def test_ctrl_c_stops_cleanly_with_the_resume_command(
+    env: dict[str, str], s3: S3Server, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=400, size=20_000)
+    run_id = prepare(tree / "spec.yaml", env)
+    argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source",
+            str(tree / "spec.yaml"), "--project", "team", "--run-id", run_id,
+            "--jobs", "4"]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    deadline = time.time() + 30
+    while time.time() < deadline and not any(
+        k.startswith("blobs/") for k in source_objects(s3, run_id)
+    ):
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err and f"--run-id {run_id}" in err
+    assert "Traceback" not in err
+    assert not assert_consistent(s3, run_id, tree)  # stopped before committing
+    assert stage(tree / "spec.yaml", run_id, env).returncode == 0
+    assert assert_consistent(s3, run_id, tree)
