@@ -90,7 +90,7 @@ class RequestLog(logging.Handler):
         self.counts: collections.Counter[str] = collections.Counter()
 
     def emit(self, record: logging.LogRecord) -> None:
-        m = self.LINE.search(record.getMessage() % () if not record.args else record.getMessage())
+        m = self.LINE.search(record.getMessage())
         if m and "/moto-api" not in m.group(2):
             self.counts[m.group(1)] += 1
 

@@ -380,7 +380,8 @@ def stage_source(
             by_digest.setdefault(h.sha256, h)
         todo = [h for d, h in by_digest.items() if not _intact(held.get(layout.blob(d)), h)]
         plan.repaired = sum(1 for h in todo if layout.blob(h.sha256) in held)
-        tick("skip", sum(h.file.size for d, h in by_digest.items() if h not in todo))
+        missing = {h.sha256 for h in todo}
+        tick("skip", sum(h.file.size for d, h in by_digest.items() if d not in missing))
         lock = threading.Lock()
 
         def upload(h: HashedFile) -> None:
