@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
-from npa.core.errors import InvalidInput
-from npa.core.output import Result
+
+if TYPE_CHECKING:
+    from npa.core.output import Result
 
 Opt = typer.Option
 
@@ -39,6 +40,7 @@ def configure(
     """Record a project alias (owner-only file under NPA_HOME) or show what resolves."""
 
     def produce() -> Result:
+        from npa.core.errors import InvalidInput
         from npa.services import configure as service
 
         values = {

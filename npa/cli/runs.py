@@ -12,9 +12,9 @@ import typer
 
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
-from npa.core.output import Result
 
 if TYPE_CHECKING:
+    from npa.core.output import Result
     from npa.runs.identity import RunEntry
 
 Opt = typer.Option
