@@ -11,15 +11,17 @@ from typing import Annotated
 import typer
 
 from npa import __version__
-from npa.cli import configure, images, runs, spec
+from npa.cli import configure, images, provision, runs, spec, submit
 from npa.cli.apps import app
 
 # Command modules attach their commands to the apps when imported: list each one here.
 COMMAND_MODULES = (
     configure,
     images,
+    provision,
     runs,
     spec,
+    submit,
 )
 
 

@@ -103,9 +103,23 @@ def load_digests(path: Path) -> dict[str, str]:
     return dict(data)
 
 
-def resolve_images(workflow: Workflow, digests: dict[str, str]) -> dict[str, str]:
-    """TOOL_REF -> ``name@sha256:...``; every tool that cannot be pinned is reported at once."""
+def resolve_images(
+    workflow: Workflow, digests: dict[str, str], verified: dict[str, str] | None = None
+) -> dict[str, str]:
+    """TOOL_REF -> ``name@sha256:...``; every tool that cannot be pinned is reported at once.
+
+    ``verified`` maps TOOL_REF to the pinned reference preflight verified (after any
+    ``--image-override``/``--image``): it is used as it is, even from another repository,
+    because it is exactly the image that was checked.
+    """
+    verified = verified or {}
     problems: list[str] = []
+    for ref, given in sorted(verified.items()):
+        parsed = parse_image_ref(given)
+        if ref not in workflow.tools:
+            problems.append(f"verified image for unknown tool {ref!r}")
+        elif parsed is None or parsed.digest is None:
+            problems.append(f"tool {ref!r}: verified image {given!r} is not pinned by digest")
     for ref in sorted(set(digests) - set(workflow.tools)):
         problems.append(
             f"digests name unknown tool {ref!r} (declared: {', '.join(workflow.tools)})"
@@ -114,6 +128,9 @@ def resolve_images(workflow: Workflow, digests: dict[str, str]) -> dict[str, str
     pinned: dict[str, str] = {}
     for ref, tool in workflow.tools.items():
         if ref not in used:
+            continue
+        if ref in verified:
+            pinned[ref] = verified[ref]
             continue
         problem, image = _pin(ref, tool, digests.get(ref))
         if problem:
@@ -171,8 +188,10 @@ def task_context(
     *,
     kube_context: str,
     image: str,
+    accelerators: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The values one stage's template is rendered with."""
+    """The values one stage's template is rendered with. ``accelerators`` renames GPU types
+    (spec name -> the name the cluster's node labels use)."""
     assert plan.run_prefix is not None
     envs: dict[str, str] = {
         "NPA_WORKFLOW": plan.workflow,
@@ -201,11 +220,15 @@ def task_context(
         envs["NPA_CHECKPOINT_LOADER"] = stage.checkpoint.loader
     envs.update(stage.env)
     res = stage.resources
+    accel = res.accelerators
+    if accel is not None and accelerators:
+        name, _, count = accel.partition(":")
+        accel = f"{accelerators.get(name, name)}:{count}"
     return {
         "task_name": f"{plan.run_id}-{stage.name}",
         "infra": f"k8s/{kube_context}",
         "image_id": f"docker:{image}",
-        "accelerators": res.accelerators,
+        "accelerators": accel,
         "cpus": None if res.cpus is None else _number(res.cpus),
         "memory": None if res.memory_gib is None else _number(res.memory_gib),
         "disk_size": res.disk_gib,
@@ -229,8 +252,14 @@ def render_workflow(
     kube_context: str | None,
     digests: dict[str, str],
     store_uri: str | None = None,
+    verified: dict[str, str] | None = None,
+    accelerators: dict[str, str] | None = None,
 ) -> list[RenderedTask]:
-    """Render every stage, in plan order. Raises InvalidInput listing everything missing."""
+    """Render every stage, in plan order. Raises InvalidInput listing everything missing.
+
+    ``verified``: pinned references preflight verified, used as they are (see
+    :func:`resolve_images`); ``accelerators``: GPU renames from the cluster's node labels.
+    """
     context = kube_context or workflow.infrastructure.context
     store = store_uri or (workflow.storage.uri if workflow.storage else None)
     problems = []
@@ -254,7 +283,7 @@ def render_workflow(
             details={"problems": problems},
         )
     assert context is not None
-    images = resolve_images(workflow, digests)
+    images = resolve_images(workflow, digests, verified)
     plan = build_plan(workflow, run_id, store_uri=store)
     template = _environment(str(templates_dir())).get_template(TEMPLATE)
     stages = {s.name: s for s in workflow.stages}
@@ -268,6 +297,7 @@ def render_workflow(
             workflow.tools[stage.tool],
             kube_context=context,
             image=images[stage.tool],
+            accelerators=accelerators,
         )
         text = template.render(**values)
         _check_structure(text, values)

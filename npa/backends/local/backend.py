@@ -1,0 +1,135 @@
+"""The local backend: launch = record a job and start its detached supervisor."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+from npa.backends.base import (
+    BackendUnavailable,
+    ExecutionBackend,
+    JobRecord,
+    JobState,
+    JobSubmission,
+    LaunchRejected,
+    QueueAnswer,
+    TaskContext,
+)
+from npa.backends.local import tasks
+from npa.backends.local.jobs import BACKEND, LocalJobTable
+from npa.core.errors import NotFound
+from npa.core.paths import NpaPaths
+
+REQUEST_PREFIX = "local-"
+
+
+class LocalBackend(ExecutionBackend):
+    name = BACKEND
+
+    def __init__(self, paths: NpaPaths) -> None:
+        self.paths = paths
+        self.table = LocalJobTable(paths)
+        self.queue_source = f"local job table {self.table.root}"
+
+    @property
+    def task_suffix(self) -> str:
+        return ".json"
+
+    def render_tasks(self, context: TaskContext) -> dict[str, str]:
+        prefix = f"{context.plan.workflow}/{context.plan.run_id}/npa-workflow"
+        return tasks.render(context, prefix)
+
+    # --- launch ------------------------------------------------------------------------------
+    def request_launch(self, submission: JobSubmission) -> str:
+        for stage in submission.order:
+            if stage not in submission.tasks:
+                raise LaunchRejected(f"no local task for stage {stage!r}")
+        job_id = self.table.create(submission)
+        self.start_supervisor(job_id)
+        return f"{REQUEST_PREFIX}{job_id}"
+
+    def launch_result(self, request_id: str) -> int:
+        if (
+            not request_id.startswith(REQUEST_PREFIX)
+            or not request_id[len(REQUEST_PREFIX) :].isdigit()
+        ):
+            raise LaunchRejected(f"{request_id!r} is not a local launch request id")
+        job_id = int(request_id[len(REQUEST_PREFIX) :])
+        self.table.read(job_id)  # NotFound when the allocation never completed
+        return job_id
+
+    def adopt(self, job_id: int) -> None:
+        """An adopted job whose supervisor was never started (submit killed in between) gets
+        one now; a started or finished job is left alone."""
+        job = self.table.read(job_id)
+        if not job.supervisor_started and not job.state.terminal and not job.cancel_requested:
+            self.start_supervisor(job_id)
+
+    def start_supervisor(self, job_id: int) -> None:
+        directory = self.table.job_dir(job_id)
+        log = open(directory / "logs" / "supervisor.log", "ab")  # noqa: SIM115 - handed to child
+        try:
+            # A new session: the supervisor outlives the submit shell and its terminal.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "npa.backends.local.supervisor", str(directory)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=directory,
+                start_new_session=True,
+                close_fds=True,
+                env={**os.environ, "NPA_HOME": str(self.paths.root)},
+            )
+        finally:
+            log.close()
+        self.table.update(job_id, supervisor_pid=proc.pid, supervisor_started=True)
+
+    # --- reading -----------------------------------------------------------------------------
+    def queue(self, job_name: str) -> QueueAnswer:
+        jobs = self.table.all()
+        return QueueAnswer(
+            job_name=job_name,
+            source=self.queue_source,
+            records=[self.table.record(j) for j in jobs if j.job_name == job_name],
+        )
+
+    def job(self, job_id: int) -> JobRecord:
+        return self.table.record(self.table.read(job_id))
+
+    def cancel(self, job_id: int) -> None:
+        job = self.table.update(job_id, cancel_requested=True)
+        if job.state.terminal:
+            return
+        if self.table.supervisor_alive(job_id) and job.supervisor_pid:
+            # The supervisor stops its stage processes and records CANCELLED itself.
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(job.supervisor_pid, signal.SIGTERM)
+            return
+        self.table.update(job_id, state=JobState.CANCELLED, ended_at=time.time())
+
+    def logs(self, job_id: int, *, follow: bool = False) -> Iterator[str]:
+        directory = self.table.job_dir(job_id) / "logs"
+        if not directory.is_dir():
+            raise NotFound(f"local job {job_id} has no logs", fix=f"ls {self.table.root}")
+        seen: dict[str, int] = {}
+        while True:
+            try:
+                files = sorted(p for p in directory.rglob("*.log") if p.is_file())
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot read {directory}: {exc.strerror}") from None
+            for path in files:
+                rel = str(path.relative_to(directory))
+                with path.open("rb") as f:
+                    f.seek(seen.get(rel, 0))
+                    data = f.read()
+                    seen[rel] = f.tell()
+                for line in data.decode("utf-8", "replace").splitlines():
+                    yield f"[{rel}] {line}"
+            if not follow or self.job(job_id).state.terminal:
+                return
+            time.sleep(0.5)

@@ -1,0 +1,1 @@
+"""Launching a run exactly once: readiness probe, launch transaction, supervision policy."""

@@ -1,0 +1,170 @@
+"""How a failure is classified and what recovery it is allowed.
+
+Four classes, each with its own recovery rule:
+
+- ``actionable_configuration``: a person must change something (bad task, missing command,
+  wrong accelerator). Automatic retry stops; only the exact attempt that failed is cancelled.
+- ``transient_infrastructure``: the platform failed under us (controller refused or died,
+  preemption, a node lost). Adopted, or retried under the same run id, until
+  ``--max-infrastructure-recoveries`` is used up: then INFRASTRUCTURE_RECOVERY_EXHAUSTED.
+- ``payload``: the stage's own command exited non-zero. Only ``--retries`` (or the stage's
+  ``retries``) may run it again; infrastructure recoveries never spend on it.
+- ``unknown``: npa cannot tell. Relaunch is blocked, because a blind retry may duplicate work.
+
+Independently, the same startup failure seen ``--startup-failure-threshold`` times in a row is
+FAILED_STARTUP: an infrastructure problem, not the payload's.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+
+from npa.backends.base import JobState
+from npa.runs.manifest import SupervisorAttempt, SupervisorRecord, now_iso
+
+
+class Classification(StrEnum):
+    ACTIONABLE_CONFIGURATION = "actionable_configuration"
+    TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
+    PAYLOAD = "payload"
+    UNKNOWN = "unknown"
+
+
+class Recovery(StrEnum):
+    RETRIED = "retried"  # a new attempt under the same run id
+    ADOPTED = "adopted"  # the existing attempt was kept, by job id
+    STOPPED = "stopped"  # automatic retry stopped; a person must act
+    BLOCKED = "blocked"  # relaunch blocked: existence or cause unknown
+    EXHAUSTED = "exhausted"  # the finite recovery budget is spent
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The supervision limits a submit was given."""
+
+    startup_failure_threshold: int = 3
+    max_infrastructure_recoveries: int = 3
+    retries: int | None = None  # --retries; None means each stage's own ``retries``
+
+    def payload_retries(self, stage_retries: int) -> int:
+        return self.retries if self.retries is not None else stage_retries
+
+
+@dataclass(frozen=True)
+class Verdict:
+    classification: Classification
+    recovery: Recovery
+    terminal_state: JobState | None  # set when the run must end now
+
+
+# Exit codes of a shell that mean "the command itself cannot run as written".
+_NOT_RUNNABLE = {126: "command found but not executable", 127: "command not found"}
+# Signals that mean the process was taken away from under the payload.
+_INFRA_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGBUS}
+
+
+def classify_exit(returncode: int) -> tuple[Classification, str]:
+    """Classify a stage process's exit status (negative = killed by that signal)."""
+    if returncode in _NOT_RUNNABLE:
+        return Classification.ACTIONABLE_CONFIGURATION, f"exit {returncode}: " + _NOT_RUNNABLE[
+            returncode
+        ]
+    if returncode < 0:
+        try:
+            sig = signal.Signals(-returncode)
+        except ValueError:
+            return Classification.UNKNOWN, f"killed by unknown signal {-returncode}"
+        if sig in _INFRA_SIGNALS:
+            return Classification.TRANSIENT_INFRASTRUCTURE, f"killed by {sig.name}"
+        return Classification.PAYLOAD, f"killed by {sig.name}"
+    return Classification.PAYLOAD, f"exit {returncode}"
+
+
+# How SkyPilot's terminal failure statuses read as classes.
+_STATUS_CLASS = {
+    "FAILED": Classification.PAYLOAD,
+    "FAILED_SETUP": Classification.ACTIONABLE_CONFIGURATION,
+    "FAILED_PRECHECKS": Classification.ACTIONABLE_CONFIGURATION,
+    "FAILED_NO_RESOURCE": Classification.TRANSIENT_INFRASTRUCTURE,
+    "FAILED_CONTROLLER": Classification.TRANSIENT_INFRASTRUCTURE,
+}
+
+
+def classify_job_status(status: str) -> Classification:
+    """Classify a job that ended in a failure status."""
+    return _STATUS_CLASS.get(status, Classification.UNKNOWN)
+
+
+def record(
+    supervisor: SupervisorRecord,
+    *,
+    what: str,
+    failure: str,
+    classification: Classification,
+    detail: str,
+    policy: Policy,
+    payload_budget: int = 0,
+    startup: bool = False,
+) -> Verdict:
+    """Add one failure to ``supervisor``, decide the recovery, and return the verdict."""
+    verdict = _decide(supervisor, failure, classification, policy, payload_budget, startup)
+    if verdict.recovery is Recovery.RETRIED:
+        if classification is Classification.TRANSIENT_INFRASTRUCTURE:
+            supervisor.infrastructure_recoveries += 1
+        elif classification is Classification.PAYLOAD:
+            supervisor.payload_retries += 1
+    if startup:
+        supervisor.startup_failures += 1
+    supervisor.classification = classification.value
+    supervisor.recovery = verdict.recovery.value
+    supervisor.attempts.append(
+        SupervisorAttempt(
+            at=now_iso(),
+            what=what,
+            failure=failure,
+            classification=classification.value,
+            recovery=verdict.recovery.value,
+            detail=detail,
+        )
+    )
+    return verdict
+
+
+def _identical_run(supervisor: SupervisorRecord, failure: str) -> int:
+    """How many of the latest startup attempts in a row failed exactly like ``failure``."""
+    count = 0
+    for attempt in reversed(supervisor.attempts):
+        if attempt.what != "launch" or attempt.failure != failure:
+            break
+        count += 1
+    return count
+
+
+def _decide(
+    supervisor: SupervisorRecord,
+    failure: str,
+    classification: Classification,
+    policy: Policy,
+    payload_budget: int,
+    startup: bool,
+) -> Verdict:
+    if startup and _identical_run(supervisor, failure) + 1 >= policy.startup_failure_threshold:
+        return Verdict(classification, Recovery.STOPPED, JobState.FAILED_STARTUP)
+    if classification is Classification.ACTIONABLE_CONFIGURATION:
+        state = JobState.FAILED_STARTUP if startup else JobState.FAILED
+        return Verdict(classification, Recovery.STOPPED, state)
+    if classification is Classification.UNKNOWN:
+        state = JobState.FAILED_STARTUP if startup else JobState.FAILED
+        return Verdict(classification, Recovery.BLOCKED, state)
+    if classification is Classification.TRANSIENT_INFRASTRUCTURE:
+        if supervisor.infrastructure_recoveries >= policy.max_infrastructure_recoveries:
+            return Verdict(
+                classification, Recovery.EXHAUSTED, JobState.INFRASTRUCTURE_RECOVERY_EXHAUSTED
+            )
+        return Verdict(classification, Recovery.RETRIED, None)
+    # payload
+    if payload_budget > 0:
+        return Verdict(classification, Recovery.RETRIED, None)
+    return Verdict(classification, Recovery.STOPPED, JobState.FAILED)

@@ -1,0 +1,145 @@
+"""The run manifest: ``<workflow>/<run>/npa-workflow/manifest.json`` in the run's store.
+
+It says what was submitted (plan, source, tasks, images, backend, job identity) and how the run
+is doing (its state, each stage and wave, and the supervisor's record of failures and the
+recovery taken). ``submit`` writes it before launching; the backend (the local supervisor)
+updates it as the run progresses. Writers on one machine serialise on a local lock, and every
+write replaces the whole object, so a reader sees one consistent version.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.core.errors import StateCorrupt
+from npa.core.fsio import exclusive_lock
+from npa.runs.secrets import ensure_secret_free
+
+MANIFEST_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class WaveRecord(_Model):
+    wave: int
+    shards: list[int]
+    state: str  # PENDING / RUNNING / SUCCEEDED / FAILED / CANCELLED
+    attempts: int = 0
+    started_at: str | None = None
+    ended_at: str | None = None
+    exit_codes: dict[str, int] = Field(default_factory=dict)  # shard -> exit code
+
+
+class StageRecord(_Model):
+    state: str = "PENDING"
+    started_at: str | None = None
+    ended_at: str | None = None
+    waves: list[WaveRecord] = Field(default_factory=list)
+    outputs: dict[str, int] = Field(default_factory=dict)  # declared output -> bytes stored
+    classification: str | None = None
+    detail: str | None = None
+
+
+class SupervisorAttempt(_Model):
+    at: str
+    what: str  # the failing thing: "launch", "stage square wave 0", ...
+    failure: str  # a stable signature of the failure (used to count identical ones)
+    classification: str
+    recovery: str
+    detail: str
+
+
+class SupervisorRecord(_Model):
+    """What supervision concluded: the last classification and the recovery it took."""
+
+    classification: str | None = None
+    recovery: str | None = None
+    startup_failures: int = 0
+    infrastructure_recoveries: int = 0
+    payload_retries: int = 0
+    attempts: list[SupervisorAttempt] = Field(default_factory=list)
+
+
+class RunManifest(_Model):
+    version: int = MANIFEST_VERSION
+    project: str
+    workflow: str
+    run_id: str
+    backend: str
+    infra: str
+    state: str
+    submitted_at: str
+    updated_at: str
+    store: str
+    prefix: str
+    spec_sha256: str
+    source_digest: str | None
+    plan_digest: str
+    tasks: dict[str, str]  # stage -> sha256 of its task file
+    images: dict[str, str]  # TOOL_REF -> pinned reference
+    accelerator_remap: dict[str, str] = Field(default_factory=dict)
+    policy: dict[str, Any] = Field(default_factory=dict)
+    job_name: str
+    job_id: int | None = None
+    launch_transaction: dict[str, Any] | None = None
+    supervisor: SupervisorRecord = Field(default_factory=SupervisorRecord)
+    stages: dict[str, StageRecord] = Field(default_factory=dict)
+
+
+def manifest_key(prefix: str) -> str:
+    return f"{prefix}/{MANIFEST_NAME}"
+
+
+def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
+    """The manifest, or None when the store says it does not exist (errors propagate)."""
+    try:
+        raw = store.get(manifest_key(prefix))
+    except ObjectAbsent:
+        return None
+    try:
+        return RunManifest.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        raise StateCorrupt(
+            f"{store.uri}/{manifest_key(prefix)} is not an npa run manifest: {exc}",
+            fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
+        ) from None
+
+
+def write_manifest(store: ObjectStore, manifest: RunManifest) -> None:
+    manifest.updated_at = now_iso()
+    text = json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+    key = manifest_key(manifest.prefix)
+    store.put(key, ensure_secret_free(text, f"manifest {store.uri}/{key}").encode("utf-8"))
+
+
+def update_manifest(
+    store: ObjectStore,
+    prefix: str,
+    lock: Path,
+    mutate: Callable[[RunManifest], None],
+) -> RunManifest:
+    """Read, change and write the manifest under the run's local manifest lock."""
+    with exclusive_lock(lock, timeout=60, purpose="updating the run manifest"):
+        manifest = read_manifest(store, prefix)
+        if manifest is None:
+            raise StateCorrupt(
+                f"the manifest of {store.uri}/{prefix} disappeared while the run was live",
+                fix="npa workbench workflow status RUN_ID --project P",
+            )
+        mutate(manifest)
+        write_manifest(store, manifest)
+        return manifest
