@@ -1,0 +1,436 @@
+"""Open, preview, apply, refresh and destroy npa's stacks through the Pulumi Automation API.
+
+Programs run inline: this Python process serves the language runtime, so no language plugin is
+needed, and the program of each stack kind is the one in ``stacks.PROGRAMS`` that the plain
+``pulumi`` CLI runs from the top-level Pulumi.yaml. A program reads everything it needs from
+``npa:*`` stack config, which npa sets before every operation.
+
+The state backend is a URL: ``file://<dir>`` by default, ``s3://...`` for a team. For a
+``file://`` backend npa can inspect the stack's lock files and take a read-only copy of the
+checkpoint, which is what makes ``--preview`` write nothing: the preview runs against a
+snapshot in a temporary backend, since the engine locks the stack even for a preview.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
+from npa.core.errors import LockBusy, NpaError, ToolMissing, Unavailable
+from npa.core.paths import tools_cache_root
+
+# The Pulumi project name; the same as the top-level Pulumi.yaml so the plain CLI sees the stacks.
+PROJECT = "npa"
+PULUMI_VERSION = "3.260.0"
+_ORG = "organization"  # what a diy backend calls the (only) organization
+
+
+class StackOperationFailed(NpaError):
+    """The pulumi engine reported a failure for a stack operation."""
+
+    kind = "stack_operation_failed"
+
+
+def find_pulumi() -> Path:
+    """The pulumi CLI: ``$NPA_PULUMI_BIN``, then the bootstrap-tools cache, then ``PATH``."""
+    candidates: list[Path] = []
+    if os.environ.get("NPA_PULUMI_BIN"):
+        candidates.append(Path(os.environ["NPA_PULUMI_BIN"]))
+    candidates.append(tools_cache_root() / f"pulumi-{PULUMI_VERSION}" / "bin" / "pulumi")
+    on_path = shutil.which("pulumi")
+    if on_path:
+        candidates.append(Path(on_path))
+    for candidate in candidates:
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise ToolMissing(
+        f"the pulumi CLI {PULUMI_VERSION} is not installed where npa looks "
+        "($NPA_PULUMI_BIN, the npa tools cache, PATH)",
+        fix="scripts/bootstrap-tools",
+    )
+
+
+def pulumi_home() -> Path:
+    return Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
+
+
+def plugin_installed(kind: str, name: str, version: str) -> bool:
+    """Whether ``<kind>-<name>-v<version>`` is in the plugin cache (nothing is downloaded)."""
+    return (pulumi_home() / "plugins" / f"{kind}-{name}-v{version}").is_dir()
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where stack state lives."""
+
+    url: str
+
+    @property
+    def local_dir(self) -> Path | None:
+        """The directory of a ``file://`` backend; None for object-store backends."""
+        parsed = urlparse(self.url)
+        return Path(parsed.path) if parsed.scheme == "file" else None
+
+    def checkpoint(self, stack: str) -> Path | None:
+        root = self.local_dir
+        return None if root is None else root / ".pulumi" / "stacks" / PROJECT / f"{stack}.json"
+
+    def lock_dir(self, stack: str) -> Path | None:
+        root = self.local_dir
+        return None if root is None else root / ".pulumi" / "locks" / _ORG / PROJECT / stack
+
+
+@dataclass(frozen=True)
+class StackLock:
+    """One lock file on a stack: who holds it, and whether that process still runs."""
+
+    path: str
+    pid: int | None
+    hostname: str | None
+    stale: bool
+
+
+@dataclass
+class StackSpec:
+    """One stack to operate on: its name, its program kind, and the config the program reads."""
+
+    name: str
+    kind: str
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What one stack operation did (or, for a preview, would do)."""
+
+    changes: list[ResourceChange]
+    summary: dict[str, int]
+    outputs: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mutating(self) -> list[ResourceChange]:
+        return [c for c in self.changes if c.op in ("create", "update", "replace", "delete")]
+
+
+def _program(kind: str) -> Callable[[], None]:
+    def run() -> None:
+        from stacks import PROGRAMS
+
+        PROGRAMS[kind]()
+
+    return run
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class InfraRunner:
+    """Stack operations against one backend, with the real pulumi CLI."""
+
+    def __init__(self, backend: Backend, *, pulumi_bin: Path | None = None) -> None:
+        self.backend = backend
+        self.pulumi_bin = pulumi_bin or find_pulumi()
+
+    # --- environment ----------------------------------------------------------------------
+    def env(self) -> dict[str, str]:
+        """The pulumi CLI's environment: no plugin downloads, no update checks, dynamic
+        providers in this interpreter, and the passphrase the user set (if any)."""
+        env = {
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+            "PULUMI_PYTHON_CMD": sys.executable,
+            "PULUMI_BACKEND_URL": self.backend.url,
+            "PATH": f"{self.pulumi_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        }
+        if (
+            "PULUMI_CONFIG_PASSPHRASE" not in os.environ
+            and "PULUMI_CONFIG_PASSPHRASE_FILE" not in os.environ
+        ):
+            # npa's stacks hold no secret values (credentials are referred to by path or
+            # profile name), so an empty passphrase is the default; a team that wants its
+            # state encrypted sets PULUMI_CONFIG_PASSPHRASE(_FILE) and npa passes it through.
+            env["PULUMI_CONFIG_PASSPHRASE"] = ""
+        return env
+
+    def _options(self, backend_url: str, work_dir: Path | None) -> Any:
+        from pulumi import automation as auto
+
+        env = self.env()
+        env["PULUMI_BACKEND_URL"] = backend_url
+        return auto.LocalWorkspaceOptions(
+            work_dir=str(work_dir) if work_dir else None,
+            pulumi_command=auto.PulumiCommand(
+                root=str(self.pulumi_bin.parent.parent), skip_version_check=True
+            ),
+            project_settings=auto.ProjectSettings(
+                name=PROJECT, runtime="python", backend=auto.ProjectBackend(url=backend_url)
+            ),
+            secrets_provider="passphrase",
+            env_vars=env,
+        )
+
+    @contextlib.contextmanager
+    def _open(
+        self, spec: StackSpec, backend_url: str | None = None, work_dir: Path | None = None
+    ) -> Iterator[Any]:
+        """The stack, created if absent, with the program's config set. The workspace lives in
+        a temporary directory: config is set from npa's arguments on every operation."""
+        from pulumi import automation as auto
+
+        with contextlib.ExitStack() as cleanup:
+            if work_dir is None:
+                work_dir = Path(
+                    cleanup.enter_context(tempfile.TemporaryDirectory(prefix="npa-ws-"))
+                )
+            try:
+                stack = auto.create_or_select_stack(
+                    stack_name=spec.name,
+                    project_name=PROJECT,
+                    program=_program(spec.kind),
+                    opts=self._options(backend_url or self.backend.url, work_dir),
+                )
+                config = {"npa:stack": spec.kind, **spec.config}
+                stack.set_all_config({k: auto.ConfigValue(value=v) for k, v in config.items()})
+            except auto.errors.CommandError as exc:
+                raise self._failure("open", spec.name, exc) from None
+            yield stack
+
+    # --- reading state --------------------------------------------------------------------
+    def exists(self, stack: str) -> bool:
+        """Whether the backend has the stack (read-only for file:// backends)."""
+        checkpoint = self.backend.checkpoint(stack)
+        if checkpoint is not None:
+            return checkpoint.exists()
+        return stack in self.list_stacks()
+
+    def list_stacks(self) -> list[str]:
+        from pulumi import automation as auto
+
+        workspace = auto.LocalWorkspace(**vars(self._options(self.backend.url, None)))
+        return [s.name for s in workspace.list_stacks()]
+
+    def deployment(self, stack: str) -> dict[str, Any] | None:
+        """The stack's checkpoint (``deployment`` of ``pulumi stack export``), or None."""
+        checkpoint = self.backend.checkpoint(stack)
+        if checkpoint is not None:
+            if not checkpoint.exists():
+                return None
+            data = json.loads(checkpoint.read_text("utf-8"))
+            return dict(data.get("checkpoint", {}).get("latest") or {})
+        if stack not in self.list_stacks():
+            return None
+        with self._open(StackSpec(stack, "none")) as opened:
+            return dict(opened.export_stack().deployment)
+
+    def resources(self, stack: str) -> list[dict[str, Any]]:
+        """The resources recorded in the stack's state (empty when there is no stack)."""
+        deployment = self.deployment(stack) or {}
+        return list(deployment.get("resources") or [])
+
+    def pending_operations(self, stack: str) -> list[dict[str, Any]]:
+        deployment = self.deployment(stack) or {}
+        return list(deployment.get("pending_operations") or [])
+
+    def locks(self, stack: str) -> list[StackLock]:
+        """Lock files on the stack (file:// backends only; others report none)."""
+        lock_dir = self.backend.lock_dir(stack)
+        if lock_dir is None or not lock_dir.is_dir():
+            return []
+        here = socket.gethostname()
+        found = []
+        for path in sorted(lock_dir.glob("*.json")):
+            try:
+                content = json.loads(path.read_text("utf-8"))
+            except (OSError, json.JSONDecodeError):
+                content = {}
+            pid = content.get("pid") if isinstance(content.get("pid"), int) else None
+            host = content.get("hostname")
+            stale = host == here and pid is not None and not _pid_alive(pid)
+            found.append(StackLock(str(path), pid, host, stale))
+        return found
+
+    # --- operations -----------------------------------------------------------------------
+    def preview(self, spec: StackSpec, *, read_only: bool) -> Outcome:
+        """What ``up`` would change, after reading every recorded resource back (so something
+        deleted by hand shows as created again). ``read_only`` previews a snapshot of a file://
+        backend in a temporary one, so neither the backend nor NPA_HOME is written."""
+        if read_only and self.backend.local_dir is not None:
+            with (
+                self._snapshot(spec.name) as (url, work_dir),
+                self._open(spec, url, work_dir) as stack,
+            ):
+                return self._preview(stack, spec.name)
+        with self._open(spec) as stack:
+            return self._preview(stack, spec.name)
+
+    def _preview(self, stack: Any, name: str) -> Outcome:
+        from pulumi import automation as auto
+
+        events: list[ResourceChange] = []
+        try:
+            stack.preview(
+                on_event=_collect(events), color="never", suppress_progress=True, refresh=True
+            )
+        except auto.errors.CommandError as exc:
+            raise self._failure("preview", name, exc) from None
+        changes = merge(events)
+        return Outcome(changes=changes, summary=count(changes))
+
+    @contextlib.contextmanager
+    def _snapshot(self, stack: str) -> Iterator[tuple[str, Path]]:
+        with tempfile.TemporaryDirectory(prefix="npa-preview-") as tmp:
+            root = Path(tmp) / "backend"
+            meta = self.backend.local_dir / ".pulumi" / "meta.yaml"  # type: ignore[operator]
+            source = self.backend.checkpoint(stack)
+            if source is not None and source.exists():
+                target = root / ".pulumi" / "stacks" / PROJECT / source.name
+                target.parent.mkdir(parents=True)
+                shutil.copyfile(source, target)
+                if meta.exists():
+                    shutil.copyfile(meta, root / ".pulumi" / "meta.yaml")
+            root.mkdir(parents=True, exist_ok=True)
+            work_dir = Path(tmp) / "work"
+            work_dir.mkdir()
+            yield f"file://{root}", work_dir
+
+    def up(
+        self, spec: StackSpec, *, on_change: Callable[[ResourceChange], None] | None = None
+    ) -> Outcome:
+        from pulumi import automation as auto
+
+        events: list[ResourceChange] = []
+        try:
+            with self._open(spec) as stack:
+                result = stack.up(
+                    on_event=_collect(events, on_change),
+                    color="never",
+                    suppress_progress=True,
+                    refresh=True,
+                )
+        except auto.errors.CommandError as exc:
+            raise self._failure("up", spec.name, exc) from None
+        changes = merge(events)
+        outputs = {k: v.value for k, v in result.outputs.items() if not v.secret}
+        return Outcome(changes=changes, summary=count(changes), outputs=outputs)
+
+    def refresh(self, spec: StackSpec, *, clear_pending_creates: bool = False) -> Outcome:
+        """Bring the state in line with what exists. ``clear_pending_creates`` drops creates a
+        killed run left pending (the next ``up`` creates or adopts them again)."""
+        from pulumi import automation as auto
+
+        events: list[ResourceChange] = []
+        try:
+            with self._open(spec) as stack:
+                stack.refresh(
+                    on_event=_collect(events),
+                    color="never",
+                    suppress_progress=True,
+                    clear_pending_creates=clear_pending_creates or None,
+                )
+        except auto.errors.CommandError as exc:
+            raise self._failure("refresh", spec.name, exc) from None
+        changes = merge(events)
+        return Outcome(changes=changes, summary=count(changes))
+
+    def preview_destroy(self, spec: StackSpec) -> Outcome:
+        """What a destroy would delete, from the recorded state (nothing is written)."""
+        changes = [
+            ResourceChange(
+                urn=r["urn"], type=r["type"], name=r["urn"].rsplit("::", 1)[-1], op="delete"
+            )
+            for r in reversed(self.resources(spec.name))
+            if r.get("type") != "pulumi:pulumi:Stack"
+            and not str(r.get("type", "")).startswith("pulumi:providers:")
+        ]
+        return Outcome(changes=changes, summary=count(changes))
+
+    def destroy(self, spec: StackSpec) -> Outcome:
+        from pulumi import automation as auto
+
+        events: list[ResourceChange] = []
+        try:
+            with self._open(spec) as stack:
+                stack.destroy(on_event=_collect(events), color="never", suppress_progress=True)
+                stack.workspace.remove_stack(spec.name)
+        except auto.errors.CommandError as exc:
+            raise self._failure("destroy", spec.name, exc) from None
+        changes = merge(events)
+        return Outcome(changes=changes, summary=count(changes))
+
+    def cancel(self, spec: StackSpec) -> None:
+        """Remove the stack's lock (``pulumi cancel``); only for locks proven stale."""
+        from pulumi import automation as auto
+
+        try:
+            with self._open(spec) as stack:
+                stack.cancel()
+        except auto.errors.CommandError as exc:
+            raise self._failure("cancel", spec.name, exc) from None
+
+    def _failure(self, operation: str, stack: str, exc: Exception) -> NpaError:
+        from pulumi import automation as auto
+
+        text = str(exc)
+        if isinstance(exc, auto.errors.ConcurrentUpdateError):
+            return LockBusy(
+                f"stack {stack} is locked by another pulumi operation",
+                details={"stack": stack, "operation": operation},
+            )
+        stderr = getattr(exc, "stderr", None) or text
+        tail = "\n".join(line for line in stderr.strip().splitlines()[-12:])
+        if "no resource plugin" in stderr or "could not find plugin" in stderr.lower():
+            return ToolMissing(
+                f"pulumi {operation} of stack {stack} needs a provider plugin that is not "
+                f"installed:\n{tail}",
+                fix="scripts/bootstrap-tools",
+            )
+        if "failed to load checkpoint" in stderr or ("backend" in stderr and "login" in stderr):
+            return Unavailable(f"the state backend {self.backend.url} cannot be read:\n{tail}")
+        return StackOperationFailed(
+            f"pulumi {operation} of stack {stack} failed:\n{tail}",
+            details={"stack": stack, "operation": operation},
+        )
+
+
+def _collect(
+    sink: list[ResourceChange], on_change: Callable[[ResourceChange], None] | None = None
+) -> Callable[[Any], None]:
+    def handle(event: Any) -> None:
+        change = change_from_event(event)
+        if change is not None:
+            sink.append(change)
+            if on_change is not None:
+                on_change(change)
+
+    return handle
+
+
+def stack_names(backend: Backend, prefix: str) -> list[str]:
+    """Stacks of a file:// backend whose names start with ``prefix`` (read-only)."""
+    root = backend.local_dir
+    if root is None:
+        return []
+    directory = root / ".pulumi" / "stacks" / PROJECT
+    if not directory.is_dir():
+        return []
+    return sorted(
+        p.name[: -len(".json")] for p in directory.glob("*.json") if p.name.startswith(prefix)
+    )

@@ -1,0 +1,165 @@
+"""Dynamic resources for things on this machine: a private directory and a placed kubeconfig.
+
+Their providers run in a separate process that unpickles them by reference, so they live in
+an importable module (not in a program function) and their pickled form never changes between
+runs. State holds paths and a content fingerprint only, never a file's contents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import pulumi
+from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
+
+from npa.core.fsio import atomic_write_text, ensure_private_dir
+
+
+class DirectoryProvider(ResourceProvider):
+    """An owner-only directory. Deleting it removes it only when empty: run data is never
+    deleted by a teardown."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        path = Path(props["path"])
+        ensure_private_dir(path)
+        return CreateResult(id_=str(path), outs=props)
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        if not Path(id_).is_dir():
+            return ReadResult(id_="", outs={})
+        return ReadResult(id_=id_, outs=props)
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        changed = olds.get("path") != news.get("path")
+        return DiffResult(changes=changed, replaces=["path"] if changed else [])
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            os.rmdir(id_)
+
+
+class Directory(Resource, module="npa", name="Directory"):
+    """``Directory(name, path)``: a 0700 directory created if absent."""
+
+    path: pulumi.Output[str]
+
+    def __init__(self, name: str, path: str, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(DirectoryProvider(), name, {"path": path}, opts)
+
+
+def minimal_kubeconfig(source: str, context: str) -> str:
+    """The one context ``context`` of the kubeconfig at ``source``, with its cluster and user,
+    as a self-contained kubeconfig (file references made absolute)."""
+    import yaml
+
+    text = Path(source).expanduser().read_text("utf-8")
+    config = yaml.safe_load(text) or {}
+    contexts = {c["name"]: c for c in config.get("contexts") or []}
+    if context not in contexts:
+        known = ", ".join(sorted(contexts)) or "none"
+        raise ValueError(f"{source} has no context {context!r} (it has: {known})")
+    ctx = contexts[context]
+    cluster_name = ctx["context"]["cluster"]
+    user_name = ctx["context"].get("user")
+    base = Path(source).expanduser().resolve().parent
+    clusters = [dict(c) for c in config.get("clusters") or [] if c["name"] == cluster_name]
+    users = [dict(u) for u in config.get("users") or [] if u["name"] == user_name]
+    for entry, section in [(c, "cluster") for c in clusters] + [(u, "user") for u in users]:
+        body = dict(entry.get(section) or {})
+        for key in ("certificate-authority", "client-certificate", "client-key", "tokenFile"):
+            if key in body and not os.path.isabs(body[key]):
+                body[key] = str(base / body[key])
+        entry[section] = body
+    placed = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": clusters,
+        "users": users,
+        "contexts": [ctx],
+        "current-context": context,
+        "preferences": {},
+    }
+    return yaml.safe_dump(placed, sort_keys=True)
+
+
+def fingerprint(text: str) -> str:
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _content(props: dict[str, Any]) -> str:
+    if props.get("document"):
+        return str(props["document"])
+    return minimal_kubeconfig(props["source"], props["context"])
+
+
+class KubeconfigProvider(ResourceProvider):
+    """Writes the cluster kubeconfig to its own file (0600), never merging it anywhere."""
+
+    def create(self, props: dict[str, Any]) -> CreateResult:
+        text = _content(props)
+        atomic_write_text(Path(props["destination"]), text)
+        return CreateResult(
+            id_=props["destination"], outs={**props, "fingerprint": fingerprint(text)}
+        )
+
+    def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
+        path = Path(id_)
+        if not path.is_file():
+            return ReadResult(id_="", outs={})
+        placed = fingerprint(path.read_text("utf-8"))
+        return ReadResult(id_=id_, outs={**props, "fingerprint": placed})
+
+    def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
+        replaces = [k for k in ("destination",) if olds.get(k) != news.get(k)]
+        changed = [k for k in ("source", "context", "fingerprint") if olds.get(k) != news.get(k)]
+        return DiffResult(changes=bool(replaces or changed), replaces=replaces)
+
+    def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> Any:
+        from pulumi.dynamic import UpdateResult
+
+        text = _content(news)
+        atomic_write_text(Path(news["destination"]), text)
+        return UpdateResult(outs={**news, "fingerprint": fingerprint(text)})
+
+    def delete(self, id_: str, props: dict[str, Any]) -> None:
+        path = Path(id_)
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            path.parent.rmdir()
+
+
+class PlacedKubeconfig(Resource, module="npa", name="Kubeconfig"):
+    """The kubeconfig of one context placed at ``destination``.
+
+    ``source`` + ``context`` copy that context out of an existing kubeconfig; ``document`` is a
+    complete kubeconfig to write as is (a new cluster's, which carries no credential: it
+    authenticates through an exec plugin). A copied kubeconfig may hold credentials, so for
+    ``source`` the state keeps only the paths and the content's fingerprint.
+    """
+
+    destination: pulumi.Output[str]
+    fingerprint: pulumi.Output[str]
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        destination: str,
+        context: str,
+        fingerprint_: pulumi.Input[str],
+        source: str | None = None,
+        document: pulumi.Input[str] | None = None,
+        opts: pulumi.ResourceOptions | None = None,
+    ) -> None:
+        props = {
+            "destination": destination,
+            "context": context,
+            "source": source,
+            "document": document,
+            "fingerprint": fingerprint_,
+        }
+        super().__init__(KubeconfigProvider(), name, props, opts)
