@@ -15,13 +15,14 @@ different tree under the same run is refused, naming the files that differ.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import json
 import os
 import stat
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +39,8 @@ MANIFEST_VERSION = 1
 # A source tree is code and small assets; bigger files belong in a stage's inputs.
 MAX_FILE_BYTES = 1 << 30
 READ_CHUNK = 1 << 20
+# Upper bound on file bytes held in memory by uploads in flight.
+UPLOAD_MEMORY_BYTES = 256 << 20
 
 
 class SourceChanged(NpaError):
@@ -182,27 +185,63 @@ def _same(a: os.stat_result, f: LocalFile) -> bool:
     )
 
 
-def read_checked(f: LocalFile) -> bytes:
-    """The file's bytes, refusing them if the file changed since it was scanned or while read."""
+def _read_stable(f: LocalFile, sink: Callable[[bytes], None]) -> None:
+    """Feed the file's bytes to ``sink`` in chunks, refusing them if the file changed since it
+    was scanned or while it was read (size, mtime, ctime or inode differ)."""
     fd = os.open(f.abs_path, os.O_RDONLY | os.O_CLOEXEC)
     try:
         if not _same(os.fstat(fd), f):
             raise _changed(f.path)
-        chunks = []
+        n = 0
         while chunk := os.read(fd, READ_CHUNK):
-            chunks.append(chunk)
+            sink(chunk)
+            n += len(chunk)
         after = os.fstat(fd)
     finally:
         os.close(fd)
-    data = b"".join(chunks)
-    if len(data) != f.size or not _same(after, f):
+    if n != f.size or not _same(after, f):
         raise _changed(f.path)
-    return data
+
+
+def read_checked(f: LocalFile) -> bytes:
+    """The whole file, read as :func:`_read_stable` does."""
+    chunks: list[bytes] = []
+    _read_stable(f, chunks.append)
+    return b"".join(chunks)
 
 
 def hash_file(f: LocalFile) -> HashedFile:
-    data = read_checked(f)
-    return HashedFile(f, hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest())
+    """SHA-256 (the content address) and MD5 (to compare with S3 ETags), streaming."""
+    sha, md5 = hashlib.sha256(), hashlib.md5()
+
+    def both(chunk: bytes) -> None:
+        sha.update(chunk)
+        md5.update(chunk)
+
+    _read_stable(f, both)
+    return HashedFile(f, sha.hexdigest(), md5.hexdigest())
+
+
+class ByteBudget:
+    """Bounds the bytes held in memory by concurrent uploads (one file is always allowed)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._cond = threading.Condition()
+
+    @contextlib.contextmanager
+    def hold(self, n: int) -> Iterator[None]:
+        with self._cond:
+            while self.used and self.used + n > self.limit:
+                self._cond.wait()
+            self.used += n
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.used -= n
+                self._cond.notify_all()
 
 
 def build_manifest(files: list[HashedFile]) -> SourceManifest:
@@ -383,13 +422,15 @@ def stage_source(
         missing = {h.sha256 for h in todo}
         tick("skip", sum(h.file.size for d, h in by_digest.items() if d not in missing))
         lock = threading.Lock()
+        budget = ByteBudget(UPLOAD_MEMORY_BYTES)
 
         def upload(h: HashedFile) -> None:
-            data = read_checked(h.file)
-            if hashlib.sha256(data).hexdigest() != h.sha256:
-                raise _changed(h.file.path)
-            md5 = base64.b64encode(bytes.fromhex(h.md5)).decode()
-            store.put(layout.blob(h.sha256), data, content_md5=md5)
+            with budget.hold(h.file.size):
+                data = read_checked(h.file)
+                if hashlib.sha256(data).hexdigest() != h.sha256:
+                    raise _changed(h.file.path)
+                md5 = base64.b64encode(bytes.fromhex(h.md5)).decode()
+                store.put(layout.blob(h.sha256), data, content_md5=md5)
             with lock:
                 plan.uploaded += 1
                 plan.uploaded_bytes += len(data)

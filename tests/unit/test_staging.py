@@ -183,3 +183,28 @@ def test_restaging_with_an_index_gives_the_same_manifest(
     assert index.exists()
     again, plan = stage_source(store, tree, PREFIX, index=index)
     assert again.digest() == manifest.digest() and plan.uploaded == 0
+
+
+def test_byte_budget_bounds_memory_but_admits_one_big_file() -> None:
+    import threading
+
+    from npa.runs.staging import ByteBudget
+
+    budget = ByteBudget(100)
+    seen: list[tuple[int, int]] = []  # (this holder's size, bytes held by all at that moment)
+    guard = threading.Lock()
+
+    def use(n: int) -> None:
+        with budget.hold(n):
+            with guard:
+                seen.append((n, budget.used))
+            threading.Event().wait(0.01)
+
+    threads = [threading.Thread(target=use, args=(n,)) for n in [60, 60, 30, 500, 10] * 4]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    assert budget.used == 0 and len(seen) == 20
+    assert all(used == 500 for n, used in seen if n == 500)  # the big file runs alone
+    assert all(used <= 100 for n, used in seen if n != 500)
