@@ -92,3 +92,16 @@ def test_show_lists_every_configured_project(npa_home: Path) -> None:
     record_project("b", {})
     record_project("a", {})
     assert [p.project for p in show(None).projects] == ["a", "b"]
+
+
+def test_show_writes_nothing(npa_home: Path) -> None:
+    record_project("p1", {"store": "s3://bucket-a"})
+
+    def snapshot() -> dict[str, int]:
+        return {str(p): p.stat().st_mtime_ns for p in npa_home.rglob("*")}
+
+    before = snapshot()
+    show(None)
+    show("p1")
+    show("never-configured")
+    assert snapshot() == before
