@@ -1,0 +1,216 @@
+"""submit on the SkyPilot path: the real CLI, moto's S3, the kube fixture's /readyz, and the
+managed-jobs double (SkyPilot's own ManagedJobRecord and ManagedJobStatus) at the backend
+boundary. Every scenario ends with exactly one job for the run."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.managed_jobs import STATE_ENV, read_state, write_state
+from tests.harness.cli import run_npa
+from tests.harness.kube import KubeCluster
+from tests.harness.s3 import S3Server
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BUCKET = "npa-runs"
+
+
+@pytest.fixture
+def world(s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path) -> dict[str, Any]:
+    s3.client().create_bucket(Bucket=BUCKET)
+    state = tmp_path / "fake-jobs.json"
+    env = {
+        **s3.env,
+        "NPA_HOME": str(npa_home),
+        "HOME": str(npa_home.parent),
+        "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
+        STATE_ENV: str(state),
+        "NPA_READYZ_WINDOW_SECONDS": "0.4",
+        "NPA_READYZ_INTERVAL_SECONDS": "0.2",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=env)
+    assert r.code == 0, r.stderr
+    placed = npa_home / "clusters" / kube.context / "kubeconfig"
+    placed.parent.mkdir(parents=True)
+    shutil.copy(kube.kubeconfig, placed)
+    spec_dir = tmp_path / "workflow"
+    spec_dir.mkdir()
+    spec = spec_dir / "tiny.yaml"
+    shutil.copy(EXAMPLES / "tiny-local.yaml", spec)
+    r = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "team", env=env)
+    assert r.code == 0, r.stderr
+    return {
+        "env": env,
+        "state": state,
+        "spec": spec,
+        "run_id": r.stdout.strip(),
+        "context": kube.context,
+        "kubeconfig": placed,
+    }
+
+
+def argv(w: dict[str, Any]) -> list[str]:
+    return [
+        "workbench",
+        "workflow",
+        "submit",
+        str(w["spec"]),
+        "--project",
+        "team",
+        "--run-id",
+        w["run_id"],
+        "--infra",
+        f"k8s/{w['context']}",
+        "--no-preflight-images",
+        "--json",
+    ]
+
+
+def submit(w: dict[str, Any]) -> Any:
+    return run_npa(*argv(w), env=w["env"])
+
+
+def script(w: dict[str, Any], **changes: Any) -> None:
+    state = read_state(w["state"])
+    state.update(changes)
+    write_state(w["state"], state)
+
+
+def jobs(w: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(read_state(w["state"])["jobs"])
+
+
+def job_name(w: dict[str, Any]) -> str:
+    return f"npa-tiny-local-{w['run_id']}"
+
+
+def test_launch_probes_readyz_and_passes_the_context_kubeconfig(world: dict[str, Any]) -> None:
+    r = submit(world)
+    assert r.code == 0, r.stdout + r.stderr
+    out = r.json()
+    tx = out["launch_transaction"]
+    probes = tx["readiness"][0]["probes"]
+    assert len(probes) == 3 and all(p["ok"] and p["status"] == 200 for p in probes)
+    assert probes[-1]["at"] - probes[0]["at"] >= 0.4
+    assert tx["reconcile"][0]["answer"] == "absent" and tx["outcome"] == "launched"
+    assert len(jobs(world)) == 1 and out["job_id"] == jobs(world)[0]["job_id"]
+    assert jobs(world)[0]["tasks"] == 3  # the stages chained into one managed job
+    assert read_state(world["state"])["kubeconfigs"] == [str(world["kubeconfig"])]
+
+
+def test_an_existing_job_is_adopted_by_id(world: dict[str, Any]) -> None:
+    script(
+        world,
+        next_id=8,
+        jobs=[
+            {
+                "job_id": 7,
+                "job_name": job_name(world),
+                "status": "RUNNING",
+                "tasks": 3,
+                "submitted_at": 1.0,
+            }
+        ],
+    )
+    r = submit(world)
+    assert r.code == 0, r.stdout + r.stderr
+    out = r.json()
+    assert out["outcome"] == "adopted" and out["job_id"] == 7
+    assert read_state(world["state"])["launch_calls"] == 0
+
+
+def test_transient_refusal_then_proven_absence_then_launch(world: dict[str, Any]) -> None:
+    script(world, refuse=["ResourcesUnavailableError"])
+    r = submit(world)
+    assert r.code == 0, r.stdout + r.stderr
+    tx = r.json()["launch_transaction"]
+    assert [a["outcome"] for a in tx["attempts"]] == ["refused", "accepted"]
+    assert [c["answer"] for c in tx["reconcile"]] == ["absent", "absent"]
+    assert len(tx["readiness"]) == 2  # stability re-established before the retry
+    assert len(jobs(world)) == 1
+
+
+def test_ambiguous_queue_blocks_without_launching(world: dict[str, Any]) -> None:
+    script(world, queue_error="ClusterNotUpError")
+    r = submit(world)
+    assert r.code == 4, r.stdout + r.stderr
+    assert r.json()["error"]["kind"] == "ambiguous_existence"
+    assert read_state(world["state"])["launch_calls"] == 0
+
+    script(
+        world,
+        queue_error=None,
+        jobs=[
+            {
+                "job_id": 3,
+                "job_name": job_name(world),
+                "status": "RUNNING",
+                "tasks": 1,
+                "submitted_at": 1.0,
+            },
+            {
+                "job_id": 4,
+                "job_name": job_name(world),
+                "status": "PENDING",
+                "tasks": 1,
+                "submitted_at": 2.0,
+            },
+        ],
+    )
+    r = submit(world)
+    assert r.code == 4 and "2 jobs are named" in r.json()["error"]["message"]
+    assert read_state(world["state"])["launch_calls"] == 0
+
+
+def test_the_same_refusal_three_times_is_failed_startup(world: dict[str, Any]) -> None:
+    script(world, refuse=["ResourcesUnavailableError"] * 3)
+    r = submit(world)
+    assert r.code == 1, r.stdout + r.stderr
+    assert "FAILED_STARTUP" in r.json()["error"]["message"]
+    assert jobs(world) == []
+
+
+@pytest.mark.parametrize("step", ["locked", "launch_requested", "launch_accepted"])
+def test_sigkill_at_each_step_then_rerun_launches_exactly_one_job(
+    world: dict[str, Any], step: str
+) -> None:
+    script(world, kill_at=step)
+    first = submit(world)
+    assert first.code == -9, first.stdout + first.stderr
+    second = submit(world)
+    assert second.code == 0, second.stdout + second.stderr
+    assert len(jobs(world)) == 1
+    assert read_state(world["state"])["launch_calls"] == 1
+    receipt = json.loads(Path(second.json()["receipt"]).read_text())
+    assert receipt["job"]["job_id"] == str(jobs(world)[0]["job_id"])
+
+
+def test_two_concurrent_submits_launch_once(world: dict[str, Any]) -> None:
+    import os
+
+    env = {**os.environ, **world["env"]}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "npa", *argv(world)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    ids = {json.loads(o)["job_id"] for o, _ in outs}
+    assert len(ids) == 1 and len(jobs(world)) == 1
+    assert sorted(json.loads(o)["outcome"] for o, _ in outs) == ["adopted", "launched"]
