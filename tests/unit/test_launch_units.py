@@ -1,0 +1,117 @@
+"""Launch rules in isolation: the readiness streak, supervision verdicts, accelerator names."""
+
+from __future__ import annotations
+
+import itertools
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from npa.backends.base import JobState
+from npa.backends.skypilot.backend import job_state
+from npa.launch.accelerators import cluster_names, resolve
+from npa.launch.readyz import NotStable, ReadinessProbe
+from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
+from npa.runs.manifest import SupervisorRecord
+
+pytestmark = pytest.mark.unit
+
+
+def probe(answers: list[int | None], **kw: float) -> ReadinessProbe:
+    it = iter(answers)
+    clock = itertools.count(0.0, 1.0)
+    return ReadinessProbe(
+        context="ctx",
+        kubeconfig=Path("/k"),
+        ask=lambda: (next(it), "x"),
+        window=kw.get("window", 2.0),
+        interval=0,
+        clock=lambda: next(clock),
+        sleep=lambda s: None,
+        deadline=kw.get("deadline", 100.0),
+    )
+
+
+def test_the_default_window_really_spans_ten_seconds() -> None:
+    calls: list[float] = []
+
+    def ask() -> tuple[int | None, str]:
+        calls.append(time.monotonic())
+        return 200, "ok"
+
+    record_ = ReadinessProbe(context="ctx", kubeconfig=Path("/k"), ask=ask).establish()
+    assert record_.stable and len(record_.probes) == 3
+    assert calls[-1] - calls[0] >= 10.0
+    assert record_.spanned_seconds >= 10.0
+
+
+def test_a_failure_restarts_the_streak() -> None:
+    r = probe([200, 200, 500, 200, 200, 200]).establish()
+    assert [p.ok for p in r.probes] == [True, True, False, True, True, True]
+
+
+def test_an_unstable_api_never_passes() -> None:
+    with pytest.raises(NotStable) as info:
+        probe([200, None] * 20, deadline=10).establish()
+    assert "readyz" in (info.value.fix or "")
+
+
+def test_exit_classification() -> None:
+    assert classify_exit(3)[0] is Classification.PAYLOAD
+    assert classify_exit(127)[0] is Classification.ACTIONABLE_CONFIGURATION
+    assert classify_exit(-signal.SIGKILL)[0] is Classification.TRANSIENT_INFRASTRUCTURE
+    assert classify_exit(-signal.SIGSEGV)[0] is Classification.PAYLOAD
+
+
+def test_identical_startup_failures_reach_failed_startup() -> None:
+    sup = SupervisorRecord()
+    policy = Policy(startup_failure_threshold=3, max_infrastructure_recoveries=10)
+    kw = {"what": "launch", "failure": "X", "detail": "d", "policy": policy, "startup": True}
+    verdicts = [
+        record(sup, classification=Classification.TRANSIENT_INFRASTRUCTURE, **kw)  # type: ignore[arg-type]
+        for _ in range(3)
+    ]
+    assert [v.terminal_state for v in verdicts] == [None, None, JobState.FAILED_STARTUP]
+
+
+def test_infrastructure_recoveries_are_finite_and_payload_uses_only_retries() -> None:
+    sup = SupervisorRecord()
+    policy = Policy(startup_failure_threshold=99, max_infrastructure_recoveries=1)
+    infra = Classification.TRANSIENT_INFRASTRUCTURE
+    first = record(sup, what="w", failure="a", classification=infra, detail="", policy=policy)
+    second = record(sup, what="w", failure="b", classification=infra, detail="", policy=policy)
+    assert first.recovery is Recovery.RETRIED
+    assert second.terminal_state is JobState.INFRASTRUCTURE_RECOVERY_EXHAUSTED
+    payload = record(
+        sup,
+        what="w",
+        failure="c",
+        classification=Classification.PAYLOAD,
+        detail="",
+        policy=policy,
+        payload_budget=0,
+    )
+    assert payload.terminal_state is JobState.FAILED and sup.infrastructure_recoveries == 1
+    unknown = record(
+        sup, what="w", failure="d", classification=Classification.UNKNOWN, detail="", policy=policy
+    )
+    assert unknown.recovery is Recovery.BLOCKED
+
+
+def test_accelerator_names_follow_node_labels() -> None:
+    names = cluster_names(
+        [{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}, {"skypilot.co/accelerator": "l4"}]
+    )
+    assert resolve("H100", names).resolved == "NVIDIA-H100-80GB-HBM3"
+    assert resolve("L4", names).resolved == "l4"
+    assert resolve("A100", names).resolved is None
+
+
+def test_skypilot_statuses_map_one_to_one() -> None:
+    from sky.jobs import ManagedJobStatus
+
+    for status in ManagedJobStatus:
+        state = job_state(status)
+        assert state.terminal == status.is_terminal(), status
