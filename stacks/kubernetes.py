@@ -23,6 +23,9 @@ import pulumi_kubernetes as k8s
 from stacks.localfs import PlacedKubeconfig, fingerprint, minimal_kubeconfig
 
 LABELS = {"app.kubernetes.io/managed-by": "npa", "parent": "skypilot"}
+# None of these objects owns others, so nothing waits on the garbage collector to delete them
+# (the provider's default, foreground deletion, does).
+ANNOTATIONS = {"pulumi.com/deletionPropagationPolicy": "background"}
 
 # Cluster-scoped read access SkyPilot needs (from its generate_kubeconfig.sh minimal set).
 CLUSTER_RULES = [
@@ -81,26 +84,47 @@ def program() -> None:
     )
     on_cluster = pulumi.ResourceOptions(provider=provider)
 
+    # Deleting a namespace finishes when the cluster's namespace controller has emptied it;
+    # teardown hands that over to the cluster instead of waiting for it.
     namespace = k8s.core.v1.Namespace(
         "namespace",
-        metadata={"name": namespace_name, "labels": LABELS},
+        metadata={
+            "name": namespace_name,
+            "labels": LABELS,
+            "annotations": {**ANNOTATIONS, "pulumi.com/skipAwait": "true"},
+        },
         opts=on_cluster,
     )
     in_namespace = pulumi.ResourceOptions(provider=provider, depends_on=[namespace])
     account = k8s.core.v1.ServiceAccount(
         "service-account",
-        metadata={"name": account_name, "namespace": namespace_name, "labels": LABELS},
+        metadata={
+            "name": account_name,
+            "namespace": namespace_name,
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
         opts=in_namespace,
     )
     role = k8s.rbac.v1.Role(
         "role",
-        metadata={"name": f"{account_name}-role", "namespace": namespace_name, "labels": LABELS},
+        metadata={
+            "name": f"{account_name}-role",
+            "namespace": namespace_name,
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
         rules=NAMESPACE_RULES,
         opts=in_namespace,
     )
     k8s.rbac.v1.RoleBinding(
         "role-binding",
-        metadata={"name": f"{account_name}-rb", "namespace": namespace_name, "labels": LABELS},
+        metadata={
+            "name": f"{account_name}-rb",
+            "namespace": namespace_name,
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
         subjects=[{"kind": "ServiceAccount", "name": account_name, "namespace": namespace_name}],
         role_ref={
             "kind": "Role",
@@ -113,13 +137,17 @@ def program() -> None:
     cluster_role_name = f"{namespace_name}-{account_name}-cluster-role"
     cluster_role = k8s.rbac.v1.ClusterRole(
         "cluster-role",
-        metadata={"name": cluster_role_name, "labels": LABELS},
+        metadata={"name": cluster_role_name, "labels": LABELS, "annotations": ANNOTATIONS},
         rules=CLUSTER_RULES,
         opts=on_cluster,
     )
     k8s.rbac.v1.ClusterRoleBinding(
         "cluster-role-binding",
-        metadata={"name": f"{namespace_name}-{account_name}-cluster-rb", "labels": LABELS},
+        metadata={
+            "name": f"{namespace_name}-{account_name}-cluster-rb",
+            "labels": LABELS,
+            "annotations": ANNOTATIONS,
+        },
         subjects=[{"kind": "ServiceAccount", "name": account_name, "namespace": namespace_name}],
         role_ref={
             "kind": "ClusterRole",

@@ -31,8 +31,6 @@ _OP_NAMES = {
     "import-replacement": "replace",
 }
 _MAX_VALUE = 200
-# Steps that only read: a later step on the same resource says what really happens to it.
-_PASSIVE = ("same", "refresh", "read")
 
 
 class PropertyChange(BaseModel):
@@ -181,16 +179,21 @@ def change_from_event(event: Any) -> ResourceChange | None:
 
 
 def merge(changes: Iterable[ResourceChange]) -> list[ResourceChange]:
-    """One entry per resource (a replace is reported once), in engine order."""
+    """One entry per resource, in engine order: what happens to it wins over a read-back
+    (``refresh``) of it, and of a replace's two steps the one with the property diff is kept."""
     seen: dict[str, ResourceChange] = {}
     for change in changes:
         prior = seen.get(change.urn)
-        overrides = prior is None or (prior.op in _PASSIVE and change.op not in _PASSIVE)
-        # A replace shows up as two steps; keep the one that carries the property diff.
         fuller = prior is not None and change.op == prior.op == "replace" and not prior.properties
-        if overrides or fuller:
+        if prior is None or _rank(change) > _rank(prior) or fuller:
             seen[change.urn] = change
     return list(seen.values())
+
+
+def _rank(change: ResourceChange) -> int:
+    if change.op in ("refresh", "read"):
+        return 0
+    return 1 if change.op == "same" else 2
 
 
 def count(changes: Iterable[ResourceChange]) -> dict[str, int]:
