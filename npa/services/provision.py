@@ -380,9 +380,8 @@ def layout(
     infra = infra or Infrastructure()
     ctx = context or infra.context or f"nebius-{project}"
     safe_component(ctx, "kube context")
-    cloud = StackSpec(
-        f"{project}.nebius", "nebius", nebius_config(infra, project, nebius_project, nebius_region)
-    )
+    cloud_config = nebius_config(infra, project, nebius_project, nebius_region)
+    cloud = StackSpec(f"{project}.nebius", "nebius", {**cloud_config, "npa:context": ctx})
     cluster = _kubernetes_spec(paths, project, ctx, source=None, document="(from the nebius stack)")
     return Layout(project, target, ctx, [cloud, cluster], f"provision.{project}.nebius")
 
