@@ -1,0 +1,127 @@
+"""Pure parts of provisioning: engine events to changes, names, layout and the resume command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from npa.adapters.infra.changes import change_from_event, merge
+from npa.core.errors import InvalidInput
+from npa.core.paths import NpaPaths
+from npa.services.provision import layout, namespace_for, stack_token
+
+pytestmark = pytest.mark.unit
+
+
+def _event(op: str, urn: str, old: Any = None, new: Any = None, diffs: Any = None) -> Any:
+    meta = SimpleNamespace(
+        op=SimpleNamespace(value=op),
+        urn=urn,
+        type=urn.split("::")[-2],
+        old=SimpleNamespace(inputs=old) if old is not None else None,
+        new=SimpleNamespace(inputs=new) if new is not None else None,
+        diffs=diffs,
+        detailed_diff=None,
+    )
+    return SimpleNamespace(resource_pre_event=SimpleNamespace(metadata=meta))
+
+
+URN = "urn:pulumi:p.local::npa::pulumi-python:dynamic/npa:Directory::store"
+
+
+def test_update_shows_old_and_new_and_hides_provider_blob() -> None:
+    change = change_from_event(
+        _event(
+            "update",
+            URN,
+            old={"path": "/a", "__provider": "blob"},
+            new={"path": "/b", "__provider": "blob2"},
+            diffs=["path", "__provider"],
+        )
+    )
+    assert change is not None
+    assert change.op == "update"
+    assert [(p.path, p.kind, p.old, p.new) for p in change.properties] == [
+        ("path", "update", "/a", "/b")
+    ]
+
+
+def test_stack_and_provider_steps_are_not_reported() -> None:
+    stack = "urn:pulumi:p.local::npa::pulumi:pulumi:Stack::npa-p.local"
+    assert change_from_event(_event("create", stack, new={})) is None
+    assert change_from_event(SimpleNamespace(resource_pre_event=None)) is None
+
+
+def test_a_step_beats_the_read_back_before_it() -> None:
+    refresh = change_from_event(_event("refresh", URN, old={"path": "/a"}, new={"path": "/a"}))
+    create = change_from_event(_event("create", URN, new={"path": "/a"}))
+    same = change_from_event(_event("same", URN, old={"path": "/a"}, new={"path": "/a"}))
+    assert refresh and create and same
+    assert [c.op for c in merge([refresh, create])] == ["create"]
+    assert [c.op for c in merge([refresh, same])] == ["same"]
+
+
+def test_names() -> None:
+    assert stack_token("kind-npa") == "kind-npa"
+    odd = stack_token("admin@prod:1")
+    assert odd.startswith("admin-prod-1-") and odd != stack_token("admin@prod+1")
+    assert namespace_for("Team_A") == "npa-team-a"
+    assert len(namespace_for("x" * 100)) <= 63
+
+
+def test_layout_of_each_target(tmp_path: Path) -> None:
+    paths = NpaPaths(tmp_path / ".npa")
+    local = layout(paths, "p", "local", context=None, kubeconfig=None, configured_context=None)
+    assert [s.name for s in local.stacks] == ["p.local"]
+    assert local.stacks[0].config["npa:storeDir"] == str(paths.local_store)
+    nebius = layout(paths, "p", "nebius", context=None, kubeconfig=None, configured_context=None)
+    assert [s.name for s in nebius.stacks] == ["p.nebius", "p.kubernetes.nebius-p"]
+    assert nebius.stacks[0].config["npa:gpuDiskGib"] == "1023"
+    with pytest.raises(InvalidInput) as bad:
+        layout(paths, "p", "aws", context=None, kubeconfig=None, configured_context=None)
+    assert bad.value.fix is not None
+
+
+def test_kubernetes_layout_checks_the_context(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:6443'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: a, context: {cluster: c, user: u}}]\n"
+    )
+    paths = NpaPaths(tmp_path / ".npa")
+    lay = layout(
+        paths, "p", "kubernetes", context=None, kubeconfig=kubeconfig, configured_context=None
+    )
+    assert lay.context == "a"
+    assert lay.stacks[0].config["npa:kubeconfigPath"] == str(paths.cluster_kubeconfig("a"))
+    with pytest.raises(InvalidInput, match="no context 'b'"):
+        layout(
+            paths, "p", "kubernetes", context="b", kubeconfig=kubeconfig, configured_context=None
+        )
+
+
+def test_minimal_kubeconfig_keeps_one_context(tmp_path: Path) -> None:
+    import yaml
+
+    from stacks.localfs import minimal_kubeconfig
+
+    source = tmp_path / "config"
+    source.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: c1, cluster: {server: s1, certificate-authority: ca.crt}},"
+        " {name: c2, cluster: {server: s2}}]\n"
+        "users: [{name: u1, user: {token: t1}}, {name: u2, user: {token: t2}}]\n"
+        "contexts: [{name: a, context: {cluster: c1, user: u1}},"
+        " {name: b, context: {cluster: c2, user: u2}}]\n"
+    )
+    placed = yaml.safe_load(minimal_kubeconfig(str(source), "a"))
+    assert [c["name"] for c in placed["clusters"]] == ["c1"]
+    assert [u["name"] for u in placed["users"]] == ["u1"]
+    assert placed["current-context"] == "a"
+    # Relative file references still point at the same files from the new location.
+    assert placed["clusters"][0]["cluster"]["certificate-authority"] == str(tmp_path / "ca.crt")
