@@ -8,6 +8,7 @@ start-up fails half-way.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import socket
@@ -22,6 +23,20 @@ from typing import IO
 
 # Every process the harness started and has not yet reaped; a session-end check reads it.
 LIVE: dict[int, ManagedProcess] = {}
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _detach_and_die_with_parent() -> None:
+    """Run in the child before exec: own process group, and SIGKILL when the test run dies.
+
+    The process group lets teardown stop a service and its children together; the parent-death
+    signal stops it even when pytest itself is killed and no teardown runs.
+    """
+    os.setsid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def free_port() -> int:
@@ -71,7 +86,7 @@ class ManagedProcess:
             stdin=subprocess.DEVNULL,
             env=self.env,
             cwd=self.cwd,
-            start_new_session=True,
+            preexec_fn=_detach_and_die_with_parent,
         )
         LIVE[self.popen.pid] = self
         return self

@@ -1,9 +1,10 @@
-"""Run only by test_no_leftovers.py in a child pytest: uses every service fixture, then fails."""
+"""Run only by test_no_leftovers.py in a child pytest: uses every service, then fails or hangs."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 from tests.harness.kube import KubeCluster
@@ -17,4 +18,6 @@ def test_use_every_service_then_fail(s3: S3Server, registry: Registry, kube: Kub
         "ports": [s3.port, *registry.process.ports, *kube.etcd.ports, *kube.apiserver.ports],
     }
     Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps(record))
+    if os.environ.get("NPA_LEFTOVER_MODE") == "hang":
+        time.sleep(600)  # the parent kills this pytest while it waits here
     raise AssertionError("deliberate failure: teardown must still stop every service")

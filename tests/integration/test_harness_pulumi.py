@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness.kube import KubeCluster
 from tests.harness.pulumi import PulumiBackend
 
 pytestmark = pytest.mark.integration
@@ -89,3 +90,60 @@ def test_stack_preview_up_noop_destroy(pulumi_backend: PulumiBackend, tmp_path: 
     assert stack.destroy().summary.result == "succeeded"
     assert not marker.exists()
     stack.workspace.remove_stack("harness")
+
+
+def test_kubernetes_provider_plugin_creates_objects_in_the_kube_fixture(
+    pulumi_backend: PulumiBackend, kube: KubeCluster, tmp_path: Path
+) -> None:
+    """bootstrap-tools installed the provider plugin the pinned pulumi-kubernetes SDK asks for."""
+    from kubernetes.client.exceptions import ApiException
+    from pulumi import automation as auto
+
+    name = "npa-harness-plugin"
+
+    def program() -> None:
+        import pulumi
+        import pulumi_kubernetes as k8s
+
+        provider = k8s.Provider(
+            "fixture", kubeconfig=kube.kubeconfig.read_text(), context=kube.context
+        )
+        # The fixture runs no garbage collector, so a foreground delete (pulumi-kubernetes'
+        # default) would wait forever on its finalizer: ask for background propagation.
+        cm = k8s.core.v1.ConfigMap(
+            "cm",
+            metadata={
+                "name": name,
+                "namespace": "default",
+                "annotations": {"pulumi.com/deletionPropagationPolicy": "background"},
+            },
+            data={"made-by": "pulumi-resource-kubernetes"},
+            opts=pulumi.ResourceOptions(provider=provider),
+        )
+        pulumi.export("uid", cm.metadata.apply(lambda m: m["uid"]))
+
+    stack = auto.create_or_select_stack(
+        stack_name="plugin",
+        project_name="npa-harness",
+        program=program,
+        opts=auto.LocalWorkspaceOptions(
+            pulumi_command=auto.PulumiCommand(root=str(pulumi_backend.pulumi_bin.parent.parent)),
+            project_settings=auto.ProjectSettings(
+                name="npa-harness",
+                runtime="python",
+                backend=auto.ProjectBackend(url=pulumi_backend.url),
+            ),
+            secrets_provider="passphrase",
+            env_vars=pulumi_backend.env,
+        ),
+    )
+    up = stack.up()
+    assert up.summary.result == "succeeded"
+    live = kube.core().read_namespaced_config_map(name, "default")
+    assert live.metadata.uid == up.outputs["uid"].value
+    assert live.data == {"made-by": "pulumi-resource-kubernetes"}
+    assert stack.destroy().summary.result == "succeeded"
+    with pytest.raises(ApiException) as gone:
+        kube.core().read_namespaced_config_map(name, "default")
+    assert gone.value.status == 404
+    stack.workspace.remove_stack("plugin")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,20 +19,35 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _child_argv(tmp_path: Path) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "--basetemp",
+        str(tmp_path / "basetemp"),
+        str(ROOT / "tests" / "integration" / "probe_leftovers.py"),
+    ]
+
+
+def _assert_nothing_left(seen: dict[str, list[int]]) -> None:
+    assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and any(pid_alive(p) for p in seen["pids"]):
+        time.sleep(0.1)
+    alive = [pid for pid in seen["pids"] if pid_alive(pid)]
+    assert alive == [], f"processes left running: {alive}"
+    open_ports = [port for port in seen["ports"] if port_is_open(port)]
+    assert open_ports == [], f"ports still listening: {open_ports}"
+
+
 def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
     child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "--basetemp",
-            str(tmp_path / "basetemp"),
-            str(ROOT / "tests" / "integration" / "probe_leftovers.py"),
-        ],
+        _child_argv(tmp_path),
         cwd=ROOT,
         env={**os.environ, "NPA_LEFTOVER_RECORD": str(record)},
         capture_output=True,
@@ -41,9 +58,30 @@ def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
     # The child's only test fails on purpose (exit 1); a skip or an error would be exit 0/2+.
     assert child.returncode == 1, child.stdout + child.stderr
     assert "1 failed" in child.stdout, child.stdout
-    seen = json.loads(record.read_text())
-    assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
-    alive = [pid for pid in seen["pids"] if pid_alive(pid)]
-    assert alive == [], f"processes left running: {alive}"
-    open_ports = [port for port in seen["ports"] if port_is_open(port)]
-    assert open_ports == [], f"ports still listening: {open_ports}"
+    _assert_nothing_left(json.loads(record.read_text()))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_killed_test_run_still_stops_every_service(tmp_path: Path, sig: signal.Signals) -> None:
+    """SIGTERM tears fixtures down; SIGKILL (no teardown at all) is caught by parent-death."""
+    record = tmp_path / "record.json"
+    child = subprocess.Popen(
+        _child_argv(tmp_path),
+        cwd=ROOT,
+        env={**os.environ, "NPA_LEFTOVER_RECORD": str(record), "NPA_LEFTOVER_MODE": "hang"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not record.exists() and time.monotonic() < deadline:
+            assert child.poll() is None, "the child pytest ended before using its services"
+            time.sleep(0.2)
+        seen = json.loads(record.read_text())
+        child.send_signal(sig)
+        child.wait(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    _assert_nothing_left(seen)
