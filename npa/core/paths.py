@@ -113,6 +113,11 @@ class NpaPaths:
         return self.root / "store"
 
     @property
+    def local_jobs(self) -> Path:
+        """The local executor's job table: one directory per job (state, logs, work)."""
+        return self.root / "local-jobs"
+
+    @property
     def pulumi_backend(self) -> Path:
         """Directory of the default ``file://`` Pulumi state backend."""
         return self.root / "pulumi"

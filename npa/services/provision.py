@@ -356,7 +356,7 @@ def layout(
             "local",
             {
                 "npa:storeDir": str(paths.local_store),
-                "npa:executorDir": str(paths.root / "local-executor"),
+                "npa:executorDir": str(paths.local_jobs),
             },
         )
         return Layout(project, target, None, [spec], f"provision.{project}.local")

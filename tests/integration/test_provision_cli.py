@@ -70,7 +70,7 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     assert cold.code == 0, cold.stderr
     assert "applied" in cold.stdout and "2 created" in cold.stdout
     assert stat.S_IMODE((npa_home / "store").stat().st_mode) == 0o700
-    assert (npa_home / "local-executor").is_dir()
+    assert (npa_home / "local-jobs").is_dir()
 
     warm, warm_seconds = _timed(*args, "--yes", "--json")
     assert warm.code == 0, warm.stderr
@@ -79,13 +79,13 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     print(f"\nlocal provision-if-absent --yes: cold {cold_seconds:.2f}s, warm {warm_seconds:.2f}s")
 
     # Something removed by hand is found missing and created again.
-    (npa_home / "local-executor").rmdir()
+    (npa_home / "local-jobs").rmdir()
     repair = run_npa(*args, "--yes", "--json")
     assert repair.code == 0, repair.stderr
     assert [c["name"] for c in repair.json()["stacks"][0]["preview"] if c["op"] == "create"] == [
         "executor-state"
     ]
-    assert (npa_home / "local-executor").is_dir()
+    assert (npa_home / "local-jobs").is_dir()
 
     # The plain pulumi CLI sees the stack in the same backend.
     listing = subprocess.run(
@@ -109,7 +109,7 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     torn = run_npa("teardown", "--project", "demo", "--target", "local", "--yes", "--json")
     assert torn.code == 0, torn.stderr
     assert torn.json()["mode"] == "destroyed"
-    assert not (npa_home / "local-executor").exists()
+    assert not (npa_home / "local-jobs").exists()
     assert (npa_home / "store" / "keep.txt").read_text() == "run data"
     assert not (npa_home / "pulumi" / ".pulumi" / "stacks" / "npa" / "demo.local.json").exists()
     again = run_npa("teardown", "--project", "demo", "--target", "local", "--yes", "--json")
@@ -151,7 +151,7 @@ def test_local_target_resumes_after_sigkill_during_up(
     assert body["mode"] in ("applied", "no-changes")
     assert any("stale lock" in r for r in body["stacks"][0]["recovery"])
     assert body["resume"] == "npa provision-if-absent --project crash --target local --yes"
-    assert (npa_home / "store").is_dir() and (npa_home / "local-executor").is_dir()
+    assert (npa_home / "store").is_dir() and (npa_home / "local-jobs").is_dir()
     assert not any(lock_dir.glob("*.json"))
 
     after = run_npa(*args, "--json")

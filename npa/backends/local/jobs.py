@@ -34,8 +34,8 @@ BACKEND = "local"
 
 
 def jobs_root(paths: NpaPaths) -> Path:
-    """Where local jobs live. (Belongs in NpaPaths; kept here until core grows the entry.)"""
-    return paths.root / "local-jobs"
+    """Where local jobs live."""
+    return paths.local_jobs
 
 
 class LocalJob(BaseModel):
