@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PASSPHRASE = "npa-test-passphrase"
 
@@ -29,6 +31,24 @@ class PulumiBackend:
             "PULUMI_PYTHON_CMD": sys.executable,
             "PATH": f"{self.pulumi_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
         }
+
+    def stack(self, name: str, program: Callable[[], None], project: str = "npa-harness") -> Any:
+        """An Automation API stack running ``program`` inline on this backend with the real CLI."""
+        from pulumi import automation as auto
+
+        return auto.create_or_select_stack(
+            stack_name=name,
+            project_name=project,
+            program=program,
+            opts=auto.LocalWorkspaceOptions(
+                pulumi_command=auto.PulumiCommand(root=str(self.pulumi_bin.parent.parent)),
+                project_settings=auto.ProjectSettings(
+                    name=project, runtime="python", backend=auto.ProjectBackend(url=self.url)
+                ),
+                secrets_provider="passphrase",
+                env_vars=self.env,
+            ),
+        )
 
 
 def file_backend(state_dir: Path, pulumi_bin: Path) -> PulumiBackend:

@@ -46,24 +46,8 @@ def _program(marker: Path) -> Any:
 
 
 def test_stack_preview_up_noop_destroy(pulumi_backend: PulumiBackend, tmp_path: Path) -> None:
-    from pulumi import automation as auto
-
     marker = tmp_path / "marker.txt"
-    stack = auto.create_or_select_stack(
-        stack_name="harness",
-        project_name="npa-harness",
-        program=_program(marker),
-        opts=auto.LocalWorkspaceOptions(
-            pulumi_command=auto.PulumiCommand(root=str(pulumi_backend.pulumi_bin.parent.parent)),
-            project_settings=auto.ProjectSettings(
-                name="npa-harness",
-                runtime="python",
-                backend=auto.ProjectBackend(url=pulumi_backend.url),
-            ),
-            secrets_provider="passphrase",
-            env_vars=pulumi_backend.env,
-        ),
-    )
+    stack = pulumi_backend.stack("harness", _program(marker))
     first = stack.preview()
     assert first.change_summary.get("create") == 2  # the stack and the marker
     assert not marker.exists()  # preview mutates nothing
@@ -97,7 +81,6 @@ def test_kubernetes_provider_plugin_creates_objects_in_the_kube_fixture(
 ) -> None:
     """bootstrap-tools installed the provider plugin the pinned pulumi-kubernetes SDK asks for."""
     from kubernetes.client.exceptions import ApiException
-    from pulumi import automation as auto
 
     name = "npa-harness-plugin"
 
@@ -122,21 +105,7 @@ def test_kubernetes_provider_plugin_creates_objects_in_the_kube_fixture(
         )
         pulumi.export("uid", cm.metadata.apply(lambda m: m["uid"]))
 
-    stack = auto.create_or_select_stack(
-        stack_name="plugin",
-        project_name="npa-harness",
-        program=program,
-        opts=auto.LocalWorkspaceOptions(
-            pulumi_command=auto.PulumiCommand(root=str(pulumi_backend.pulumi_bin.parent.parent)),
-            project_settings=auto.ProjectSettings(
-                name="npa-harness",
-                runtime="python",
-                backend=auto.ProjectBackend(url=pulumi_backend.url),
-            ),
-            secrets_provider="passphrase",
-            env_vars=pulumi_backend.env,
-        ),
-    )
+    stack = pulumi_backend.stack("plugin", program)
     up = stack.up()
     assert up.summary.result == "succeeded"
     live = kube.core().read_namespaced_config_map(name, "default")
