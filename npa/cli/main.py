@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from npa import __version__
-from npa.cli import configure, images, provision, runs, spec, submit
+from npa.cli import configure, images, provision, readback, runs, spec, submit
 from npa.cli.apps import app
 
 # Command modules attach their commands to the apps when imported: list each one here.
@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     configure,
     images,
     provision,
+    readback,
     runs,
     spec,
     submit,

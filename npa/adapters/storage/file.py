@@ -8,6 +8,7 @@ without ever exposing a half-written file.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import os
 import uuid
@@ -121,6 +122,16 @@ class FileStore(ObjectStore):
         return ListPage(
             tuple(ObjectInfo(k, size) for k, size in page), page[-1][0] if more else None
         )
+
+    def children(self, prefix: str) -> builtins.list[str]:
+        folder = self.root / prefix.rstrip("/") if prefix else self.root
+        try:
+            names = [e.name for e in os.scandir(folder) if e.is_dir() and e.name != TMP_DIR]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise self._unavailable(exc, "list", prefix) from None
+        return sorted(names, key=str.encode)
 
     def delete(self, key: str) -> None:
         try:

@@ -6,6 +6,7 @@ botocore is imported when a store is opened, never at CLI import time.
 
 from __future__ import annotations
 
+import builtins
 import threading
 import time
 from typing import Any
@@ -193,6 +194,23 @@ class S3Store(ObjectStore):
         )
         next_token = resp.get("NextContinuationToken") if resp.get("IsTruncated") else None
         return ListPage(objects, next_token)
+
+    def children(self, prefix: str) -> builtins.list[str]:
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
+        args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full, "Delimiter": "/"}
+        names: list[str] = []
+        while True:
+            try:
+                resp = self.client.list_objects_v2(**args)
+            except Exception as exc:
+                if _error_code(exc)[0] in _ABSENT_BUCKET:
+                    raise self._bucket_absent() from None
+                raise self._unavailable(exc, "list", prefix or None) from None
+            for entry in resp.get("CommonPrefixes", []):
+                names.append(entry["Prefix"][len(full) :].rstrip("/"))
+            if not resp.get("IsTruncated"):
+                return sorted(n for n in names if n)
+            args["ContinuationToken"] = resp["NextContinuationToken"]
 
     def delete(self, key: str) -> None:
         full = self._key(key)

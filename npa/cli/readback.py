@@ -1,0 +1,194 @@
+"""Reading runs back: ``status``, ``list``, ``artifacts``, ``logs``, ``gpus``, ``cancel`` and
+``load-artifact``. Every RUN argument is a run id or an s3:// / file:// run prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from npa.cli.apps import workflow_app
+from npa.cli.common import JsonFlag, finish
+
+if TYPE_CHECKING:
+    from npa.core.output import Result
+
+Opt = typer.Option
+Arg = typer.Argument
+
+RunArg = Annotated[
+    str, Arg(help="Run id, or its prefix: s3://BUCKET/…/<workflow>/<run>[/npa-workflow].")
+]
+ProjectOpt = Annotated[str | None, Opt("--project", help="Project alias (npa configure).")]
+PrefixOpt = Annotated[
+    str | None,
+    Opt("--workflow-s3-uri", help="The run's prefix, when this shell cannot resolve the store."),
+]
+
+
+@workflow_app.command("status")
+def status(
+    run: RunArg,
+    project: ProjectOpt = None,
+    watch: Annotated[bool, Opt("--watch", help="Follow the run to a final state.")] = False,
+    interval: Annotated[float, Opt("--interval", min=0.1, help="Seconds between checks.")] = 10.0,
+    timeout: Annotated[
+        float | None, Opt("--timeout", min=0, help="Stop watching after this many seconds.")
+    ] = None,
+    cached: Annotated[
+        bool, Opt("--cached", help="Store and local records only; marked CACHED, not live.")
+    ] = False,
+    workflow_s3_uri: PrefixOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The run's state from every source that knows it (each listed with its answer).
+
+    Exit codes: 0 a state was established (with --watch: SUCCEEDED), 1 with --watch the run
+    ended failed or cancelled, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
+    """
+
+    def produce() -> Result:
+        from npa.core.errors import InvalidInput
+        from npa.services import status as service
+
+        if watch and cached:
+            raise InvalidInput("--watch follows the live run; --cached never asks it: pick one")
+        if not watch:
+            return service.status(run, project, cached=cached, workflow_uri=workflow_s3_uri)
+
+        def progress(result: service.StatusResult) -> None:
+            if not as_json:
+                typer.echo(f"{result.checked_at} {result.state} ({result.reason})", err=True)
+
+        return service.watch(
+            run,
+            project,
+            interval=interval,
+            timeout=timeout,
+            workflow_uri=workflow_s3_uri,
+            on_change=progress,
+        )
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("list")
+def list_runs(
+    project: ProjectOpt = None,
+    limit: Annotated[int, Opt("--limit", min=1, max=10_000, help="Newest N runs.")] = 50,
+    as_json: JsonFlag = False,
+) -> None:
+    """The project's runs from its store, newest first (no controller or cluster needed)."""
+
+    def produce() -> Result:
+        from npa.services.status import list_runs as service
+
+        return service(project, limit=limit)
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("artifacts")
+def artifacts(
+    run: RunArg,
+    project: ProjectOpt = None,
+    stage: Annotated[str | None, Opt("--stage", help="Only this stage.")] = None,
+    workflow_s3_uri: PrefixOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Declared outputs against what the store holds; missing or zero-byte ones fail (exit 1)."""
+
+    def produce() -> Result:
+        from npa.services.artifacts import artifacts as service
+
+        return service(run, project, stage=stage, workflow_uri=workflow_s3_uri)
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("logs")
+def logs(
+    run: RunArg,
+    stage: Annotated[str, Opt("--stage", help="The stage whose logs to show.")],
+    project: ProjectOpt = None,
+    follow: Annotated[
+        bool, Opt("--follow", help="Stream the live log until the job ends.")
+    ] = False,
+    cached: Annotated[
+        bool, Opt("--cached", help="The store only; never contact the backend.")
+    ] = False,
+    workflow_s3_uri: PrefixOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """A stage's logs; --json states which sources were tried and what "empty" means."""
+
+    def produce() -> Result:
+        from npa.services.logs import logs as service
+
+        return service(
+            run,
+            project,
+            stage=stage,
+            follow=follow,
+            cached=cached,
+            workflow_uri=workflow_s3_uri,
+            emit=None if as_json else typer.echo,
+        )
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("gpus")
+def gpus(
+    cluster: Annotated[str, Opt("--cluster", help="Kube context placed by provision-if-absent.")],
+    spec: Annotated[
+        Path | None, Opt("--spec", help="Check which stages fit, and the remap submit applies.")
+    ] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Per node: GPU label name, allocatable and requestable GPUs."""
+
+    def produce() -> Result:
+        from npa.services.gpus import gpus as service
+
+        return service(cluster, spec=spec)
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("cancel")
+def cancel(
+    run: RunArg,
+    project: ProjectOpt = None,
+    workflow_s3_uri: PrefixOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Cancel the run's job by its id (never by name). Repeat-safe."""
+
+    def produce() -> Result:
+        from npa.services.cancel import cancel as service
+
+        return service(run, project, workflow_uri=workflow_s3_uri)
+
+    finish(as_json, produce)
+
+
+@workflow_app.command("load-artifact")
+def load_artifact(
+    run: RunArg,
+    destination: Annotated[
+        str, Opt("--destination", help="Directory, file:// or s3:// URI to load into.")
+    ],
+    project: ProjectOpt = None,
+    workflow_s3_uri: PrefixOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Copy the final stages' outputs of a fully succeeded run. Never relaunches anything."""
+
+    def produce() -> Result:
+        from npa.services.artifacts import load_artifact as service
+
+        return service(run, project, destination=destination, workflow_uri=workflow_s3_uri)
+
+    finish(as_json, produce)

@@ -1,0 +1,109 @@
+"""``cancel``: stop a run's job, by its immutable id, and only that job.
+
+Repeat-safe: a run that never launched (reserved, planned or staged) is a successful no-op, and
+so is a job already in a final state. A launch whose job id was never recorded is looked up by
+the exact job name once; one match is cancelled by its id, several block (npa never acts on an
+ambiguous name).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
+from npa.core.output import Result
+from npa.core.paths import NpaPaths
+from npa.services.locate import SourceAnswer, locate
+from npa.services.status import open_located_backend
+
+
+class CancelResult(Result):
+    project: str
+    run_id: str
+    outcome: str  # cancelled | already_final | never_launched | no_job
+    job_id: int | None
+    backend: str | None
+    job_state: str | None
+    detail: str
+    sources: list[SourceAnswer]
+
+    def text_lines(self) -> list[str]:
+        job = f" (job {self.job_id})" if self.job_id is not None else ""
+        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}"]
+
+
+class _Job(BaseModel):
+    job_id: int | None
+    how: str
+
+
+def cancel(
+    run: str,
+    project: str | None,
+    *,
+    workflow_uri: str | None = None,
+    paths: NpaPaths | None = None,
+) -> CancelResult:
+    paths = paths or NpaPaths.from_env()
+    located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
+
+    def result(outcome: str, detail: str, job_id: int | None, state: str | None) -> CancelResult:
+        return CancelResult(
+            project=located.project,
+            run_id=located.run_id,
+            outcome=outcome,
+            job_id=job_id,
+            backend=located.backend_name,
+            job_state=state,
+            detail=detail,
+            sources=located.sources,
+        )
+
+    if located.backend_name is None:
+        # No manifest and no receipt: nothing was ever launched, unless a source is unknown.
+        for source in located.unavailable:
+            raise Unavailable(
+                f"run {located.run_id}: {source.source} could not be read ({source.error}); "
+                "npa cannot tell whether the run launched, so it cancels nothing",
+                fix=source.fix or located.status_command(),
+            )
+        if located.reservation is None and not located.partial:
+            raise NotFound(
+                f"run {located.run_id} does not exist in project {located.project}",
+                fix=f"npa workbench workflow list --project {located.project}",
+            )
+        return result(
+            "never_launched", "the run was never submitted: nothing to cancel", None, None
+        )
+    backend = open_located_backend(located, paths)
+    job_id = located.job_id
+    if job_id is None:
+        name = located.job_name
+        assert name is not None
+        answer = backend.queue(name)  # BackendUnavailable propagates: exit 4, nothing cancelled
+        ids = [r.job_id for r in answer.records]
+        if len(ids) > 1:
+            raise InvalidInput(
+                f"several jobs carry the run's name {name} ({', '.join(map(str, ids))}); npa "
+                "never cancels by name, so it cancels none of them",
+                fix=located.status_command("--json"),
+            )
+        if not ids:
+            return result("no_job", f"no job named {name} exists: nothing to cancel", None, None)
+        job_id = ids[0]
+    try:
+        before = backend.job(job_id)
+    except NotFound as error:
+        return result("no_job", error.message, job_id, None)
+    if before.state.terminal:
+        return result("already_final", f"job is {before.state.value}", job_id, before.state.value)
+    try:
+        backend.cancel(job_id)
+    except NpaError as error:
+        raise Unavailable(
+            f"cancelling job {job_id} of run {located.run_id} failed: {error.message}",
+            fix=error.fix or located.status_command(),
+        ) from None
+    after = backend.job(job_id)
+    return result("cancelled", f"cancel requested; job is {after.state.value}", job_id,
+                  after.state.value)  # fmt: skip

@@ -1,0 +1,373 @@
+"""Finding one run from any shell: the resolver ``status``, ``logs``, ``artifacts``, ``cancel``
+and ``load-artifact`` share.
+
+A run is named by its id (with ``--project``) or by its run prefix (``s3://…/<workflow>/<run>``
+or ``file://…``, with or without the trailing ``/npa-workflow``). The resolver asks each source
+that could know the run and keeps every answer: the project's receipt, the project's
+reservation records, and the run's canonical prefix in the store (its manifest, or any object
+under it). Every answer is one of found / absent (authoritative) / unavailable (could not ask),
+so a caller can never mistake "could not verify" for "absent". It reads only.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlparse
+
+from pydantic import BaseModel, ValidationError
+
+from npa.adapters.storage import (
+    BucketAbsent,
+    ObjectStore,
+    StoreUnavailable,
+    normalize_store_uri,
+    open_store,
+)
+from npa.core.errors import InvalidInput, NotFound, NpaError, StateCorrupt
+from npa.core.paths import NpaPaths, safe_component
+from npa.runs.identity import ReservationRecord, RunEntry
+from npa.runs.manifest import RunManifest, manifest_key, read_manifest
+from npa.runs.receipts import Receipt, read_receipt
+from npa.services.configure import ProjectSettings, resolve_project
+
+Answer = Literal["found", "absent", "unavailable", "skipped", "not_applicable"]
+PREFIX_LEAF = "npa-workflow"
+# The shape prepare-run gives run ids; only folders of this shape are listed as runs.
+RUN_ID_SHAPE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+
+
+class SourceAnswer(BaseModel):
+    """What one source said about the run."""
+
+    source: str  # receipt | reservation | store-scan | manifest | run-prefix | backend-job | ...
+    where: str
+    answer: Answer
+    detail: str = ""
+    error: str | None = None
+    fix: str | None = None
+
+
+def cmd(*argv: str) -> str:
+    return shlex.join(["npa", *argv])
+
+
+@dataclass
+class RunRef:
+    """A run argument, parsed: its id, and the store and workflow when a prefix named them."""
+
+    run_id: str
+    store_uri: str | None = None
+    workflow: str | None = None
+
+
+def parse_run_ref(value: str) -> RunRef:
+    """``RUN_ID``, or a run prefix ``s3://B[/P]/<workflow>/<run>[/npa-workflow]`` / ``file://``.
+
+    Only the exact run prefix is accepted: a deeper or shallower key is refused rather than
+    guessed at.
+    """
+    if "://" not in value:
+        return RunRef(run_id=safe_component(value, "run id"))
+    scheme = urlparse(value).scheme
+    if scheme not in ("s3", "file"):
+        raise InvalidInput(
+            f"{value!r} is neither a run id nor an s3:// or file:// run prefix",
+            fix="npa workbench workflow list --project P  # to find the run id",
+        )
+    parts = value.rstrip("/").split("/")
+    if parts[-1] == PREFIX_LEAF:
+        parts = parts[:-1]
+    head = "/".join(parts[:-2])
+    shaped = len(parts) >= 5 and (scheme == "file" or len(parts) >= 6 or head != "s3:/")
+    if not shaped or not parts[-1] or not parts[-2]:
+        raise InvalidInput(
+            f"{value!r} is not a run prefix: expected "
+            f"{scheme}://…/<workflow>/<run-id>[/{PREFIX_LEAF}]",
+            fix="npa workbench workflow list --project P --json  # prints each run's prefix",
+        )
+    workflow = safe_component(parts[-2], "workflow in the run prefix")
+    run_id = safe_component(parts[-1], "run id in the run prefix")
+    return RunRef(run_id=run_id, store_uri=normalize_store_uri(head), workflow=workflow)
+
+
+@dataclass
+class Located:
+    """A run as the resolver found it, with every source's answer."""
+
+    settings: ProjectSettings
+    run_id: str
+    workflow: str | None
+    store_uri: str | None
+    store: ObjectStore | None
+    receipt: Receipt | None
+    reservation: RunEntry | None
+    manifest: RunManifest | None
+    partial: list[str]  # keys found under the prefix when there is no manifest
+    sources: list[SourceAnswer] = field(default_factory=list)
+
+    @property
+    def project(self) -> str:
+        return self.settings.project
+
+    @property
+    def prefix(self) -> str | None:
+        if self.workflow is None:
+            return None
+        return f"{self.workflow}/{self.run_id}/{PREFIX_LEAF}"
+
+    @property
+    def prefix_uri(self) -> str | None:
+        if self.prefix is None or self.store_uri is None:
+            return None
+        return f"{self.store_uri}/{self.prefix}"
+
+    def answer(self, source: str) -> SourceAnswer | None:
+        return next((s for s in self.sources if s.source == source), None)
+
+    @property
+    def unavailable(self) -> list[SourceAnswer]:
+        return [s for s in self.sources if s.answer == "unavailable"]
+
+    @property
+    def backend_name(self) -> str | None:
+        if self.manifest is not None:
+            return self.manifest.backend
+        if self.receipt is not None and self.receipt.job is not None:
+            return self.receipt.job.backend
+        return None
+
+    @property
+    def job_id(self) -> int | None:
+        if self.manifest is not None and self.manifest.job_id is not None:
+            return self.manifest.job_id
+        if self.receipt is not None and self.receipt.job and self.receipt.job.job_id:
+            return int(self.receipt.job.job_id)
+        return None
+
+    @property
+    def job_name(self) -> str | None:
+        if self.manifest is not None:
+            return self.manifest.job_name
+        if self.receipt is not None and self.receipt.job is not None:
+            return self.receipt.job.job_name
+        return None
+
+    @property
+    def kube_context(self) -> str | None:
+        if self.manifest is not None and self.manifest.infra.startswith(("k8s/", "kubernetes/")):
+            return self.manifest.infra.split("/", 1)[1]
+        return None
+
+    def status_command(self, *extra: str) -> str:
+        return cmd(
+            "workbench", "workflow", "status", self.run_id, "--project", self.project, *extra
+        )
+
+
+def _error(source: str, where: str, error: NpaError, detail: str = "") -> SourceAnswer:
+    return SourceAnswer(
+        source=source,
+        where=where,
+        answer="unavailable",
+        detail=detail or "could not be read; nothing is concluded from it",
+        error=f"{error.kind}: {error.message}",
+        fix=error.fix,
+    )
+
+
+def _receipt(paths: NpaPaths, project: str, run_id: str) -> tuple[Receipt | None, SourceAnswer]:
+    where = str(paths.submission_receipt(project, run_id))
+    try:
+        receipt = read_receipt(paths, project, run_id)
+    except NotFound:
+        return None, SourceAnswer(source="receipt", where=where, answer="absent")
+    except (StateCorrupt, OSError) as exc:
+        error = exc if isinstance(exc, NpaError) else StateCorrupt(str(exc))
+        return None, _error("receipt", where, error)
+    job = receipt.job
+    detail = f"submitted {receipt.submitted_at}" + (
+        f"; {job.backend} job {job.job_id or '(id not yet recorded)'}" if job else ""
+    )
+    return receipt, SourceAnswer(source="receipt", where=where, answer="found", detail=detail)
+
+
+def _reservation(
+    paths: NpaPaths, project: str, run_id: str, workflow: str | None
+) -> tuple[RunEntry | None, str | None, SourceAnswer]:
+    folder = paths.reservations_dir / safe_component(project, "project")
+    where = str(folder)
+    try:
+        files = sorted(folder.glob("*.json")) if folder.is_dir() else []
+        for path in files:
+            if workflow is not None and path.stem != workflow:
+                continue
+            record = ReservationRecord.model_validate(json.loads(path.read_text("utf-8")))
+            entry = record.find(run_id)
+            if entry is not None:
+                return (
+                    entry,
+                    record.workflow,
+                    SourceAnswer(
+                        source="reservation",
+                        where=str(path),
+                        answer="found",
+                        detail=f"reserved {entry.reserved_at} for workflow {record.workflow}",
+                    ),
+                )
+    except (OSError, ValueError, ValidationError) as exc:
+        error = StateCorrupt(f"{where}: {exc}", fix=f"ls -l {where}")
+        return None, None, _error("reservation", where, error)
+    return None, None, SourceAnswer(source="reservation", where=where, answer="absent")
+
+
+def open_run_store(
+    store_uri: str, settings: ProjectSettings, receipt: Receipt | None, paths: NpaPaths
+) -> ObjectStore:
+    """The run's store, with the S3 settings the submit used (its receipt) or the project's."""
+    recorded = receipt if receipt is not None and receipt.store == store_uri else None
+    return open_store(
+        store_uri,
+        endpoint_url=(recorded and recorded.endpoint_url) or settings.value("endpoint_url"),
+        region=(recorded and recorded.region) or settings.value("region"),
+        profile=(recorded and recorded.profile) or settings.value("profile"),
+        max_connections=8,
+        max_attempts=2,
+        fix_hint=cmd("configure", "--show", "--project", settings.project),
+        paths=paths,
+    )
+
+
+def _scan_store(store: ObjectStore, run_id: str) -> tuple[list[str], SourceAnswer]:
+    """Workflows of the store holding exactly ``<workflow>/<run_id>/npa-workflow/``."""
+    where = f"{store.uri}/*/{run_id}/{PREFIX_LEAF}/"
+    found = []
+    try:
+        for workflow in store.children(""):
+            try:
+                safe_component(workflow, "workflow")
+            except InvalidInput:
+                continue
+            if store.list_page(f"{workflow}/{run_id}/{PREFIX_LEAF}/", page_size=1).objects:
+                found.append(workflow)
+    except (StoreUnavailable, BucketAbsent) as error:
+        return [], _error("store-scan", where, error)
+    answer: Answer = "found" if found else "absent"
+    return found, SourceAnswer(
+        source="store-scan", where=where, answer=answer, detail=", ".join(found)
+    )
+
+
+def locate(
+    run: str,
+    project: str | None,
+    *,
+    workflow_uri: str | None = None,
+    paths: NpaPaths | None = None,
+) -> Located:
+    """Resolve ``run`` and ask every local and store source about it. Reads only."""
+    paths = paths or NpaPaths.from_env()
+    settings = resolve_project(project, paths=paths)
+    ref = parse_run_ref(run)
+    if workflow_uri is not None:
+        pinned = parse_run_ref(workflow_uri)
+        if "://" not in workflow_uri:
+            raise InvalidInput(
+                "--workflow-s3-uri takes the run prefix (s3://…/<workflow>/<run>/npa-workflow)",
+                fix=cmd("workbench", "workflow", "list", "--project", settings.project, "--json"),
+            )
+        if pinned.run_id != ref.run_id:
+            raise InvalidInput(
+                f"--workflow-s3-uri names run {pinned.run_id}, not {ref.run_id}",
+                fix="pass the prefix of the same run",
+            )
+        ref = pinned
+    receipt, receipt_answer = _receipt(paths, settings.project, ref.run_id)
+    entry, reserved_workflow, reservation_answer = _reservation(
+        paths, settings.project, ref.run_id, ref.workflow
+    )
+    located = Located(
+        settings=settings,
+        run_id=ref.run_id,
+        workflow=ref.workflow or (receipt.workflow if receipt else None) or reserved_workflow,
+        store_uri=None,
+        store=None,
+        receipt=receipt,
+        reservation=entry,
+        manifest=None,
+        partial=[],
+        sources=[receipt_answer, reservation_answer],
+    )
+    store_uri = (
+        ref.store_uri
+        or (receipt.store if receipt else None)
+        or (entry.store if entry else None)
+        or normalize_store_uri(settings.value("store") or "local", paths)
+    )
+    located.store_uri = store_uri
+    store = open_run_store(store_uri, settings, receipt, paths)
+    located.store = store
+    if located.workflow is None:
+        workflows, scan = _scan_store(store, ref.run_id)
+        located.sources.append(scan)
+        if len(workflows) > 1:
+            raise InvalidInput(
+                f"run {ref.run_id} exists under several workflows of {store_uri}: "
+                f"{', '.join(workflows)}; npa will not pick one",
+                fix=located.status_command(
+                    "--workflow-s3-uri", f"{store_uri}/{workflows[0]}/{ref.run_id}/{PREFIX_LEAF}"
+                ),
+            )
+        if not workflows:
+            return located
+        located.workflow = workflows[0]
+    prefix = located.prefix
+    assert prefix is not None
+    where = f"{store_uri}/{manifest_key(prefix)}"
+    try:
+        located.manifest = read_manifest(store, prefix)
+    except BucketAbsent as error:
+        located.sources.append(
+            SourceAnswer(
+                source="manifest",
+                where=where,
+                answer="absent",
+                detail="the bucket itself does not exist",
+                error=error.message,
+                fix=error.fix,
+            )
+        )
+        return located
+    except (StoreUnavailable, StateCorrupt) as error:
+        located.sources.append(_error("manifest", where, error))
+        return located
+    if located.manifest is not None:
+        m = located.manifest
+        located.sources.append(
+            SourceAnswer(
+                source="manifest",
+                where=where,
+                answer="found",
+                detail=f"recorded state {m.state}; {m.backend} job {m.job_id}",
+            )
+        )
+        return located
+    located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
+    try:
+        page = store.list_page(f"{prefix}/", page_size=5)
+    except (StoreUnavailable, BucketAbsent) as error:
+        located.sources.append(_error("run-prefix", f"{store_uri}/{prefix}/", error))
+        return located
+    located.partial = [o.key[len(prefix) + 1 :] for o in page.objects]
+    located.sources.append(
+        SourceAnswer(
+            source="run-prefix",
+            where=f"{store_uri}/{prefix}/",
+            answer="found" if page.objects else "absent",
+            detail=("holds " + ", ".join(located.partial)) if page.objects else "",
+        )
+    )
+    return located

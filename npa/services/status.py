@@ -1,0 +1,530 @@
+"""``status`` and ``list``: a run's state from every source that knows it, and the runs of a
+project from the durable store.
+
+``status`` resolves the run (:mod:`npa.services.locate`), then asks the backend for its job by
+id (never by name, except to find the id of a launch whose id was never recorded), and for a
+waiting SkyPilot job asks Kubernetes why its pods wait. The state it reports is decided by
+:func:`decide` from those answers alone: a source that could not be asked makes the state
+VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to have
+answered that the run is not there. ``--cached`` reads only local records and the store and
+says so: CACHED is evidence, not truth. Both commands only read.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
+from npa.adapters.storage import BucketAbsent, StoreUnavailable, normalize_store_uri
+from npa.backends.base import JobRecord, JobState
+from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
+from npa.core.output import Result
+from npa.core.paths import NpaPaths, safe_component
+from npa.runs.manifest import RunManifest, read_manifest
+from npa.services.locate import (
+    PREFIX_LEAF,
+    RUN_ID_SHAPE,
+    Located,
+    SourceAnswer,
+    cmd,
+    locate,
+    open_run_store,
+)
+
+MANIFEST_PENDING = "MANIFEST_PENDING"
+NOT_SUBMITTED = "NOT_SUBMITTED"
+PLAN_ONLY = "PLAN_ONLY"
+VERIFICATION_UNAVAILABLE = "VERIFICATION_UNAVAILABLE"
+NOT_FOUND = "NOT_FOUND"
+CACHED = "CACHED"
+LAUNCH_INCOMPLETE = "LAUNCH_INCOMPLETE"
+TERMINAL = frozenset(s.value for s in JobState if s.terminal)
+WAITING = frozenset({"PENDING", "STARTING", "RECOVERING"})
+
+
+class JobAnswer(BaseModel):
+    """What the backend said about the run's job."""
+
+    answer: str  # found | absent | unavailable | skipped | not_applicable
+    record: JobRecord | None = None
+
+
+class StageView(BaseModel):
+    state: str
+    waves: str  # "2/3 succeeded"
+    classification: str | None = None
+    detail: str | None = None
+
+
+class StatusResult(Result):
+    """``status``: the run's state, how it was decided, and what to run next."""
+
+    project: str
+    run_id: str
+    workflow: str | None
+    state: str
+    trustworthy: bool  # False for CACHED and VERIFICATION_UNAVAILABLE: never gate on them
+    last_known_state: str | None  # the manifest's recorded state, when there is one
+    reason: str
+    backend: str | None
+    job_id: int | None
+    job_name: str | None
+    job_state: str | None
+    failure_reason: str | None = None
+    run_prefix: str | None
+    pending: list[PodReason] = Field(default_factory=list)
+    stages: dict[str, StageView] = Field(default_factory=dict)
+    supervisor: dict[str, Any] | None = None
+    sources: list[SourceAnswer]
+    next: list[str] = Field(default_factory=list)
+    checked_at: str
+    watched: bool = False
+
+    def text_lines(self) -> list[str]:
+        head = f"run {self.run_id}: {self.state}"
+        if self.state == CACHED:
+            head += f" (last known: {self.last_known_state}; NOT live-verified, not for automation)"
+        lines = [head, f"  {self.reason}"]
+        if self.job_id is not None:
+            lines.append(f"  job: {self.backend} {self.job_id} ({self.job_name}) {self.job_state}")
+        if self.failure_reason:
+            lines.append(f"  failure: {self.failure_reason}")
+        for p in self.pending:
+            image = f" image {p.image}" if p.image else ""
+            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}")
+        for name, stage in self.stages.items():
+            extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
+            lines.append(f"  stage {name}: {stage.state} ({stage.waves}){extra}")
+        if self.supervisor and self.supervisor.get("classification"):
+            sup = self.supervisor
+            lines.append(
+                f"  supervisor: {sup['classification']} -> {sup['recovery']} "
+                f"({len(sup.get('attempts', []))} attempts)"
+            )
+        lines.append("  sources:")
+        for s in self.sources:
+            tail = f": {s.detail}" if s.detail else ""
+            tail += f" ({s.error})" if s.error else ""
+            lines.append(f"    {s.source}: {s.answer}{tail}  [{s.where}]")
+        lines += [f"  next: {n}" for n in self.next]
+        return lines
+
+    def exit_code(self) -> int:
+        if self.state == NOT_FOUND:
+            return EXIT_NOT_FOUND
+        if self.state == VERIFICATION_UNAVAILABLE:
+            return EXIT_UNAVAILABLE
+        if self.watched and self.state in TERMINAL and self.state != "SUCCEEDED":
+            return EXIT_FAILURE
+        return 0
+
+
+# --- deciding ----------------------------------------------------------------------------------
+
+
+def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
+    """The run's state and why, from the sources' answers alone."""
+    m = located.manifest
+    manifest = located.answer("manifest")
+    unavailable = [s.source for s in located.unavailable]
+    if m is not None:
+        if cached:
+            return CACHED, f"the manifest records {m.state}; the backend was not asked (--cached)"
+        if m.state in TERMINAL:
+            return m.state, "the manifest records a final state (final states never change)"
+        if job.answer == "found" and job.record is not None:
+            return (
+                job.record.state.value,
+                f"the {m.backend} backend reports job {job.record.job_id}",
+            )
+        if job.answer == "unavailable":
+            return VERIFICATION_UNAVAILABLE, (
+                f"the manifest says {m.state}, but the {m.backend} backend could not be asked"
+            )
+        if job.answer == "absent" and m.job_id is None:
+            return LAUNCH_INCOMPLETE, (
+                "the manifest was written but no job carries the run's name: the launch never "
+                "completed"
+            )
+        if job.answer == "absent":
+            return VERIFICATION_UNAVAILABLE, (
+                f"the manifest names job {m.job_id}, which the backend does not know; npa "
+                "cannot tell what became of it"
+            )
+        return m.state, "the manifest's recorded state"
+    # No manifest (yet).
+    evidence = (located.receipt is not None) or job.answer == "found"
+    if manifest is not None and manifest.answer == "unavailable":
+        return VERIFICATION_UNAVAILABLE, "the store could not be asked for the manifest"
+    if evidence:
+        why = "a submission receipt" if located.receipt is not None else "a backend job"
+        if cached:
+            return CACHED, f"{why} exists and the manifest has not landed (--cached)"
+        return MANIFEST_PENDING, f"{why} exists and the manifest has not landed yet"
+    if unavailable:
+        return VERIFICATION_UNAVAILABLE, (
+            f"no evidence of the run, but {', '.join(unavailable)} could not be asked"
+        )
+    if located.partial:
+        return PLAN_ONLY, "objects exist under the run prefix but nothing was submitted"
+    if located.reservation is not None:
+        return NOT_SUBMITTED, "the run id is reserved; nothing was staged or submitted"
+    return NOT_FOUND, "every applicable source answered that this run does not exist"
+
+
+# --- asking the backend and the cluster ----------------------------------------------------------
+
+
+def open_located_backend(located: Located, paths: NpaPaths) -> Any:
+    from npa.backends import open_backend
+
+    name = located.backend_name
+    assert name is not None
+    context = located.kube_context
+    kubeconfig = paths.cluster_kubeconfig(context) if context else None
+    return open_backend(
+        name, paths, kubeconfig=str(kubeconfig) if kubeconfig and kubeconfig.is_file() else None
+    )
+
+
+def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnswer, SourceAnswer]:
+    """The job by its recorded id; by exact name only to find the id of an unrecorded launch."""
+    name = located.backend_name
+    where = f"{name} backend"
+    if name is None:
+        return JobAnswer(answer="not_applicable"), SourceAnswer(
+            source="backend-job", where="-", answer="not_applicable", detail="no job recorded"
+        )
+    if cached:
+        return JobAnswer(answer="skipped"), SourceAnswer(
+            source="backend-job", where=where, answer="skipped", detail="--cached: not contacted"
+        )
+    m = located.manifest
+    if m is not None and m.state in TERMINAL:
+        return JobAnswer(answer="skipped"), SourceAnswer(
+            source="backend-job", where=where, answer="skipped", detail="final state recorded"
+        )
+    try:
+        backend = open_located_backend(located, paths)
+        where = f"{name}: {backend.queue_source}"
+        if located.job_id is not None:
+            record = backend.job(located.job_id)
+        else:
+            assert located.job_name is not None
+            queue = backend.queue(located.job_name)
+            if len(queue.records) > 1:
+                ids = ", ".join(str(r.job_id) for r in queue.records)
+                return JobAnswer(answer="unavailable"), SourceAnswer(
+                    source="backend-job",
+                    where=where,
+                    answer="unavailable",
+                    detail=f"several jobs carry the run's name ({ids}): ambiguous",
+                    fix=located.status_command(),
+                )
+            if not queue.records:
+                return JobAnswer(answer="absent"), SourceAnswer(
+                    source="backend-job",
+                    where=where,
+                    answer="absent",
+                    detail=f"no job named {located.job_name}",
+                )
+            record = queue.records[0]
+    except NotFound as error:
+        return JobAnswer(answer="absent"), SourceAnswer(
+            source="backend-job", where=where, answer="absent", detail=error.message
+        )
+    except NpaError as error:
+        return JobAnswer(answer="unavailable"), SourceAnswer(
+            source="backend-job",
+            where=where,
+            answer="unavailable",
+            error=f"{error.kind}: {error.message}",
+            fix=error.fix,
+        )
+    return JobAnswer(answer="found", record=record), SourceAnswer(
+        source="backend-job",
+        where=where,
+        answer="found",
+        detail=f"job {record.job_id} {record.state.value}",
+    )
+
+
+def ask_pods(
+    located: Located, record: JobRecord, paths: NpaPaths
+) -> tuple[list[PodReason], SourceAnswer]:
+    """Why a waiting SkyPilot job's pods wait, from the Kubernetes API."""
+    from npa.adapters.kube.pods import managed_job_clusters, pending_reasons
+
+    context = located.kube_context
+    kubeconfig = paths.cluster_kubeconfig(context) if context else None
+    where = f"kubernetes context {context}"
+    if kubeconfig is None or not kubeconfig.is_file():
+        return [], SourceAnswer(
+            source="kubernetes-pods",
+            where=where,
+            answer="not_applicable",
+            detail=f"no kubeconfig at {kubeconfig}",
+        )
+    tasks = [t.get("task_name") or "" for t in record.details.get("tasks", [])]
+    try:
+        reasons = pending_reasons(
+            kubeconfig, context, managed_job_clusters(tasks or [record.job_name], record.job_id)
+        )
+    except Exception as exc:
+        return [], SourceAnswer(
+            source="kubernetes-pods",
+            where=where,
+            answer="unavailable",
+            error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods",
+        )
+    return reasons, SourceAnswer(
+        source="kubernetes-pods",
+        where=where,
+        answer="found" if reasons else "absent",
+        detail="; ".join(f"{r.pod}: {r.reason}" for r in reasons) or "no waiting pod",
+    )
+
+
+# --- the result --------------------------------------------------------------------------------
+
+
+def _stages(m: RunManifest) -> dict[str, StageView]:
+    views = {}
+    for name, rec in m.stages.items():
+        done = sum(w.state == "SUCCEEDED" for w in rec.waves)
+        views[name] = StageView(
+            state=rec.state,
+            waves=f"{done}/{len(rec.waves)} waves succeeded",
+            classification=rec.classification,
+            detail=rec.detail,
+        )
+    return views
+
+
+def _next(located: Located, state: str, pending: list[PodReason]) -> list[str]:
+    run, project = located.run_id, located.project
+    wf = ("workbench", "workflow")
+    spec = located.reservation.spec if located.reservation else "SPEC"
+    out: list[str] = []
+    for reason in pending:
+        if reason.reason in IMAGE_REASONS:
+            out.append(cmd(*wf, "preflight-images", spec, "--project", project, "--json"))
+        elif reason.reason == "Unschedulable":
+            out.append(
+                cmd(*wf, "gpus", "--cluster", located.kube_context or "CONTEXT", "--spec", spec)
+            )
+    failed = next(
+        (n for n, r in (located.manifest.stages.items() if located.manifest else []) if r.state
+         == "FAILED"),
+        None,
+    )  # fmt: skip
+    if state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
+        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
+        out.append(cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE"))
+    elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
+        out.append(
+            cmd("skypilot", "status", "--project", project, "--context", located.kube_context)
+            if located.kube_context
+            else cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
+        )
+        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+    elif state == "SUCCEEDED":
+        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
+    elif state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
+        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+    elif state == VERIFICATION_UNAVAILABLE:
+        out += [s.fix for s in located.unavailable if s.fix]
+        out.append(located.status_command("--cached"))
+    elif state == NOT_FOUND:
+        out.append(cmd(*wf, "list", "--project", project, "--limit", "50"))
+    elif state not in TERMINAL and state != CACHED:
+        out.append(located.status_command("--watch"))
+    return list(dict.fromkeys(out))
+
+
+def status(
+    run: str,
+    project: str | None,
+    *,
+    cached: bool = False,
+    workflow_uri: str | None = None,
+    paths: NpaPaths | None = None,
+) -> StatusResult:
+    """One status check of one run, from every applicable source."""
+    paths = paths or NpaPaths.from_env()
+    located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
+    job, job_source = ask_job(located, paths, cached=cached)
+    located.sources.append(job_source)
+    state, reason = decide(located, job, cached=cached)
+    pending: list[PodReason] = []
+    record = job.record
+    if (
+        record is not None
+        and state in WAITING
+        and located.backend_name == "skypilot"
+        and not cached
+    ):
+        pending, pods = ask_pods(located, record, paths)
+        located.sources.append(pods)
+    m = located.manifest
+    return StatusResult(
+        project=located.project,
+        run_id=located.run_id,
+        workflow=located.workflow,
+        state=state,
+        trustworthy=state not in (CACHED, VERIFICATION_UNAVAILABLE),
+        last_known_state=m.state if m else None,
+        reason=reason,
+        backend=located.backend_name,
+        job_id=record.job_id if record else located.job_id,
+        job_name=located.job_name,
+        job_state=record.state.value if record else None,
+        failure_reason=record.failure_reason if record else None,
+        run_prefix=located.prefix_uri,
+        pending=pending,
+        stages=_stages(m) if m else {},
+        supervisor=m.supervisor.model_dump(mode="json") if m else None,
+        sources=located.sources,
+        next=_next(located, state, pending),
+        checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def watch(
+    run: str,
+    project: str | None,
+    *,
+    interval: float = 10.0,
+    timeout: float | None = None,
+    workflow_uri: str | None = None,
+    on_change: Callable[[StatusResult], None] | None = None,
+    paths: NpaPaths | None = None,
+) -> StatusResult:
+    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes).
+
+    A source that is briefly unavailable does not end the watch; the last answer is returned.
+    """
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last: tuple[str, str | None] | None = None
+    while True:
+        result = status(run, project, workflow_uri=workflow_uri, paths=paths)
+        result.watched = True
+        key = (result.state, result.job_state)
+        if on_change is not None and key != last:
+            on_change(result)
+        last = key
+        if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
+            return result
+        if deadline is not None and time.monotonic() >= deadline:
+            return result
+        time.sleep(interval)
+
+
+# --- list --------------------------------------------------------------------------------------
+
+
+class RunRow(BaseModel):
+    run_id: str
+    workflow: str
+    recorded_state: str  # as the store records it: list never contacts a backend
+    backend: str | None = None
+    job_id: int | None = None
+    submitted_at: str | None = None
+    updated_at: str | None = None
+    run_prefix: str
+    error: str | None = None
+
+
+class RunList(Result):
+    """``list``: the project's runs in its store, newest first."""
+
+    project: str
+    store: str
+    runs: list[RunRow]
+    truncated: bool
+    skipped_other_projects: int = 0
+    note: str = "states as recorded in the store; run status RUN_ID for a live answer"
+
+    def text_lines(self) -> list[str]:
+        lines = [f"{len(self.runs)} runs of project {self.project} in {self.store}, newest first"]
+        for r in self.runs:
+            job = f" {r.backend} job {r.job_id}" if r.job_id is not None else ""
+            lines.append(f"  {r.run_id}  {r.workflow:20} {r.recorded_state:24}{job}")
+        if self.truncated:
+            lines.append("  (more runs exist: raise --limit)")
+        lines.append(f"  {self.note}")
+        return lines
+
+    def exit_code(self) -> int:
+        return EXIT_UNAVAILABLE if any(r.error for r in self.runs) else 0
+
+
+def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = None) -> RunList:
+    """Runs from the durable store alone, newest first (run ids sort by time).
+
+    Requests: one delimiter listing of workflows, one per workflow for its run ids, then one
+    manifest read per run listed (two for a run without a manifest). Nothing proportional to
+    the objects the runs hold.
+    """
+    from npa.core.errors import InvalidInput
+    from npa.services.configure import resolve_project
+
+    paths = paths or NpaPaths.from_env()
+    settings = resolve_project(project, paths=paths)
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store = open_run_store(store_uri, settings, None, paths)
+    candidates: list[tuple[str, str]] = []
+    for workflow in store.children(""):
+        try:
+            safe_component(workflow, "workflow")
+        except InvalidInput:
+            continue
+        candidates += [
+            (run_id, workflow)
+            for run_id in store.children(f"{workflow}/")
+            if RUN_ID_SHAPE.fullmatch(run_id)
+        ]
+    candidates.sort(reverse=True)
+    rows: list[RunRow] = []
+    others = 0
+    truncated = False
+    for run_id, workflow in candidates:
+        if len(rows) >= limit:
+            truncated = True
+            break
+        prefix = f"{workflow}/{run_id}/{PREFIX_LEAF}"
+        row = RunRow(
+            run_id=run_id, workflow=workflow, recorded_state="?", run_prefix=f"{store_uri}/{prefix}"
+        )
+        try:
+            manifest = read_manifest(store, prefix)
+            if manifest is None:
+                if not store.list_page(f"{prefix}/", page_size=1).objects:
+                    continue  # a folder with the shape of a run id, but no run under it
+                row.recorded_state = PLAN_ONLY
+            elif manifest.project != settings.project:
+                others += 1
+                continue
+            else:
+                row.recorded_state = manifest.state
+                row.backend = manifest.backend
+                row.job_id = manifest.job_id
+                row.submitted_at = manifest.submitted_at
+                row.updated_at = manifest.updated_at
+        except (StoreUnavailable, BucketAbsent, NpaError) as error:
+            row.recorded_state = VERIFICATION_UNAVAILABLE
+            row.error = f"{error.kind}: {error.message}"
+        rows.append(row)
+    return RunList(
+        project=settings.project,
+        store=store_uri,
+        runs=rows,
+        truncated=truncated,
+        skipped_other_projects=others,
+    )

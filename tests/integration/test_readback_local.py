@@ -1,0 +1,232 @@
+"""Reading runs back on the local backend, end to end: the real CLI, the embedded store, the
+detached supervisor. status / list / artifacts / logs / cancel / load-artifact."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cli import run_npa
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+WF = ("workbench", "workflow")
+
+
+@pytest.fixture
+def env(npa_home: Path) -> dict[str, str]:
+    return {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    folder = tmp_path / "workflow"
+    folder.mkdir()
+    target = folder / "tiny-local.yaml"
+    shutil.copy(EXAMPLES / "tiny-local.yaml", target)
+    return target
+
+
+def npa(env: dict[str, str], *args: str) -> Any:
+    return run_npa(*args, env=env)
+
+
+def prepare(spec: Path, env: dict[str, str]) -> str:
+    r = npa(env, *WF, "prepare-run", str(spec), "--project", "demo")
+    assert r.code == 0, r.stderr
+    return str(r.stdout.strip())
+
+
+def submit(spec: Path, run_id: str, env: dict[str, str], *extra: str) -> Any:
+    r = npa(
+        env, *WF, "submit", str(spec), "--project", "demo", "--run-id", run_id, "--json", *extra
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    return r.json()
+
+
+def status(env: dict[str, str], run: str, *extra: str) -> Any:
+    return npa(env, *WF, "status", run, "--project", "demo", "--json", *extra)
+
+
+def test_success_reads_back_everywhere(spec: Path, env: dict[str, str], npa_home: Path) -> None:
+    spec.write_text(
+        spec.read_text().replace(
+            '"$NPA_OUTPUT_SQUARES/squares.txt"', '"$NPA_OUTPUT_SQUARES/squares.txt"; echo squared'
+        )
+    )
+    run_id = prepare(spec, env)
+    # Reserved, nothing submitted: NOT_SUBMITTED, exit 0, and the next command resumes it.
+    r = status(env, run_id)
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["state"] == "NOT_SUBMITTED"
+    assert "--resume-run" in r.json()["next"][0]
+
+    out = submit(spec, run_id, env)
+    w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+            "--json")  # fmt: skip
+    assert w.code == 0, w.stdout + w.stderr
+    body = w.json()
+    assert body["state"] == "SUCCEEDED" and body["trustworthy"] and body["watched"]
+    assert body["job_id"] == out["job_id"]
+    answers = {s["source"]: s["answer"] for s in body["sources"]}
+    assert answers["receipt"] == "found" and answers["manifest"] == "found"
+    assert body["stages"]["square"]["waves"] == "1/1 waves succeeded"
+
+    # The same through the run's file:// prefix, with no project records at all.
+    prefix = f"{(npa_home / 'store').as_uri()}/tiny-local/{run_id}/npa-workflow"
+    r = npa({**env, "NPA_HOME": str(npa_home.parent / "elsewhere")}, *WF, "status", prefix,
+            "--json")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["state"] == "SUCCEEDED"
+
+    # --cached: marked, never trustworthy, backend not contacted.
+    r = status(env, run_id, "--cached")
+    assert r.json()["state"] == "CACHED" and r.json()["trustworthy"] is False
+    assert r.json()["last_known_state"] == "SUCCEEDED"
+    text = npa(env, *WF, "status", run_id, "--project", "demo", "--cached")
+    assert "NOT live-verified" in text.stdout
+
+    r = npa(env, *WF, "artifacts", run_id, "--project", "demo", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    arts = r.json()
+    assert [s["stage"] for s in arts["stages"]] == ["generate", "square", "total"]
+    assert all(s["ok"] for s in arts["stages"]) and arts["first_stage_without_outputs"] is None
+    total = arts["stages"][2]["outputs"][0]
+    assert total["status"] == "ok" and total["bytes"] == len("338350\n")
+
+    r = npa(env, *WF, "logs", run_id, "--project", "demo", "--stage", "square", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    logs = r.json()
+    assert logs["answered_by"] == "backend-live"
+    assert logs["lines"] and all(line.startswith("[square/") for line in logs["lines"])
+    assert any(line.endswith("squared") for line in logs["lines"])
+    r = npa(env, *WF, "logs", run_id, "--project", "demo", "--stage", "total", "--cached",
+            "--json")  # fmt: skip
+    cached = r.json()
+    assert cached["answered_by"] == "store"
+    assert cached["sources"][0]["outcome"] == "not_contacted"
+    assert cached["empty_means"].startswith("empty")  # awk wrote nothing to stdout
+
+    r = npa(env, *WF, "list", "--project", "demo", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    assert [row["run_id"] for row in r.json()["runs"]] == [run_id]
+    assert r.json()["runs"][0]["recorded_state"] == "SUCCEEDED"
+
+    # cancel of a finished run: a repeat-safe no-op.
+    r = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
+    assert r.code == 0 and r.json()["outcome"] == "already_final"
+
+    dest = npa_home.parent / "loaded"
+    r = npa(env, *WF, "load-artifact", run_id, "--project", "demo", "--destination", str(dest),
+            "--json")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["relaunched"] is False
+    assert (dest / "total" / "total.txt").read_text().strip() == "338350"
+    assert sorted(p.name for p in (npa_home / "local-jobs").iterdir()) == ["1"]
+
+
+def test_zero_byte_output_is_a_failure_and_names_the_first_empty_stage(
+    spec: Path, env: dict[str, str], npa_home: Path
+) -> None:
+    run_id = prepare(spec, env)
+    submit(spec, run_id, env)
+    w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2")
+    assert w.code == 0, w.stdout + w.stderr
+    # Damage the stored output after the fact: the stage still says SUCCEEDED.
+    squares = npa_home / "store/tiny-local" / run_id / "npa-workflow/stages/square/outputs/squares"
+    for f in squares.iterdir():
+        f.write_bytes(b"")
+    r = npa(env, *WF, "artifacts", run_id, "--project", "demo", "--json")
+    assert r.code == 1, r.stdout
+    body = r.json()
+    assert body["first_stage_without_outputs"] == "square"
+    assert any("square is SUCCEEDED but output squares is empty" in f for f in body["failures"])
+    r = npa(env, *WF, "load-artifact", run_id, "--project", "demo", "--destination",
+            str(npa_home.parent / "x"), "--json")  # fmt: skip
+    assert r.code == 2 and "missing or empty" in r.json()["error"]["message"]
+
+
+def test_failed_run_watch_exits_nonzero_and_load_artifact_refuses(
+    spec: Path, env: dict[str, str], npa_home: Path
+) -> None:
+    spec.write_text(
+        spec.read_text().replace("awk '{ s += $1 } END", "echo boom >&2; exit 3; awk '{")
+    )
+    run_id = prepare(spec, env)
+    submit(spec, run_id, env)
+    w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+            "--json")  # fmt: skip
+    assert w.code == 1, w.stdout + w.stderr
+    body = w.json()
+    assert body["state"] == "FAILED"
+    assert body["supervisor"]["classification"] == "payload"
+    assert any("logs" in n and "--stage total" in n for n in body["next"])
+    r = npa(env, *WF, "logs", run_id, "--project", "demo", "--stage", "total", "--cached")
+    assert "boom" in r.stdout
+    r = npa(env, *WF, "load-artifact", run_id, "--project", "demo", "--destination",
+            str(npa_home.parent / "x"), "--json")  # fmt: skip
+    assert r.code == 2 and "only loads a run whose every stage succeeded" in r.stdout
+    assert not (npa_home.parent / "x").exists()
+
+
+def test_cancel_by_id_is_repeat_safe(spec: Path, env: dict[str, str], npa_home: Path) -> None:
+    spec.write_text(spec.read_text().replace("seq 1 100", "sleep 30; seq 1 100"))
+    run_id = prepare(spec, env)
+    # A reserved run that never launched: cancel is a successful no-op.
+    r = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
+    assert r.code == 0 and r.json()["outcome"] == "never_launched", r.stdout
+    out = submit(spec, run_id, env)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if status(env, run_id).json()["state"] == "RUNNING":
+            break
+        time.sleep(0.1)
+    r = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
+    assert r.code == 0 and r.json()["outcome"] == "cancelled", r.stdout
+    assert r.json()["job_id"] == out["job_id"]
+    w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+            "--timeout", "20", "--json")  # fmt: skip
+    assert w.json()["state"] == "CANCELLED" and w.code == 1
+    again = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
+    assert again.code == 0 and again.json()["outcome"] == "already_final"
+
+
+def test_not_found_only_when_every_source_answered(env: dict[str, str], npa_home: Path) -> None:
+    r = status(env, "20260101-000000-abcdef")
+    assert r.code == 3, r.stdout + r.stderr
+    body = r.json()
+    assert body["state"] == "NOT_FOUND"
+    assert {s["answer"] for s in body["sources"]} <= {"absent", "not_applicable"}
+    # A folder in the store that is not shaped like a run is never listed as one.
+    junk = npa_home / "store" / "tiny-local" / "not-a-run" / "npa-workflow"
+    junk.mkdir(parents=True)
+    (junk / "manifest.json").write_text("{}")
+    (npa_home / "store" / "tiny-local" / "20260101-000000-abcdef" / "other").mkdir(parents=True)
+    r = npa(env, *WF, "list", "--project", "demo", "--json")
+    assert r.code == 0 and r.json()["runs"] == [], r.stdout
+
+
+def test_receipt_without_manifest_is_manifest_pending(
+    spec: Path, env: dict[str, str], npa_home: Path
+) -> None:
+    run_id = prepare(spec, env)
+    receipt = {
+        "version": 1, "project": "demo", "project_identity": "unconfigured:demo",
+        "workflow": "tiny-local", "run_id": run_id, "submitted_at": "2026-01-01T00:00:00+00:00",
+        "store": (npa_home / "store").as_uri(),
+        "workflow_prefix": f"{(npa_home / 'store').as_uri()}/tiny-local/{run_id}/npa-workflow",
+        "credentials_source": "none", "job": {"backend": "local", "job_name": "n"},
+    }  # fmt: skip
+    path = npa_home / "workflow-submissions" / "demo" / f"{run_id}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(receipt))
+    r = status(env, run_id)
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["state"] == "MANIFEST_PENDING"
