@@ -41,7 +41,16 @@ def _assert_nothing_left(seen: dict[str, list[int]]) -> None:
     alive = [pid for pid in seen["pids"] if pid_alive(pid)]
     assert alive == [], f"processes left running: {alive}"
     open_ports = [port for port in seen["ports"] if port_is_open(port)]
-    assert open_ports == [], f"ports still listening: {open_ports}"
+    assert open_ports == [], f"ports still listening: {open_ports}\n{_listeners(open_ports)}"
+
+
+def _listeners(ports: list[int]) -> str:
+    """Who listens on ``ports`` now (a different process means the port was reused)."""
+    try:
+        out = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=False).stdout
+    except FileNotFoundError:
+        return "(ss not installed)"
+    return "\n".join(line for line in out.splitlines() if any(f":{p} " in line for p in ports))
 
 
 def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
