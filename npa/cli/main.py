@@ -11,16 +11,28 @@ from typing import Annotated
 import typer
 
 from npa import __version__
-from npa.cli import configure, images, provision, readback, runs, spec, submit
+from npa.cli import (
+    configure,
+    images,
+    insights,
+    provision,
+    readback,
+    runs,
+    skypilot,
+    spec,
+    submit,
+)
 from npa.cli.apps import app
 
 # Command modules attach their commands to the apps when imported: list each one here.
 COMMAND_MODULES = (
     configure,
     images,
+    insights,
     provision,
     readback,
     runs,
+    skypilot,
     spec,
     submit,
 )

@@ -1,0 +1,133 @@
+"""SkyPilot's own answers: its API server, its jobs controller, and its check of a context.
+
+Nothing here starts anything. SkyPilot's SDK starts a local API server on most calls when none
+is running; these functions ask the health endpoint first and only call the SDK further when
+the server already answered healthy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+ServerState = Literal[
+    "healthy", "not_running", "unreachable", "unhealthy", "needs_auth", "version_mismatch"
+]
+ControllerState = Literal["up", "stopped", "init", "absent", "unknown"]
+CONTROLLER_PREFIX = "sky-jobs-controller-"
+
+
+@dataclass
+class ServerAnswer:
+    url: str
+    local: bool
+    state: ServerState
+    version: str | None = None
+    api_version: str | None = None
+    commit: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class ControllerAnswer:
+    state: ControllerState
+    names: list[str] = field(default_factory=list)
+    detail: str = ""
+
+
+@contextlib.contextmanager
+def _kubeconfig(path: Path | None) -> Iterator[None]:
+    if path is None:
+        yield
+        return
+    before = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = before
+
+
+def api_server() -> ServerAnswer:
+    """Ask the configured API server's health endpoint once, without starting a server."""
+    from sky.server import common
+
+    url = common.get_server_url()
+    local = bool(common.is_api_server_local())
+    response = common.get_api_server_status_response(url)
+    if response is None:
+        # A refused loopback port is an authoritative "not running" for a local server; a
+        # remote one that does not answer is only "unreachable".
+        if local:
+            return ServerAnswer(url, local, "not_running", detail="nothing listens on the port")
+        return ServerAnswer(url, local, "unreachable", detail="no answer from the server")
+    info = common.get_api_server_status(url)
+    state: ServerState = {
+        "healthy": "healthy",
+        "needs_auth": "needs_auth",
+        "version_mismatch": "version_mismatch",
+    }.get(str(info.status.value), "unhealthy")  # type: ignore[assignment]
+    return ServerAnswer(
+        url,
+        local,
+        state,
+        version=info.version,
+        api_version=info.api_version,
+        commit=info.commit,
+        detail=str(info.error or f"HTTP {response.status_code}"),
+    )
+
+
+def jobs_controller() -> ControllerAnswer:
+    """The jobs controller cluster(s) as the (already healthy) API server reports them.
+
+    The answer covers every user's controller; an empty list from a healthy server is an
+    authoritative "absent" (SkyPilot creates the controller on the next managed-job launch).
+    """
+    import sky
+
+    try:
+        records = sky.get(sky.status(all_users=True))
+    except Exception as exc:
+        return ControllerAnswer("unknown", detail=f"sky.status: {type(exc).__name__}: {exc}")
+    controllers = [r for r in records if str(_field(r, "name")).startswith(CONTROLLER_PREFIX)]
+    if not controllers:
+        return ControllerAnswer("absent", detail="the API server lists no jobs controller")
+    names = sorted(str(_field(r, "name")) for r in controllers)
+    states = {str(getattr(_field(r, "status"), "value", _field(r, "status"))) for r in controllers}
+    for candidate, state in (("UP", "up"), ("INIT", "init"), ("STOPPED", "stopped")):
+        if candidate in states:
+            return ControllerAnswer(state, names, detail=", ".join(sorted(states)))  # type: ignore[arg-type]
+    return ControllerAnswer("unknown", names, detail=f"unexpected status {sorted(states)}")
+
+
+def _field(record: object, name: str) -> object:
+    if isinstance(record, dict):
+        return record.get(name)
+    return getattr(record, name, None)
+
+
+def check_kubernetes(kubeconfig: Path, context: str) -> tuple[bool, str]:
+    """SkyPilot's own ``sky check kubernetes`` logic for one context, run in this process.
+
+    It is the code the API server runs for each allowed context (networking dependencies, then
+    the credential probe and SkyPilot's optional checks), pointed at npa's kubeconfig file.
+    """
+    from sky.provision.kubernetes import utils as kube_utils
+
+    missing = kube_utils.check_port_forward_mode_dependencies(False)
+    if missing:
+        return False, " ".join(missing)
+    with _kubeconfig(kubeconfig):
+        try:
+            ok, reason = kube_utils.check_credentials(context, run_optional_checks=True)
+        except Exception as exc:
+            return False, f"{type(exc).__name__}: {exc}"
+    return bool(ok), str(reason or "")

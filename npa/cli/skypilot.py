@@ -1,0 +1,83 @@
+"""``npa skypilot status / verify / bootstrap``: the SkyPilot side of a submit."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from npa.cli.apps import skypilot_app
+from npa.cli.common import JsonFlag, finish
+
+if TYPE_CHECKING:
+    from npa.core.output import Result
+
+Opt = typer.Option
+
+
+class OutputFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+@skypilot_app.command("status")
+def status(
+    project: Annotated[str, Opt("--project", help="Project alias (its namespace is npa-<alias>).")],
+    context: Annotated[str, Opt("--context", help="Kube context provisioning placed.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """API server, jobs controller, kube context, identity, namespace/RBAC and client version."""
+
+    def produce() -> Result:
+        from npa.services.skypilot_health import skypilot_status
+
+        return skypilot_status(project, context)
+
+    finish(as_json, produce)
+
+
+@skypilot_app.command("verify")
+def verify(
+    cluster: Annotated[str, Opt("--cluster", help="The kube context (cluster) to verify.")],
+    project: Annotated[
+        str | None, Opt("--project", help="Check pod access in npa-<project>.")
+    ] = None,
+    namespace: Annotated[
+        str | None, Opt("--namespace", help="Check pod access in this namespace instead.")
+    ] = None,
+    output_format: Annotated[
+        OutputFormat, Opt("--output-format", help="text or json.")
+    ] = OutputFormat.text,
+    as_json: JsonFlag = False,
+) -> None:
+    """Can SkyPilot use this cluster? Nodes, GPUs, pod permissions and SkyPilot's own check."""
+
+    def produce() -> Result:
+        from npa.services.skypilot_health import verify as service
+
+        return service(cluster, project=project, namespace=namespace)
+
+    finish(as_json or output_format is OutputFormat.json, produce)
+
+
+@skypilot_app.command("bootstrap")
+def bootstrap(
+    venv: Annotated[
+        Path | None,
+        Opt("--venv", help="The environment SkyPilot runs in (default: npa's own)."),
+    ] = None,
+    repair: Annotated[
+        bool, Opt("--repair", help="Fix a wrong kubernetes client or SkyPilot version in place.")
+    ] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Create or repair SkyPilot's environment with a kubernetes client SkyPilot works with."""
+
+    def produce() -> Result:
+        from npa.services.skypilot_health import bootstrap as service
+
+        return service(venv, repair=repair)
+
+    finish(as_json, produce)
