@@ -1,0 +1,175 @@
+"""insights end to end: runs made by the real local backend, ingested from file:// and s3://."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cli import run_npa
+from tests.harness.s3 import S3Server
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "FAILED_STARTUP", "FAILED_CONTROLLER"}
+
+
+def _run(npa_home: Path, spec_text: str, folder: Path, *extra: str) -> tuple[str, Path]:
+    env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+    folder.mkdir(parents=True)
+    spec = folder / "tiny-local.yaml"
+    spec.write_text(spec_text)
+    prep = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "demo", env=env)
+    assert prep.code == 0, prep.stderr
+    run_id = prep.stdout.strip()
+    sub = run_npa(
+        "workbench", "workflow", "submit", str(spec), "--project", "demo",
+        "--run-id", run_id, "--json", *extra, env=env,
+    )  # fmt: skip
+    assert sub.code == 0, sub.stdout + sub.stderr
+    prefix = npa_home / "store" / "tiny-local" / run_id / "npa-workflow"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        state = json.loads((prefix / "manifest.json").read_text())["state"]
+        if state in TERMINAL:
+            return run_id, prefix
+        time.sleep(0.1)
+    raise AssertionError("run did not finish")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One good and one failed run of the tiny example, produced by the local backend."""
+    home = tmp_path_factory.mktemp("insights") / "home"
+    home.mkdir()
+    npa_home = home / ".npa"
+    text = (EXAMPLES / "tiny-local.yaml").read_text()
+    good, good_prefix = _run(npa_home, text, home / "good")
+    failed_text = text.replace(
+        "awk '{ s += $1 } END { print s }'", "echo boom >&2; exit 3; awk '{ s += $1 }'"
+    )
+    bad, bad_prefix = _run(npa_home, failed_text, home / "bad", "--retries", "1")
+    # A metrics.json in the schema tools emit, beside each run's square outputs.
+    (good_prefix / "stages/square/outputs/metrics.json").write_text(
+        '{"rows": 100, "loss": {"l2": 0.5}}'
+    )
+    (bad_prefix / "stages/square/outputs/metrics.json").write_text(
+        '{"rows": 100, "loss": {"l2": 0.7}}'
+    )
+    return {"home": home, "good": good, "bad": bad, "good_prefix": good_prefix,
+            "bad_prefix": bad_prefix}  # fmt: skip
+
+
+def ingest(prefix: str, db: Path, env: dict[str, str] | None = None) -> Any:
+    r = run_npa(
+        "workbench", "insights", "ingest-run", "--input-path", prefix, "--output-path", str(db),
+        "--json", env=env,
+    )  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    return r.json()
+
+
+def test_file_prefixes_ingest_idempotently_and_compare_names_the_failure_first(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    db = tmp_path / "insights.db"
+    first = ingest(runs["good_prefix"].as_uri(), db)
+    assert first["change"] == "added" and first["state"] == "SUCCEEDED"
+    assert first["metrics"] == 2 and first["stages"] == 3
+    ingest(runs["bad_prefix"].as_uri(), db)
+    rows = sqlite3.connect(db).execute("SELECT COUNT(*) FROM stages").fetchone()[0]
+    again = ingest(runs["bad_prefix"].as_uri(), db)  # re-ingest: nothing changes
+    assert again["change"] == "unchanged"
+    assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM stages").fetchone()[0] == rows == 6
+    # The run prefix without its npa-workflow component is accepted too.
+    assert ingest(str(runs["good_prefix"].parent), db)["change"] == "unchanged"
+
+    r = run_npa(
+        "workbench", "insights", "compare", "--input-path", str(db),
+        "--base-run", runs["good"], "--candidate-run", runs["bad"], "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    out = r.json()
+    first_div = out["first_divergence"]
+    assert first_div["stage"] == "total" and first_div["facet"] == "state"
+    assert first_div["candidate"] == "FAILED (payload)"
+    total = next(s for s in out["stages"] if s["stage"] == "total")
+    assert total["candidate"]["retries"] == 1 and total["base"]["retries"] == 0
+    assert total["candidate"]["last_log_line"] == "boom"
+    square = next(s for s in out["stages"] if s["stage"] == "square")
+    assert square["differs"] == ["metrics"]
+    assert square["candidate"]["metrics"] == {"rows": 100.0, "loss.l2": 0.7}
+    assert out["candidate"]["classification"] == "payload"
+
+    text = run_npa(
+        "workbench", "insights", "compare", "--input-path", str(db),
+        "--base-run", runs["good"], "--candidate-run", runs["bad"],
+        "--plot", str(tmp_path / "durations.png"),
+    )  # fmt: skip
+    assert text.code == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert lines[0].startswith("first divergence: stage total FAILED (payload)")
+    assert any("SUCCEEDED → FAILED (payload)" in line for line in lines)
+    png = tmp_path / "durations.png"
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+    assert (width, height) == (660, 400)  # 1.2 in per stage + 3 in, 100 dpi and len(data) > 5000
+
+
+def test_s3_prefixes_ingest_and_compare(runs: dict[str, Any], tmp_path: Path, s3: S3Server) -> None:
+    client = s3.client()
+    client.create_bucket(Bucket="runs")
+    for name in ("good_prefix", "bad_prefix"):
+        prefix: Path = runs[name]
+        for file in prefix.rglob("*"):
+            if file.is_file() and "/source/blobs/" not in file.as_posix():
+                key = (
+                    f"team/tiny-local/{prefix.parent.name}/npa-workflow/"
+                    + file.relative_to(prefix).as_posix()
+                )
+                client.put_object(Bucket="runs", Key=key, Body=file.read_bytes())
+    db = tmp_path / "store"
+    db.mkdir()
+    for run in (runs["good"], runs["bad"]):
+        out = ingest(f"s3://runs/team/tiny-local/{run}/npa-workflow", db, env=s3.env)
+        assert out["output_path"] == str(db / "insights.sqlite")
+        assert out["input_path"].startswith("s3://runs/")
+    r = run_npa(
+        "workbench", "insights", "compare", "--input-path", str(db),
+        "--base-run", f"tiny-local/{runs['good']}", "--candidate-run", runs["bad"], "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.stderr
+    assert r.json()["first_divergence"]["stage"] == "total"
+
+    absent = run_npa(
+        "workbench", "insights", "ingest-run", "--input-path", "s3://runs/team/nothing-here",
+        "--output-path", str(db), "--json", env=s3.env,
+    )  # fmt: skip
+    assert absent.code == 3, absent.stdout
+    assert absent.json()["error"]["kind"] == "not_found"
+    unknown_run = run_npa(
+        "workbench", "insights", "compare", "--input-path", str(db),
+        "--base-run", "nope", "--candidate-run", runs["bad"], "--json",
+    )  # fmt: skip
+    assert unknown_run.code == 3
+
+
+def test_an_unreachable_store_is_unavailable_not_absent(tmp_path: Path) -> None:
+    env = {
+        "AWS_ACCESS_KEY_ID": "x",
+        "AWS_SECRET_ACCESS_KEY": "y",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": "http://127.0.0.1:9",
+    }
+    r = run_npa(
+        "workbench", "insights", "ingest-run", "--input-path", "s3://runs/x/npa-workflow",
+        "--output-path", str(tmp_path / "db"), "--json", env=env,
+    )  # fmt: skip
+    assert r.code == 4, r.stdout + r.stderr
+    assert not (tmp_path / "db").exists()
