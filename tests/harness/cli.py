@@ -43,3 +43,18 @@ def run_npa(
         check=False,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def imported_packages(*args: str) -> set[str]:
+    """Top-level packages ``python -X importtime -m npa ARGS`` imported (e.g. {"npa", "typer"})."""
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "npa", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import pytest
 
 from npa import __version__
-from tests.harness.cli import run_npa
+from tests.harness.cli import imported_packages, run_npa
 
 pytestmark = pytest.mark.unit
 
@@ -38,16 +36,6 @@ def test_unknown_command_is_a_usage_error() -> None:
 
 
 def test_help_imports_no_heavy_library() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "npa", "--help"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {
-        line.split("|")[-1].strip().split(".")[0]
-        for line in proc.stderr.splitlines()
-        if line.startswith("import time:")
-    }
+    imported = imported_packages("--help")
     assert "npa" in imported
     assert not imported & set(HEAVY), sorted(imported & set(HEAVY))

@@ -5,14 +5,12 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.harness.cli import run_npa
+from tests.harness.cli import imported_packages, run_npa
 from tests.unit.specdata import base_spec, dump
 
 pytestmark = pytest.mark.unit
@@ -258,15 +256,5 @@ def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
 def test_spec_commands_import_no_heavy_library() -> None:
     heavy = {"sky", "pulumi", "boto3", "botocore", "kubernetes", "nebius", "grpc", "jinja2"}
     for args in (["--help"], [*WF, "validate-spec", PHYSAI]):
-        proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "npa", *args],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        imported = {
-            line.split("|")[-1].strip().split(".")[0]
-            for line in proc.stderr.splitlines()
-            if line.startswith("import time:")
-        }
+        imported = imported_packages(*args)
         assert not imported & heavy, (args, imported & heavy)
