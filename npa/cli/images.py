@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
-from npa.core.output import Result
+
+if TYPE_CHECKING:
+    from npa.core.output import Result
 
 Opt = typer.Option
 
