@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from npa.adapters.storage import ObjectAbsent, ObjectStore
 from npa.core.errors import NotFound, StateCorrupt
+from npa.runs.secrets import CREDENTIAL_VARIABLES
 
 TAIL_LINES = 20
 TAIL_BYTES = 4096
@@ -81,9 +83,19 @@ def _seconds(start: str | None, end: str | None) -> float | None:
         return None
 
 
+def redact(text: str) -> str:
+    """Replace the value of any credential variable in this environment by its name: a stage
+    may have printed one, and the store must not keep it."""
+    for name in CREDENTIAL_VARIABLES:
+        value = os.environ.get(name, "")
+        if len(value) >= 8:
+            text = text.replace(value, f"[{name}]")
+    return text
+
+
 def _tail(data: bytes) -> str:
     text = data[-TAIL_BYTES:].decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-TAIL_LINES:])
+    return redact("\n".join(text.splitlines()[-TAIL_LINES:]))
 
 
 def _numeric_leaves(value: Any, prefix: str = "") -> dict[str, float]:

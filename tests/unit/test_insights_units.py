@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from npa.insights.compare import first_divergence, pair_stages
-from npa.insights.scan import RunFacts, StageFacts, parse_metrics
+from npa.insights.scan import RunFacts, StageFacts, parse_metrics, redact
 
 pytestmark = pytest.mark.unit
 
@@ -56,3 +56,8 @@ def test_durations_alone_are_no_divergence() -> None:
     base = run("a", "SUCCEEDED", [stage("one", 0)])
     slow = run("b", "SUCCEEDED", [stage("one", 0, duration_s=99.0)])
     assert first_divergence(base, pair_stages(base, slow), slow) is None
+
+
+def test_log_tails_never_keep_a_credential_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-of-some-length")
+    assert redact("key=s3cr3t-value-of-some-length ok") == "key=[AWS_SECRET_ACCESS_KEY] ok"
