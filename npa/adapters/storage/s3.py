@@ -91,7 +91,9 @@ class S3Store(ObjectStore):
         return full[len(self.prefix) + 1 :] if self.prefix else full
 
     def _where(self, key: str | None = None) -> str:
-        where = f"s3://{self.bucket}/{self._key(key)}" if key else self.uri
+        # Not _key(): a listing prefix ends with "/" and must still be nameable in an error.
+        full = f"{self.prefix}/{key}" if self.prefix and key else key
+        where = f"s3://{self.bucket}/{full}" if key else self.uri
         if self.endpoint_url:
             where += f" (endpoint {self.endpoint_url})"
         return where

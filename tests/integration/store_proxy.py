@@ -1,0 +1,93 @@
+"""An HTTP proxy in front of moto's S3 server that counts requests, can refuse every write, or
+can answer every request with a server error: a store that provably receives no write, or one
+that cannot be verified."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import http.client
+import http.server
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from urllib.parse import urlparse
+
+WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+
+@dataclass
+class ProxyState:
+    upstream: str
+    refuse_writes: bool = False
+    fail_everything: bool = False
+    drop_connections: bool = False  # hang up without answering, like a stopped server
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    writes: list[str] = field(default_factory=list)
+
+
+def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _error(self, status: int, code: str) -> None:
+            body = f"<?xml version='1.0'?><Error><Code>{code}</Code></Error>".encode()
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _forward(self) -> None:
+            state.counts[self.command] += 1
+            length = int(self.headers.get("Content-Length") or 0)
+            data = self.rfile.read(length) if length else None
+            if state.drop_connections:
+                self.close_connection = True
+                self.connection.close()
+                return
+            if state.fail_everything:
+                self._error(500, "InternalError")
+                return
+            if self.command in WRITES:
+                state.writes.append(f"{self.command} {self.path}")
+                if state.refuse_writes:
+                    self._error(403, "AccessDenied")
+                    return
+            up = urlparse(state.upstream)
+            conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+            headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+            conn.request(self.command, self.path, body=data, headers=headers)
+            resp = conn.getresponse()
+            payload = resp.read()
+            self.send_response(resp.status)
+            for k, v in resp.getheaders():
+                if k.lower() not in ("content-length", "transfer-encoding", "connection", "date",
+                                     "server"):  # fmt: skip
+                    self.send_header(k, v)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(payload)
+            conn.close()
+
+        do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _forward
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    return Handler
+
+
+@contextlib.contextmanager
+def store_proxy(upstream: str) -> Iterator[tuple[str, ProxyState]]:
+    """``(endpoint_url, state)`` of a proxy to ``upstream``, stopped on exit."""
+    state = ProxyState(upstream=upstream)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", state
+    finally:
+        server.shutdown()
+        server.server_close()
