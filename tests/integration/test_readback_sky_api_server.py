@@ -1,0 +1,80 @@
+"""How npa classifies the real SkyPilot API server's answer when no jobs controller exists.
+
+SkyPilot 0.14.1's local API server (``sky api start`` on loopback) answers ``jobs.queue_v2`` with
+``ClusterNotUpError("No in-progress managed jobs.")`` when the jobs controller was never created
+or has been torn down. That is not proof a job is absent (the controller, and its jobs, may be
+gone or merely down), so ``status`` must say VERIFICATION_UNAVAILABLE, never NOT_FOUND, and
+``cancel`` must cancel nothing and exit 4.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cli import run_npa
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+WF = ("workbench", "workflow")
+SKY = Path(sys.executable).with_name("sky")
+
+
+@pytest.fixture(scope="module")
+def sky_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    if not SKY.exists():
+        pytest.skip("the sky CLI is not installed in this environment")
+    home = tmp_path_factory.mktemp("sky-home")
+    env = {**os.environ, "HOME": str(home)}
+    env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
+    started = subprocess.run([str(SKY), "api", "start", "--host", "127.0.0.1"], env=env,
+                             capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
+    if started.returncode != 0:
+        pytest.skip(f"sky api start failed here: {started.stderr[-400:]}")
+    try:
+        yield {"HOME": str(home)}
+    finally:
+        subprocess.run([str(SKY), "api", "stop"], env=env, capture_output=True, timeout=120,
+                       check=False)  # fmt: skip
+
+
+def test_no_jobs_controller_is_unavailable_not_absent(
+    sky_home: dict[str, str], npa_home: Path, tmp_path: Path
+) -> None:
+    from npa.core.paths import NpaPaths
+    from npa.runs.manifest import RunManifest, write_manifest
+
+    env: dict[str, Any] = {"NPA_HOME": str(npa_home), **sky_home}
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text((EXAMPLES / "tiny-local.yaml").read_text())
+    r = run_npa(*WF, "prepare-run", str(spec), "--project", "p", env=env)
+    assert r.code == 0, r.stderr
+    run_id = r.stdout.strip()
+    # A run recorded as submitted to SkyPilot (job 7); the controller has since gone.
+    from npa.adapters.storage import open_store
+
+    paths = NpaPaths(npa_home)
+    store = open_store("local", paths=paths)
+    now = "2026-01-01T00:00:00+00:00"
+    write_manifest(store, RunManifest(
+        project="p", workflow="tiny-local", run_id=run_id, backend="skypilot",
+        infra="k8s/gone", state="PENDING", submitted_at=now, updated_at=now,
+        store=store.uri, prefix=f"tiny-local/{run_id}/npa-workflow", spec_sha256="x",
+        source_digest=None, plan_digest="x", tasks={}, images={},
+        job_name=f"npa-tiny-local-{run_id}", job_id=7,
+    ))  # fmt: skip
+    r = run_npa(*WF, "status", run_id, "--project", "p", "--json", env=env, timeout=180)
+    assert r.code == 4, r.stdout + r.stderr
+    body = r.json()
+    assert body["state"] == "VERIFICATION_UNAVAILABLE"
+    job = next(s for s in body["sources"] if s["source"] == "backend-job")
+    assert job["answer"] == "unavailable" and "ClusterNotUpError" in job["error"], job
+    r = run_npa(*WF, "cancel", run_id, "--project", "p", "--json", env=env, timeout=180)
+    assert r.code == 4, r.stdout + r.stderr
