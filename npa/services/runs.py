@@ -32,6 +32,10 @@ class Interrupted(NpaError):
     kind = "interrupted"
 
 
+# How long a stager waits for another one staging the same run.
+STAGE_LOCK_WAIT_SECONDS = 600.0
+
+
 def run_prefix(workflow: str, run_id: str) -> str:
     """The canonical prefix of a run inside its project's store."""
     return f"{workflow}/{run_id}/npa-workflow"
@@ -194,8 +198,11 @@ def stage_run_source(
     journal = OperationJournal(paths, f"stage-source.{settings.project}.{entry.run_id}")
     prefix = run_prefix(workflow, entry.run_id)
     started = time.monotonic()
+    # Staging is idempotent, so a second stager (e.g. a concurrent submit of the same run)
+    # waits for the first and then finds everything in place instead of failing.
     with exclusive_lock(
         paths.lock(f"stage.{settings.project}.{entry.run_id}"),
+        timeout=STAGE_LOCK_WAIT_SECONDS,
         purpose=f"staging the source of run {entry.run_id}",
     ):
         resume = journal.begin(
