@@ -113,6 +113,9 @@ class JobSubmission(BaseModel):
     max_parallel: int = 4
     kubeconfig: str | None = None  # the file SkyPilot is pointed at (KUBECONFIG)
     kube_context: str | None = None
+    # Resume: work an earlier job finished and submit validated; it is not run again.
+    adopted_stages: list[str] = Field(default_factory=list)
+    adopted_waves: dict[str, list[int]] = Field(default_factory=dict)
 
 
 class BackendError(NpaError):

@@ -74,6 +74,18 @@ class SupervisorRecord(_Model):
     attempts: list[SupervisorAttempt] = Field(default_factory=list)
 
 
+class ResumeRecord(_Model):
+    """One ``submit --resume-run``: the job it replaced and the work it adopted."""
+
+    at: str
+    attempt: int  # 1 for the first resume; the job name carries it (-r<attempt>)
+    previous_job_id: int | None
+    previous_state: str
+    adopted_stages: list[str]  # complete, every declared output validated non-empty
+    adopted_waves: dict[str, list[int]] = Field(default_factory=dict)  # partial stages
+    job_name: str
+
+
 class RunManifest(_Model):
     version: int = MANIFEST_VERSION
     project: str
@@ -98,6 +110,7 @@ class RunManifest(_Model):
     launch_transaction: dict[str, Any] | None = None
     supervisor: SupervisorRecord = Field(default_factory=SupervisorRecord)
     stages: dict[str, StageRecord] = Field(default_factory=dict)
+    resumes: list[ResumeRecord] = Field(default_factory=list)
 
 
 def manifest_key(prefix: str) -> str:

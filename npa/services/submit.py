@@ -32,7 +32,8 @@ from npa.adapters.storage import (
     open_store,
 )
 from npa.backends import ExecutionBackend, JobSubmission, TaskContext, open_backend
-from npa.core.errors import EXIT_FAILURE, InvalidInput, NpaError
+from npa.backends.base import JobState
+from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.launch.readyz import DEFAULT_COUNT, DEFAULT_WINDOW, ReadinessProbe, kube_readyz
@@ -40,6 +41,7 @@ from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchStopped, Observer, Transaction
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (
+    ResumeRecord,
     RunManifest,
     read_manifest,
     update_manifest,
@@ -89,6 +91,7 @@ class SubmitResult(Result):
     images: dict[str, str]
     accelerator_remap: dict[str, str]
     launch_transaction: dict[str, Any]
+    resume: ResumeRecord | None = None  # what --resume-run adopted, when it started a new job
     next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
@@ -104,6 +107,13 @@ class SubmitResult(Result):
             f"  manifest: {self.manifest}",
             f"  receipt:  {self.receipt}",
         ]
+        if self.resume is not None:
+            r = self.resume
+            partial = ", ".join(f"{k} waves {v}" for k, v in r.adopted_waves.items())
+            lines.append(
+                f"  resumed after job {r.previous_job_id} ({r.previous_state}): adopted stages "
+                f"{', '.join(r.adopted_stages) or '-'}" + (f"; {partial}" if partial else "")
+            )
         lines += [f"  next: {n}" for n in self.next]
         return lines
 
@@ -456,6 +466,66 @@ def _digest(value: Any) -> str:
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
 
+def _plan_resume(
+    existing: RunManifest,
+    backend: ExecutionBackend,
+    store: ObjectStore,
+    prefix: str,
+    plan_json: dict[str, Any],
+) -> ResumeRecord | None:
+    """What ``--resume-run`` adopts from a run whose job ended without success; None when the
+    job is still live or succeeded (then the launch transaction adopts that job as it is).
+
+    A stage is adopted whole when all its waves succeeded and every declared output validates
+    non-empty in the store; in the first stage that is not, the waves that succeeded are adopted
+    under the same check; nothing after it is adopted (its inputs may change). The backend is
+    asked by job id; if it cannot answer, nothing is relaunched.
+    """
+    from npa.services.artifacts import check_stage
+
+    assert existing.job_id is not None
+    try:
+        record = backend.job(existing.job_id)
+    except NotFound:
+        previous = existing.state  # the job is gone from the backend; the manifest is the record
+        if previous not in {s.value for s in JobState if s.terminal}:
+            raise InvalidInput(
+                f"job {existing.job_id} of run {existing.run_id} is unknown to the backend but "
+                f"the manifest says {previous}; npa will not relaunch what it cannot account for",
+                fix=f"npa workbench workflow status {existing.run_id} --project {existing.project}",
+            ) from None
+    else:
+        if not record.state.terminal or record.state is JobState.SUCCEEDED:
+            return None
+        previous = record.state.value
+    adopted: list[str] = []
+    waves: dict[str, list[int]] = {}
+    for planned in plan_json["stages"]:
+        name = planned["name"]
+        rec = existing.stages.get(name)
+        done = sorted(w.wave for w in (rec.waves if rec else []) if w.state == "SUCCEEDED")
+        if not done:
+            break
+        valid = check_stage(store, prefix, planned, rec.state if rec else "PENDING").ok
+        if not valid:
+            break
+        if len(done) == planned["waves"]["waves"] and rec is not None and rec.state == "SUCCEEDED":
+            adopted.append(name)
+            continue
+        waves[name] = done
+        break
+    attempt = len(existing.resumes) + 1
+    return ResumeRecord(
+        at=datetime.now(UTC).isoformat(timespec="seconds"),
+        attempt=attempt,
+        previous_job_id=existing.job_id,
+        previous_state=previous,
+        adopted_stages=adopted,
+        adopted_waves=waves,
+        job_name=f"npa-{existing.workflow}-{existing.run_id}-r{attempt}",
+    )
+
+
 def submit(
     options: SubmitOptions,
     *,
@@ -544,13 +614,44 @@ def submit(
     for stage, text in task_texts.items():
         store.put(f"{prefix}/tasks/{stage}{backend.task_suffix}", text.encode())
 
+    resume: ResumeRecord | None = None
+    if existing is not None and existing.job_id is not None and options.resume_run:
+        resume = _plan_resume(existing, backend, store, prefix, plan_json)
+
     policy = Policy(
         startup_failure_threshold=options.startup_failure_threshold,
         max_infrastructure_recoveries=options.max_infrastructure_recoveries,
         retries=options.retries,
     )
-    job_name = f"npa-{workflow.metadata.name}-{run_id}"
+    job_name = (
+        existing.job_name if existing is not None else f"npa-{workflow.metadata.name}-{run_id}"
+    )
     manifest_lock = paths.lock(f"manifest.{project}.{run_id}")
+    if resume is not None:
+        assert existing is not None
+        job_name = resume.job_name
+        adopted_stages, adopted_waves = resume.adopted_stages, resume.adopted_waves
+
+        def resumed(m: RunManifest) -> None:
+            m.resumes.append(resume)
+            m.state, m.job_id, m.job_name = "LAUNCHING", None, resume.job_name
+            for stage, rec in m.stages.items():
+                if stage in adopted_stages:
+                    continue
+                keep = set(adopted_waves.get(stage, []))
+                rec.waves = [w for w in rec.waves if w.wave in keep]
+                rec.state, rec.ended_at, rec.classification, rec.detail = (
+                    "PENDING",
+                    None,
+                    None,
+                    None,
+                )
+
+        existing = update_manifest(store, prefix, manifest_lock, resumed)
+    # Each resume is its own launch (its own job name and journal), so rerunning the same
+    # resume adopts its job rather than launching another.
+    attempt = len(existing.resumes) if existing is not None else 0
+    launch_name = f"launch.{project}.{run_id}" + (f".r{attempt}" if attempt else "")
     now = datetime.now(UTC).isoformat(timespec="seconds")
     if existing is None:
         manifest = RunManifest(
@@ -620,6 +721,8 @@ def submit(
         max_parallel=options.max_parallel,
         kubeconfig=str(kubeconfig) if kubeconfig else None,
         kube_context=context,
+        adopted_stages=resume.adopted_stages if resume else [],
+        adopted_waves=resume.adopted_waves if resume else {},
     )
     if readiness is None and backend_name == "skypilot" and kubeconfig is not None:
         assert context is not None
@@ -638,8 +741,8 @@ def submit(
     transaction = Transaction(
         backend,
         submission,
-        journal=OperationJournal(paths, f"launch.{project}.{run_id}"),
-        lock_path=paths.lock(f"launch.{project}.{run_id}"),
+        journal=OperationJournal(paths, launch_name),
+        lock_path=paths.lock(launch_name),
         readiness=readiness,
         policy=policy,
         supervisor=supervisor,
@@ -698,5 +801,6 @@ def submit(
         images=facts["images"],
         accelerator_remap=remap,
         launch_transaction=record.model_dump(mode="json"),
+        resume=resume,
         next=[status + " --watch"],
     )

@@ -3,6 +3,7 @@ detached supervisor. status / list / artifacts / logs / cancel / load-artifact."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -230,3 +231,94 @@ def test_receipt_without_manifest_is_manifest_pending(
     r = status(env, run_id)
     assert r.code == 0, r.stdout + r.stderr
     assert r.json()["state"] == "MANIFEST_PENDING"
+
+
+def _kill_run_processes(run_id: str) -> None:
+    """SIGKILL the processes of this run only (found by the NPA_RUN_ID their environment
+    carries), as a node loss or an OOM kill would."""
+    import os
+    import signal
+
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"NPA_RUN_ID={run_id}".encode() in environ:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def test_resume_after_a_killed_wave_adopts_complete_waves_only(
+    spec: Path, env: dict[str, str], npa_home: Path, tmp_path: Path
+) -> None:
+    counts = tmp_path / "counts"
+    counts.mkdir()
+    text = spec.read_text()
+    # generate counts its runs; square has two waves of one shard, and wave 1 hangs while
+    # SLOW_WAVE is set (only in the first submit's environment: the spec never changes).
+    text = text.replace(
+        'mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
+        f'echo x >> {counts}/generate && mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
+    )
+    text = text.replace(
+        '      mkdir -p "$NPA_OUTPUT_SQUARES" &&',
+        f"      echo $NPA_WAVE >> {counts}/square &&\n"
+        '      { [ -z "$SLOW_WAVE" ] || [ "$NPA_WAVE" != 1 ] || sleep 60; } &&\n'
+        '      mkdir -p "$NPA_OUTPUT_SQUARES" &&',
+    )
+    text = text.replace(
+        '> "$NPA_OUTPUT_SQUARES/squares.txt"',
+        '> "$NPA_OUTPUT_SQUARES/squares-$NPA_SHARD.txt"',
+    ).replace("cat_squares", "")
+    text = text.replace(
+        "awk '{ s += $1 } END { print s }' \"$NPA_INPUT_SQUARES/squares.txt\"",
+        "cat \"$NPA_INPUT_SQUARES\"/squares-*.txt | awk '{ s += $1 } END { print s }'",
+    )
+    text = text.replace("      shards: 2\n      parallel: 2", "      shards: 2\n      parallel: 1")
+    spec.write_text(text)
+    run_id = prepare(spec, env)
+    first = submit(spec, run_id, {**env, "SLOW_WAVE": "1"})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if (counts / "square").exists() and "1" in (counts / "square").read_text().split():
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("wave 1 never started")
+    import os
+    import signal
+
+    job = json.loads((npa_home / "local-jobs" / str(first["job_id"]) / "job.json").read_text())
+    os.kill(job["supervisor_pid"], signal.SIGKILL)  # the supervisor first: it would record
+    _kill_run_processes(run_id)
+    time.sleep(0.3)
+    r = status(env, run_id)
+    body = r.json()
+    assert body["state"] == "FAILED_CONTROLLER", body
+    assert body["stages"]["square"]["waves"].startswith("1/")
+
+    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id, "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    resumed = r.json()
+    assert resumed["outcome"] == "launched" and resumed["job_id"] != first["job_id"]
+    assert resumed["resume"]["adopted_stages"] == ["generate"]
+    assert resumed["resume"]["adopted_waves"] == {"square": [0]}
+    assert resumed["job_name"].endswith("-r1")
+    w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+            "--json")  # fmt: skip
+    assert w.code == 0 and w.json()["state"] == "SUCCEEDED", w.stdout
+    # generate ran once; square's wave 0 once; only the killed wave 1 ran again.
+    assert (counts / "generate").read_text().split() == ["x"]
+    assert (counts / "square").read_text().split() == ["0", "1", "1"]
+    out = npa_home / "store/tiny-local" / run_id / "npa-workflow/stages/total/outputs/total.txt"
+    # Each shard squares all 100 numbers into its own file: the adopted wave 0's file and the
+    # rerun wave 1's file are both summed.
+    assert out.read_text().strip() == str(2 * 338350)
+
+    # Resuming again adopts the finished job; nothing is launched.
+    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id, "--json")
+    assert r.code == 0 and r.json()["outcome"] == "adopted", r.stdout
+    assert r.json()["job_id"] == resumed["job_id"] and r.json()["resume"] is None

@@ -124,6 +124,9 @@ class Supervisor:
             for stage in s.order:
                 if self.cancelled:
                     raise Cancelled()
+                if stage in s.adopted_stages:
+                    self.log(f"stage {stage}: adopted from the earlier job; not run again")
+                    continue
                 self.run_stage(local_tasks.parse(s.tasks[stage]))
         except Cancelled:
             self.finish(JobState.CANCELLED, "cancelled")
@@ -292,7 +295,11 @@ class Supervisor:
         self.manifest(begin)
         env = self.stage_env(task)
         budget = self.policy.payload_retries(task.retries)
+        adopted = set(self.submission.adopted_waves.get(task.stage, []))
         for wave in range(task.waves):
+            if wave in adopted:
+                self.log(f"stage {task.stage} wave {wave}: adopted from the earlier job")
+                continue
             shards = list(range(wave * task.parallel, min((wave + 1) * task.parallel, task.shards)))
             attempt = 0
             while True:

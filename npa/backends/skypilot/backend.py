@@ -99,7 +99,13 @@ class SkyPilotBackend(ExecutionBackend):
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
-        texts = [submission.tasks[stage] for stage in submission.order]
+        # A resumed run relaunches only the stages it did not adopt (SkyPilot runs a stage's
+        # task whole, so a partly finished stage is run again from its first wave).
+        texts = [
+            submission.tasks[stage]
+            for stage in submission.order
+            if stage not in submission.adopted_stages
+        ]
         try:
             return self.service.launch(texts, submission.job_name)
         except Exception as exc:
