@@ -18,6 +18,7 @@ import pytest
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.pulumi import PulumiBackend
+from tests.harness.tools import missing
 
 pytestmark = pytest.mark.integration
 
@@ -206,7 +207,7 @@ def test_nebius_quota_gate_blocks_before_any_stack(
 def k8s_plugin() -> None:
     home = Path(os.environ.get("PULUMI_HOME") or Path.home() / ".pulumi")
     if not (home / "plugins" / K8S_PLUGIN).is_dir():
-        pytest.skip(f"{K8S_PLUGIN} is not installed: run scripts/bootstrap-tools")
+        missing(f"the {K8S_PLUGIN} Pulumi plugin")
 
 
 def test_kubernetes_target_lifecycle(
