@@ -234,7 +234,7 @@ def open_run_store(
         endpoint_url=(recorded and recorded.endpoint_url) or settings.value("endpoint_url"),
         region=(recorded and recorded.region) or settings.value("region"),
         profile=(recorded and recorded.profile) or settings.value("profile"),
-        max_connections=8,
+        max_connections=16,
         max_attempts=2,
         fix_hint=cmd("configure", "--show", "--project", settings.project),
         paths=paths,

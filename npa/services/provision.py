@@ -837,12 +837,15 @@ def _provision(
 
 
 def active_runs(paths: NpaPaths, project: str) -> list[str]:
-    """Runs of the project that were submitted (a receipt with a job identity).
+    """Runs of the project that were submitted and are not proven finished.
 
-    Without a status source this is the conservative answer: a submitted run counts as active
-    until it is cancelled or its receipt is removed.
+    Each submitted run (a receipt with a job identity) is asked with ``status``; it counts as
+    finished only on a trustworthy final state. A run whose state cannot be verified counts as
+    active: teardown never gambles on an unknown.
     """
     from npa.runs.receipts import Receipt
+    from npa.services.status import TERMINAL
+    from npa.services.status import status as run_status
 
     directory = paths.submissions_dir / project
     if not directory.is_dir():
@@ -854,7 +857,14 @@ def active_runs(paths: NpaPaths, project: str) -> list[str]:
         except (OSError, ValueError):
             runs.append(path.stem)
             continue
-        if receipt.job is not None:
+        if receipt.job is None:
+            continue
+        try:
+            answer = run_status(receipt.run_id, project, paths=paths)
+        except NpaError:
+            runs.append(receipt.run_id)
+            continue
+        if not (answer.trustworthy and answer.state in TERMINAL):
             runs.append(receipt.run_id)
     return runs
 

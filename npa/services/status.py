@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
-from npa.adapters.storage import BucketAbsent, StoreUnavailable, normalize_store_uri
+from npa.adapters.storage import normalize_store_uri
 from npa.backends.base import JobRecord, JobState
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
 from npa.core.output import Result
@@ -491,13 +492,10 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
             if RUN_ID_SHAPE.fullmatch(run_id)
         ]
     candidates.sort(reverse=True)
-    rows: list[RunRow] = []
-    others = 0
-    truncated = False
-    for run_id, workflow in candidates:
-        if len(rows) >= limit:
-            truncated = True
-            break
+
+    def row_of(candidate: tuple[str, str]) -> RunRow | str | None:
+        """The row, "other" for another project's run, None for a folder that is no run."""
+        run_id, workflow = candidate
         prefix = f"{workflow}/{run_id}/{PREFIX_LEAF}"
         row = RunRow(
             run_id=run_id, workflow=workflow, recorded_state="?", run_prefix=f"{store_uri}/{prefix}"
@@ -506,21 +504,36 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
             manifest = read_manifest(store, prefix)
             if manifest is None:
                 if not store.list_page(f"{prefix}/", page_size=1).objects:
-                    continue  # a folder with the shape of a run id, but no run under it
+                    return None  # shaped like a run id, but no run under it
                 row.recorded_state = PLAN_ONLY
             elif manifest.project != settings.project:
-                others += 1
-                continue
+                return "other"
             else:
                 row.recorded_state = manifest.state
                 row.backend = manifest.backend
                 row.job_id = manifest.job_id
                 row.submitted_at = manifest.submitted_at
                 row.updated_at = manifest.updated_at
-        except (StoreUnavailable, BucketAbsent, NpaError) as error:
+        except NpaError as error:
             row.recorded_state = VERIFICATION_UNAVAILABLE
             row.error = f"{error.kind}: {error.message}"
-        rows.append(row)
+        return row
+
+    rows: list[RunRow] = []
+    others = 0
+    position = 0
+    # Newest first, read concurrently in batches of what is still missing, so the reads stay
+    # proportional to the runs listed.
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        while len(rows) < limit and position < len(candidates):
+            batch = candidates[position : position + limit - len(rows)]
+            position += len(batch)
+            for found in pool.map(row_of, batch):
+                if found == "other":
+                    others += 1
+                elif isinstance(found, RunRow):
+                    rows.append(found)
+    truncated = position < len(candidates)
     return RunList(
         project=settings.project,
         store=store_uri,

@@ -189,6 +189,11 @@ def test_cancel_by_id_is_repeat_safe(spec: Path, env: dict[str, str], npa_home: 
         if status(env, run_id).json()["state"] == "RUNNING":
             break
         time.sleep(0.1)
+    from npa.core.paths import NpaPaths
+    from npa.services.provision import active_runs
+
+    # teardown's guard asks status: a running run is active...
+    assert active_runs(NpaPaths(npa_home), "demo") == [run_id]
     r = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
     assert r.code == 0 and r.json()["outcome"] == "cancelled", r.stdout
     assert r.json()["job_id"] == out["job_id"]
@@ -197,6 +202,8 @@ def test_cancel_by_id_is_repeat_safe(spec: Path, env: dict[str, str], npa_home: 
     assert w.json()["state"] == "CANCELLED" and w.code == 1
     again = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
     assert again.code == 0 and again.json()["outcome"] == "already_final"
+    # ...and one proven final is not.
+    assert active_runs(NpaPaths(npa_home), "demo") == []
 
 
 def test_not_found_only_when_every_source_answered(env: dict[str, str], npa_home: Path) -> None:

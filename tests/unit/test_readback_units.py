@@ -1,0 +1,129 @@
+"""Unit tests for the run resolver's parsing and the status decision table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from npa.backends.base import JobRecord, JobState
+from npa.core.errors import InvalidInput
+from npa.runs.manifest import RunManifest
+from npa.runs.receipts import Receipt
+from npa.services.locate import Located, SourceAnswer, parse_run_ref
+from npa.services.status import JobAnswer, decide
+
+pytestmark = pytest.mark.unit
+
+RUN = "20260101-000000-abcdef"
+
+
+def test_run_prefixes_parse_to_store_workflow_and_run() -> None:
+    ref = parse_run_ref(f"s3://bucket/team/npa/wf/{RUN}/npa-workflow/")
+    assert (ref.store_uri, ref.workflow, ref.run_id) == ("s3://bucket/team/npa", "wf", RUN)
+    ref = parse_run_ref(f"s3://bucket/wf/{RUN}")
+    assert (ref.store_uri, ref.workflow) == ("s3://bucket", "wf")
+    ref = parse_run_ref(f"file:///data/store/wf/{RUN}/npa-workflow")
+    assert ref.store_uri == "file:///data/store" and ref.run_id == RUN
+    assert parse_run_ref(RUN).store_uri is None
+
+
+@pytest.mark.parametrize(
+    "bad", ["s3://bucket/wf", "gs://bucket/wf/run", "s3://bucket/wf/../x", "../etc", "a/b"]
+)
+def test_anything_but_an_exact_run_prefix_is_refused(bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_run_ref(bad)
+
+
+def located(*sources: SourceAnswer, manifest: RunManifest | None = None, **kw: object) -> Located:
+    from npa.services.configure import resolve_project
+
+    loc = Located(
+        settings=resolve_project("p"),
+        run_id=RUN,
+        workflow="wf",
+        store_uri="file:///s",
+        store=None,
+        receipt=kw.get("receipt"),  # type: ignore[arg-type]
+        reservation=kw.get("reservation"),  # type: ignore[arg-type]
+        manifest=manifest,
+        partial=list(kw.get("partial", [])),  # type: ignore[call-overload]
+        sources=list(sources),
+    )
+    return loc
+
+
+def answer(source: str, value: str) -> SourceAnswer:
+    return SourceAnswer(source=source, where="-", answer=value)  # type: ignore[arg-type]
+
+
+def manifest(state: str, job_id: int | None = 1) -> RunManifest:
+    now = "2026-01-01T00:00:00+00:00"
+    return RunManifest(
+        project="p", workflow="wf", run_id=RUN, backend="local", infra="local", state=state,
+        submitted_at=now, updated_at=now, store="file:///s", prefix=f"wf/{RUN}/npa-workflow",
+        spec_sha256="x", source_digest=None, plan_digest="x", tasks={}, images={},
+        job_name="n", job_id=job_id,
+    )  # fmt: skip
+
+
+def job(state: JobState) -> JobAnswer:
+    return JobAnswer(
+        answer="found", record=JobRecord(backend="local", job_id=1, job_name="n", state=state)
+    )
+
+
+NONE = JobAnswer(answer="not_applicable")
+DOWN = JobAnswer(answer="unavailable")
+
+
+@pytest.fixture(autouse=True)
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("NPA_HOME", str(tmp_path))
+
+
+def test_every_source_absent_is_not_found() -> None:
+    loc = located(answer("receipt", "absent"), answer("reservation", "absent"),
+                  answer("manifest", "absent"), answer("run-prefix", "absent"))  # fmt: skip
+    assert decide(loc, NONE, cached=False)[0] == "NOT_FOUND"
+
+
+@pytest.mark.parametrize("failing", ["receipt", "reservation", "manifest", "store-scan"])
+def test_one_unavailable_source_is_never_not_found(failing: str) -> None:
+    sources = [answer(s, "unavailable" if s == failing else "absent")
+               for s in ("receipt", "reservation", "store-scan", "manifest")]  # fmt: skip
+    assert decide(located(*sources), NONE, cached=False)[0] == "VERIFICATION_UNAVAILABLE"
+
+
+def test_live_manifest_with_unreachable_backend_is_unavailable_and_cached_is_marked() -> None:
+    loc = located(answer("manifest", "found"), manifest=manifest("RUNNING"))
+    assert decide(loc, DOWN, cached=False)[0] == "VERIFICATION_UNAVAILABLE"
+    assert decide(loc, NONE, cached=True)[0] == "CACHED"
+    assert decide(loc, job(JobState.FAILED_CONTROLLER), cached=False)[0] == "FAILED_CONTROLLER"
+
+
+def test_final_manifest_states_stand_and_a_lost_job_is_not_absence() -> None:
+    loc = located(answer("manifest", "found"), manifest=manifest("FAILED_STARTUP"))
+    assert decide(loc, DOWN, cached=False)[0] == "FAILED_STARTUP"
+    loc = located(answer("manifest", "found"), manifest=manifest("RUNNING"))
+    assert decide(loc, JobAnswer(answer="absent"), cached=False)[0] == "VERIFICATION_UNAVAILABLE"
+    loc = located(answer("manifest", "found"), manifest=manifest("LAUNCHING", job_id=None))
+    assert decide(loc, JobAnswer(answer="absent"), cached=False)[0] == "LAUNCH_INCOMPLETE"
+
+
+def test_submission_evidence_without_manifest_is_pending_else_plan_or_reservation() -> None:
+    receipt = Receipt(project="p", project_identity="x", workflow="wf", run_id=RUN,
+                      submitted_at="t", store="file:///s", workflow_prefix="-",
+                      credentials_source="none")  # fmt: skip
+    loc = located(answer("manifest", "absent"), receipt=receipt)
+    assert decide(loc, NONE, cached=False)[0] == "MANIFEST_PENDING"
+    loc = located(answer("manifest", "absent"))
+    assert decide(loc, job(JobState.PENDING), cached=False)[0] == "MANIFEST_PENDING"
+    loc = located(answer("manifest", "absent"), partial=["plan.json"])
+    assert decide(loc, NONE, cached=False)[0] == "PLAN_ONLY"
+    loc = located(answer("manifest", "absent"), reservation=object())
+    assert decide(loc, NONE, cached=False)[0] == "NOT_SUBMITTED"
+    # The store could not be read: a receipt alone does not make it MANIFEST_PENDING.
+    loc = located(answer("manifest", "unavailable"), receipt=receipt)
+    assert decide(loc, NONE, cached=False)[0] == "VERIFICATION_UNAVAILABLE"
