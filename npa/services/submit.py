@@ -512,7 +512,8 @@ def _plan_resume(
         if len(done) == planned["waves"]["waves"] and rec is not None and rec.state == "SUCCEEDED":
             adopted.append(name)
             continue
-        waves[name] = done
+        if backend.name == "local":  # SkyPilot runs a stage's task whole: no partial adoption
+            waves[name] = done
         break
     attempt = len(existing.resumes) + 1
     return ResumeRecord(

@@ -329,3 +329,20 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id, "--json")
     assert r.code == 0 and r.json()["outcome"] == "adopted", r.stdout
     assert r.json()["job_id"] == resumed["job_id"] and r.json()["resume"] is None
+
+
+def test_logs_follow_streams_until_the_job_ends(spec: Path, env: dict[str, str]) -> None:
+    spec.write_text(
+        spec.read_text().replace(
+            'mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
+            'for i in 1 2 3; do echo tick $i; sleep 0.3; done; mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
+        )
+    )
+    run_id = prepare(spec, env)
+    submit(spec, run_id, env)
+    r = npa(env, *WF, "logs", run_id, "--project", "demo", "--stage", "generate", "--follow")
+    assert r.code == 0, r.stdout + r.stderr
+    assert [line.rsplit(" ", 2)[-2:] for line in r.stdout.splitlines() if "tick" in line] == [
+        ["tick", "1"], ["tick", "2"], ["tick", "3"]
+    ]  # fmt: skip
+    assert status(env, run_id).json()["state"] == "SUCCEEDED"  # follow returned at the end

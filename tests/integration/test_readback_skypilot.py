@@ -290,3 +290,31 @@ def _check_gpus(
     fits = {s["stage"]: s for s in body["stages"]}
     assert fits["generate"]["fits"] and fits["generate"]["resolved"] == label
     assert not fits["square"]["fits"] and "one node" in fits["square"]["detail"]
+
+
+def test_resume_of_a_failed_managed_job_launches_one_new_job_by_its_own_name(
+    world: dict[str, Any],
+) -> None:
+    first = submit(world)
+    argv = (*WF, "submit", str(world["spec"]), "--project", "team", "--resume-run",
+            world["run_id"], "--infra", f"k8s/{world['kube'].context}", "--no-preflight-images",
+            "--json")  # fmt: skip
+    # While the job is live, a resume adopts it: nothing new is launched.
+    r = run_npa(*argv, env=world["env"])
+    assert r.code == 0 and r.json()["outcome"] == "adopted", r.stdout + r.stderr
+    state = read_state(world["state"])
+    state["jobs"][0]["status"] = "FAILED_NO_RESOURCE"
+    write_state(world["state"], state)
+    assert status(world).json()["state"] == "FAILED_NO_RESOURCE"
+    r = run_npa(*argv, env=world["env"])
+    assert r.code == 0, r.stdout + r.stderr
+    resumed = r.json()
+    assert resumed["outcome"] == "launched" and resumed["job_id"] != first["job_id"]
+    assert resumed["job_name"] == first["job_name"] + "-r1"
+    assert resumed["resume"]["previous_state"] == "FAILED_NO_RESOURCE"
+    again = run_npa(*argv, env=world["env"])
+    assert again.json()["outcome"] == "adopted" and again.json()["job_id"] == resumed["job_id"]
+    jobs = read_state(world["state"])["jobs"]
+    assert [j["job_name"] for j in jobs] == [first["job_name"], resumed["job_name"]]
+    body = status(world).json()
+    assert body["state"] == "PENDING" and body["job_id"] == resumed["job_id"]
