@@ -127,3 +127,14 @@ def test_submission_evidence_without_manifest_is_pending_else_plan_or_reservatio
     # The store could not be read: a receipt alone does not make it MANIFEST_PENDING.
     loc = located(answer("manifest", "unavailable"), receipt=receipt)
     assert decide(loc, NONE, cached=False)[0] == "VERIFICATION_UNAVAILABLE"
+
+
+def test_children_lists_folders_not_objects(tmp_path: Path) -> None:
+    from npa.adapters.storage import open_store
+
+    store = open_store((tmp_path / "s").as_uri())
+    for key in ("wf/r1/npa-workflow/a", "wf/r1/npa-workflow/b", "wf/r2/x", "top.txt", "b/c"):
+        store.put(key, b"x")
+    assert store.children("") == ["b", "wf"]  # the temp folder is not a child
+    assert store.children("wf/") == ["r1", "r2"]
+    assert store.children("missing/") == []
