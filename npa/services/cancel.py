@@ -95,6 +95,13 @@ def cancel(
         before = backend.job(job_id)
     except NotFound as error:
         return result("no_job", error.message, job_id, None)
+    if located.job_name and before.job_name != located.job_name:
+        raise Unavailable(
+            f"job {job_id} on this {before.backend} backend is {before.job_name}, not the run's "
+            f"{located.job_name}: it is not the backend the run was submitted to; nothing was "
+            "cancelled",
+            fix=located.status_command("--json"),
+        )
     if before.state.terminal:
         return result("already_final", f"job is {before.state.value}", job_id, before.state.value)
     try:

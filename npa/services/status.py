@@ -247,6 +247,17 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
             error=f"{error.kind}: {error.message}",
             fix=error.fix,
         )
+    if located.job_name and record.job_name != located.job_name:
+        # Job ids are per controller (or per NPA_HOME for the local backend): the same id seen
+        # from elsewhere can be another run's job. Never report that job's state as this run's.
+        return JobAnswer(answer="unavailable"), SourceAnswer(
+            source="backend-job",
+            where=where,
+            answer="unavailable",
+            detail=f"job {record.job_id} here is {record.job_name}, not {located.job_name}: "
+            "this backend is not the one the run was submitted to",
+            fix=located.status_command("--cached"),
+        )
     return JobAnswer(answer="found", record=record), SourceAnswer(
         source="backend-job",
         where=where,

@@ -346,3 +346,26 @@ def test_logs_follow_streams_until_the_job_ends(spec: Path, env: dict[str, str])
         ["tick", "1"], ["tick", "2"], ["tick", "3"]
     ]  # fmt: skip
     assert status(env, run_id).json()["state"] == "SUCCEEDED"  # follow returned at the end
+
+
+def test_a_job_id_from_another_home_is_never_taken_for_the_run(
+    spec: Path, env: dict[str, str], npa_home: Path, tmp_path: Path
+) -> None:
+    spec.write_text(spec.read_text().replace("seq 1 100", "sleep 30; seq 1 100"))
+    run_id = prepare(spec, env)
+    submit(spec, run_id, env)
+    # Another NPA_HOME whose local job 1 is a different run, reading this run by its prefix.
+    other = tmp_path / "other-home" / ".npa"
+    job = other / "local-jobs" / "1"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({
+        "job_id": 1, "job_name": "npa-other-run", "state": "SUCCEEDED", "submitted_at": 0.0,
+    }))  # fmt: skip
+    prefix = f"{(npa_home / 'store').as_uri()}/tiny-local/{run_id}"
+    elsewhere = {**env, "NPA_HOME": str(other)}
+    r = npa(elsewhere, *WF, "status", prefix, "--json")
+    assert r.code == 4 and r.json()["state"] == "VERIFICATION_UNAVAILABLE", r.stdout
+    r = npa(elsewhere, *WF, "cancel", prefix, "--json")
+    assert r.code == 4, r.stdout
+    assert status(env, run_id).json()["state"] in ("STARTING", "RUNNING")
+    assert npa(env, *WF, "cancel", run_id, "--project", "demo").code == 0
