@@ -71,6 +71,8 @@ class SupervisorRecord(_Model):
     startup_failures: int = 0
     infrastructure_recoveries: int = 0
     payload_retries: int = 0
+    relaunches: int = 0  # new jobs the supervisor started for this run (job name -a<N>)
+    job_ids: list[int] = Field(default_factory=list)  # every job the run had, oldest first
     attempts: list[SupervisorAttempt] = Field(default_factory=list)
 
 

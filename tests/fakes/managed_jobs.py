@@ -8,7 +8,8 @@ killed submit and its rerun, or two concurrent submits, see the same jobs. Loade
 
 Scripting (keys of the state file): ``refuse`` - exception class names the next launches fail
 with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling process when
-the launch transaction reaches this step (cleared first, so the rerun goes through).
+the launch transaction reaches this step (cleared first, so the rerun goes through);
+``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left).
 """
 
 from __future__ import annotations
@@ -72,11 +73,12 @@ class FakeManagedJobs:
                 return request_id
             job_id = state["next_id"]
             state["next_id"] += 1
+            outcomes = state.get("outcomes") or []
             state["jobs"].append(
                 {
                     "job_id": job_id,
                     "job_name": name,
-                    "status": "PENDING",
+                    "status": outcomes.pop(0) if outcomes else "PENDING",
                     "tasks": len(task_yamls),
                     "submitted_at": time.time(),
                 }

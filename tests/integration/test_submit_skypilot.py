@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.fakes.managed_jobs import STATE_ENV, read_state, write_state
 from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
+from tests.integration import supervisors
 
 pytestmark = pytest.mark.integration
 
@@ -25,7 +27,9 @@ BUCKET = "npa-runs"
 
 
 @pytest.fixture
-def world(s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path) -> dict[str, Any]:
+def world(
+    s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
     s3.client().create_bucket(Bucket=BUCKET)
     state = tmp_path / "fake-jobs.json"
     env = {
@@ -36,6 +40,7 @@ def world(s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path) -> di
         STATE_ENV: str(state),
         "NPA_READYZ_WINDOW_SECONDS": "0.4",
         "NPA_READYZ_INTERVAL_SECONDS": "0.2",
+        "NPA_SKYPILOT_POLL_SECONDS": "0.2",  # the supervisor submit leaves behind
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
     r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=env)
@@ -49,7 +54,7 @@ def world(s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path) -> di
     shutil.copy(EXAMPLES / "tiny-local.yaml", spec)
     r = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "team", env=env)
     assert r.code == 0, r.stderr
-    return {
+    yield {
         "env": env,
         "state": state,
         "spec": spec,
@@ -57,6 +62,7 @@ def world(s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path) -> di
         "context": kube.context,
         "kubeconfig": placed,
     }
+    supervisors.stop_all(npa_home)  # the fake's jobs never end, so their watchers would not
 
 
 def argv(w: dict[str, Any]) -> list[str]:

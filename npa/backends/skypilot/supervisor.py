@@ -1,0 +1,468 @@
+"""The SkyPilot supervisor: watches a run's managed job after ``submit`` returns.
+
+``submit`` starts it detached (``python -m npa.backends.skypilot.supervisor DIR``, its own
+session) once the launch transaction has a job id, or again on a rerun when none is alive. For
+its whole life it holds the owner-only lock ``locks/supervisor.<project>.<run>.lock`` (its pid
+inside), so at most one supervisor ever acts on a run; a second one exits at once.
+
+Each poll reads the run's manifest, then asks the managed-jobs queue for the manifest's job *by
+its id* (never by name). A job still going is mirrored into the manifest's state. A job that
+ended is classified with :mod:`npa.launch.supervision` and the verdict recorded in the
+manifest's ``supervisor`` block:
+
+- transient infrastructure (FAILED_CONTROLLER, FAILED_NO_RESOURCE): a new attempt under the same
+  run id, job name ``<name>-a<N>``, through the launch transaction (which adopts that attempt's
+  job if it already exists), until ``--max-infrastructure-recoveries`` is spent; then
+  INFRASTRUCTURE_RECOVERY_EXHAUSTED;
+- payload (FAILED): a new attempt only while ``--retries`` (or the stage's ``retries``) allows;
+- actionable configuration (FAILED_SETUP, FAILED_PRECHECKS): no retry; only that job ended;
+- unknown (the queue did not answer, the job is missing from it, an unmapped status): recorded
+  once per episode, nothing is relaunched, and polling goes on.
+
+The new attempt is written to the manifest (state LAUNCHING, the new job name, no job id) before
+anything is launched, so a supervisor killed half way, or a rerun ``submit``, completes the same
+attempt instead of starting another. It exits when the run is terminal, and also when the npa
+home it was started from no longer exists.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from npa.adapters.storage import ObjectStore, open_store
+from npa.backends.base import (
+    TERMINAL_STATES,
+    BackendUnavailable,
+    JobRecord,
+    JobState,
+    JobSubmission,
+)
+from npa.core.errors import LockBusy, NotFound, NpaError
+from npa.core.fsio import ensure_private_dir, exclusive_lock
+from npa.core.paths import NpaPaths
+from npa.launch.readyz import ReadinessProbe, kube_readyz
+from npa.launch.supervision import (
+    Classification,
+    Policy,
+    Recovery,
+    classify_job_status,
+    record,
+)
+from npa.launch.transaction import LaunchStopped, Transaction
+from npa.runs.journal import OperationJournal
+from npa.runs.manifest import RunManifest, StageRecord, now_iso, read_manifest, update_manifest
+
+POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between queue polls (tests: a fraction)
+SWITCH_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no supervisor
+DEFAULT_POLL = 15.0
+SPEC_NAME = "supervisor.json"
+LOG_NAME = "supervisor.log"
+_ATTEMPT = re.compile(r"-a(\d+)$")
+_TERMINAL = {s.value for s in TERMINAL_STATES}
+
+
+class ReadinessSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    context: str
+    kubeconfig: str
+    window: float
+    interval: float
+
+
+class SupervisorSpec(BaseModel):
+    """What the detached supervisor needs; written by ``submit``, holds no credential."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    submission: JobSubmission
+    launch_base: str  # the launch journal/lock name of the run (before any -a<N> attempt)
+    readiness: ReadinessSpec | None = None
+
+
+def attempt_suffix(job_name: str) -> str:
+    """``.a<N>`` for a supervisor's relaunch attempt's job name, else ``""``."""
+    match = _ATTEMPT.search(job_name)
+    return f".a{match.group(1)}" if match else ""
+
+
+def base_job_name(job_name: str) -> str:
+    return _ATTEMPT.sub("", job_name)
+
+
+def supervisor_dir(paths: NpaPaths, project: str, run_id: str) -> Path:
+    return paths.root / "supervisors" / f"{project}.{run_id}"
+
+
+def lock_path(paths: NpaPaths, project: str, run_id: str) -> Path:
+    return paths.lock(f"supervisor.{project}.{run_id}")
+
+
+def alive(paths: NpaPaths, project: str, run_id: str) -> int | None:
+    """The pid of the live supervisor of a run, or None when nobody holds its lock."""
+    path = lock_path(paths, project, run_id)
+    if not path.exists():
+        return None
+    try:
+        with exclusive_lock(path, timeout=0):
+            return None
+    except LockBusy:
+        text = path.read_text().strip()
+        return int(text) if text.isdigit() else -1
+
+
+def ensure_supervisor(
+    paths: NpaPaths,
+    submission: JobSubmission,
+    *,
+    launch_name: str,
+    readiness: ReadinessProbe | None,
+) -> int | None:
+    """Start the run's supervisor unless one is alive; returns its pid (None when off)."""
+    if os.environ.get(SWITCH_ENV, "").lower() == "off":
+        return None
+    directory = ensure_private_dir(supervisor_dir(paths, submission.project, submission.run_id))
+    spec = SupervisorSpec(
+        submission=submission.model_copy(update={"job_name": base_job_name(submission.job_name)}),
+        launch_base=launch_name.removesuffix(attempt_suffix(submission.job_name)),
+        readiness=None
+        if readiness is None
+        else ReadinessSpec(
+            context=readiness.context,
+            kubeconfig=str(readiness.kubeconfig),
+            window=readiness.window,
+            interval=readiness.interval,
+        ),
+    )
+    tmp = directory / f"{SPEC_NAME}.tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(spec.model_dump_json(indent=2))
+    os.replace(tmp, directory / SPEC_NAME)
+    pid = alive(paths, submission.project, submission.run_id)
+    if pid is not None:
+        return pid
+    log = open(directory / LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "npa.backends.skypilot.supervisor", str(directory)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            cwd=directory,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, "NPA_HOME": str(paths.root)},
+        )
+    finally:
+        log.close()
+    return proc.pid
+
+
+class SkyPilotSupervisor:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.paths = NpaPaths.from_env()
+        self.spec = SupervisorSpec.model_validate_json((directory / SPEC_NAME).read_text())
+        s = self.spec.submission
+        self.submission = s
+        self.policy = Policy(
+            startup_failure_threshold=s.startup_failure_threshold,
+            max_infrastructure_recoveries=s.max_infrastructure_recoveries,
+            retries=s.retries,
+        )
+        self.poll = float(os.environ.get(POLL_ENV, DEFAULT_POLL))
+        self.manifest_lock = self.paths.lock(f"manifest.{s.project}.{s.run_id}")
+        from npa.backends.skypilot.backend import SkyPilotBackend
+
+        self.backend = SkyPilotBackend(kubeconfig=s.kubeconfig)
+        self.store: ObjectStore | None = None
+        self.episode: str | None = None  # the unknown condition last recorded, if still on
+
+    # --- records -----------------------------------------------------------------------------
+    def log(self, message: str) -> None:
+        sys.stdout.write(f"{now_iso()} {message}\n")
+        sys.stdout.flush()
+
+    def update(self, mutate: Callable[[RunManifest], None]) -> RunManifest:
+        assert self.store is not None
+        return update_manifest(self.store, self.submission.prefix, self.manifest_lock, mutate)
+
+    def unknown(self, job_id: int | None, failure: str, detail: str) -> None:
+        """Record that npa cannot tell (once per episode); nothing is relaunched."""
+        if self.episode == failure:
+            return
+        self.episode = failure
+        self.log(f"unknown ({failure}): {detail}; relaunch blocked")
+
+        def mutate(m: RunManifest) -> None:
+            last = m.supervisor.attempts[-1] if m.supervisor.attempts else None
+            what = f"job {job_id}" if job_id is not None else "relaunch"
+            if last is not None and last.what == what and last.failure == failure:
+                return  # an earlier supervisor recorded this same episode
+            record(
+                m.supervisor,
+                what=what,
+                failure=failure,
+                classification=Classification.UNKNOWN,
+                detail=detail,
+                policy=self.policy,
+            )
+
+        self.update(mutate)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+    def run(self) -> int:
+        s = self.submission
+        try:
+            with exclusive_lock(lock_path(self.paths, s.project, s.run_id), timeout=0):
+                self.log(f"supervising run {s.run_id} (pid {os.getpid()}, poll {self.poll}s)")
+                return self.loop()
+        except LockBusy:
+            self.log("another supervisor holds this run; exiting")
+            return 0
+
+    def loop(self) -> int:
+        s = self.submission
+        self.store = open_store(
+            s.store,
+            endpoint_url=s.endpoint_url,
+            region=s.region,
+            profile=s.profile,
+            paths=self.paths,
+        )
+        while True:
+            if not self.paths.root.exists():
+                self.log(f"{self.paths.root} is gone; exiting")
+                return 0
+            try:
+                done = self.step()
+            except NpaError as error:  # the store or a lock: try again at the next poll
+                self.log(f"error: {error.message}")
+                done = False
+            if done:
+                return 0
+            time.sleep(self.poll)
+
+    def step(self) -> bool:
+        """One poll; True when the run is terminal and the supervisor is done."""
+        assert self.store is not None
+        m = read_manifest(self.store, self.submission.prefix)
+        if m is None:
+            self.log("the run's manifest is gone; exiting")
+            return True
+        if m.state in _TERMINAL:
+            self.log(f"run is {m.state}; exiting")
+            return True
+        if m.job_id is None:
+            if m.state == "LAUNCHING" and attempt_suffix(m.job_name):
+                return self.relaunch(m)
+            return False  # submit is still launching
+        try:
+            job = self.backend.job(m.job_id)
+        except BackendUnavailable as exc:
+            self.unknown(m.job_id, "queue-unavailable", exc.message)
+            return False
+        except NotFound as exc:
+            self.unknown(m.job_id, "job-not-in-queue", exc.message)
+            return False
+        self.episode = None
+        if not job.state.terminal:
+            if m.state != job.state.value:
+                state = job.state.value
+
+                def mirror(mm: RunManifest) -> None:
+                    if mm.job_id == job.job_id and mm.state not in _TERMINAL:
+                        mm.state = state
+
+                self.update(mirror)
+            return False
+        if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
+            self.finish(job)
+            return True
+        return self.failed(job)
+
+    def _stages(self, job: JobRecord) -> list[tuple[str, str]]:
+        """(stage, task status) of the job's tasks, in order (adopted stages are not in it)."""
+        order = [x for x in self.submission.order if x not in self.submission.adopted_stages]
+        tasks = job.details.get("tasks", [])
+        return [(order[i], str(t.get("status"))) for i, t in enumerate(tasks) if i < len(order)]
+
+    def finish(self, job: JobRecord) -> None:
+        self.log(f"job {job.job_id} ended {job.state.value}")
+
+        def mutate(m: RunManifest) -> None:
+            if m.job_id != job.job_id:
+                return
+            m.state = job.state.value
+            for stage, status in self._stages(job):
+                rec = m.stages.setdefault(stage, StageRecord())
+                if status in _TERMINAL:
+                    rec.state = status
+                    rec.ended_at = rec.ended_at or now_iso()
+
+        self.update(mutate)
+
+    def _stage_retries(self, stage: str | None) -> int:
+        assert self.store is not None
+        if stage is None:
+            return 0
+        try:
+            plan: dict[str, Any] = json.loads(self.store.get(f"{self.submission.prefix}/plan.json"))
+        except (NpaError, ValueError):
+            return 0
+        for planned in plan.get("stages", []):
+            if planned.get("name") == stage:
+                return int(planned.get("retries") or 0)
+        return 0
+
+    def failed(self, job: JobRecord) -> bool:
+        """Classify an ended job, record the verdict; True when the run is now terminal."""
+        classification = classify_job_status(job.state.value)
+        stage = next((st for st, status in self._stages(job) if status == job.state.value), None)
+        allowed = self.policy.payload_retries(self._stage_retries(stage))
+        where = f" in stage {stage}" if stage else ""
+        detail = f"job {job.job_id} ({job.job_name}) ended {job.state.value}{where}" + (
+            f": {job.failure_reason}" if job.failure_reason else ""
+        )
+        outcome: list[str] = []
+
+        def mutate(m: RunManifest) -> None:
+            if m.job_id != job.job_id or m.state in _TERMINAL:
+                return  # already handled (a rerun submit or an earlier supervisor)
+            budget = max(0, allowed - m.supervisor.payload_retries)
+            verdict = record(
+                m.supervisor,
+                what=f"job {job.job_id}",
+                failure=job.state.value,
+                classification=classification,
+                detail=detail
+                + (
+                    "; only this job ended, nothing else was cancelled"
+                    if classification is Classification.ACTIONABLE_CONFIGURATION
+                    else ""
+                ),
+                policy=self.policy,
+                payload_budget=budget,
+            )
+            if job.job_id not in m.supervisor.job_ids:
+                m.supervisor.job_ids.append(job.job_id)
+            if stage is not None:
+                rec = m.stages.setdefault(stage, StageRecord())
+                rec.state, rec.ended_at = job.state.value, now_iso()
+                rec.classification, rec.detail = classification.value, detail
+            if verdict.recovery is Recovery.RETRIED:
+                m.supervisor.relaunches += 1
+                m.job_name = f"{base_job_name(m.job_name)}-a{m.supervisor.relaunches}"
+                m.job_id, m.state = None, "LAUNCHING"
+                outcome.append("relaunch")
+                return
+            exhausted = verdict.recovery is Recovery.EXHAUSTED
+            terminal = verdict.terminal_state if exhausted else job.state
+            m.state = (terminal or job.state).value
+            outcome.append(m.state)
+
+        self.update(mutate)
+        self.log(
+            f"{detail}: {classification.value} -> {outcome[0] if outcome else 'already handled'}"
+        )
+        return bool(outcome) and outcome[0] != "relaunch"
+
+    # --- a new attempt -----------------------------------------------------------------------
+    def readiness(self) -> ReadinessProbe | None:
+        r = self.spec.readiness
+        if r is None:
+            return None
+        kubeconfig = Path(r.kubeconfig)
+        return ReadinessProbe(
+            context=r.context,
+            kubeconfig=kubeconfig,
+            ask=kube_readyz(kubeconfig, r.context),
+            window=r.window,
+            interval=r.interval,
+        )
+
+    def relaunch(self, m: RunManifest) -> bool:
+        """Launch (or adopt) the attempt the manifest names; True when the run became terminal."""
+        name = m.job_name
+        journal = f"{self.spec.launch_base}{attempt_suffix(name)}"
+        submission = self.submission.model_copy(update={"job_name": name})
+        supervisor = m.supervisor.model_copy(deep=True)
+        transaction = Transaction(
+            self.backend,
+            submission,
+            journal=OperationJournal(self.paths, journal),
+            lock_path=self.paths.lock(journal),
+            readiness=self.readiness(),
+            policy=self.policy,
+            supervisor=supervisor,
+        )
+        self.log(f"launching attempt {name}")
+        try:
+            tx = transaction.run()
+        except LaunchStopped as stopped:
+            state = stopped.state.value
+            self.log(f"attempt {name} stopped: {stopped.message}")
+
+            def stop(mm: RunManifest) -> None:
+                if mm.job_id is None and mm.job_name == name:
+                    mm.state, mm.supervisor = state, supervisor
+                    mm.launch_transaction = transaction.record.model_dump(mode="json")
+
+            self.update(stop)
+            return True
+        except NpaError as error:  # ambiguous existence, readiness, the queue: never relaunch
+            self.unknown(None, f"relaunch-{error.kind}", error.message)
+            return False
+        job_id = tx.job_id
+        assert job_id is not None
+        self.episode = None
+        self.log(f"attempt {name} is job {job_id} ({tx.outcome})")
+
+        def launched(mm: RunManifest) -> None:
+            if mm.job_name != name:
+                return
+            mm.job_id = job_id
+            mm.launch_transaction = tx.model_dump(mode="json")
+            mm.supervisor = supervisor
+            if job_id not in mm.supervisor.job_ids:
+                mm.supervisor.job_ids.append(job_id)
+            if mm.state == "LAUNCHING":
+                mm.state = JobState.PENDING.value
+
+        self.update(launched)
+        self._receipt(name, job_id)
+        return False
+
+    def _receipt(self, name: str, job_id: int) -> None:
+        """Point the run's receipt at the current attempt's job."""
+        from npa.runs.receipts import JobIdentity, read_receipt, write_receipt
+
+        s = self.submission
+        try:
+            receipt = read_receipt(self.paths, s.project, s.run_id)
+        except NpaError:
+            return
+        receipt.job = JobIdentity(backend=self.backend.name, job_id=str(job_id), job_name=name)
+        write_receipt(self.paths, receipt)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        sys.stderr.write("usage: python -m npa.backends.skypilot.supervisor DIR\n")
+        return 2
+    return SkyPilotSupervisor(Path(argv[0])).run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

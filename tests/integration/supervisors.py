@@ -1,0 +1,39 @@
+"""Find and stop the SkyPilot supervisors a test's submits started (by the pid each one writes
+into its run's lock while it holds it)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from npa.backends.skypilot.supervisor import alive
+from npa.core.paths import NpaPaths
+
+
+def live_pid(npa_home: Path, project: str, run_id: str) -> int | None:
+    return alive(NpaPaths(root=npa_home), project, run_id)
+
+
+def wait_gone(npa_home: Path, project: str, run_id: str, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if live_pid(npa_home, project, run_id) is None:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def stop_all(npa_home: Path) -> None:
+    """SIGKILL every supervisor still holding a run's lock under ``npa_home``."""
+    locks = npa_home / "locks"
+    for path in sorted(locks.glob("supervisor.*.lock")) if locks.is_dir() else []:
+        _, project, run_id = path.name.removesuffix(".lock").split(".", 2)
+        pid = live_pid(npa_home, project, run_id)
+        if pid is not None and pid > 0:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                continue
+            wait_gone(npa_home, project, run_id, timeout=5)

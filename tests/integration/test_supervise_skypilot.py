@@ -1,0 +1,254 @@
+"""Supervision of a SkyPilot managed job after submit returns: the real CLI, moto's S3, the
+kube fixture's /readyz, and the managed-jobs double (SkyPilot's own ManagedJobRecord and
+ManagedJobStatus). The detached supervisor polls fast (NPA_SKYPILOT_POLL_SECONDS) and each
+scenario counts exactly the jobs that were launched for the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.managed_jobs import STATE_ENV, read_state, write_state
+from tests.harness.cli import run_npa
+from tests.harness.kube import KubeCluster
+from tests.harness.s3 import S3Server
+from tests.integration import supervisors
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+BUCKET = "npa-runs"
+
+
+@pytest.fixture
+def world(
+    s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    s3.client().create_bucket(Bucket=BUCKET)
+    state = tmp_path / "fake-jobs.json"
+    env = {
+        **s3.env,
+        "NPA_HOME": str(npa_home),
+        "HOME": str(npa_home.parent),
+        "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
+        STATE_ENV: str(state),
+        "NPA_READYZ_WINDOW_SECONDS": "0.2",
+        "NPA_READYZ_INTERVAL_SECONDS": "0.1",
+        "NPA_SKYPILOT_POLL_SECONDS": "0.1",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+    r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=env)
+    assert r.code == 0, r.stderr
+    placed = npa_home / "clusters" / kube.context / "kubeconfig"
+    placed.parent.mkdir(parents=True)
+    shutil.copy(kube.kubeconfig, placed)
+    spec = tmp_path / "workflow" / "tiny.yaml"
+    spec.parent.mkdir()
+    shutil.copy(EXAMPLES / "tiny-local.yaml", spec)
+    r = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "team", env=env)
+    assert r.code == 0, r.stderr
+    run_id = r.stdout.strip()
+    yield {
+        "env": env,
+        "state": state,
+        "spec": spec,
+        "run_id": run_id,
+        "context": kube.context,
+        "home": npa_home,
+        "s3": s3,
+        "key": f"npa/tiny-local/{run_id}/npa-workflow/manifest.json",
+    }
+    supervisors.stop_all(npa_home)
+
+
+def submit(w: dict[str, Any], *extra: str) -> Any:
+    r = run_npa(
+        *("workbench", "workflow", "submit", str(w["spec"]), "--project", "team"),
+        *("--run-id", w["run_id"], "--infra", f"k8s/{w['context']}", "--no-preflight-images"),
+        *extra,
+        "--json",
+        env=w["env"],
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    return r.json()
+
+
+def script(w: dict[str, Any], **changes: Any) -> None:
+    state = read_state(w["state"])
+    state.update(changes)
+    write_state(w["state"], state)
+
+
+def set_status(w: dict[str, Any], job_id: int, status: str) -> None:
+    state = read_state(w["state"])
+    for job in state["jobs"]:
+        if job["job_id"] == job_id:
+            job["status"] = status
+    write_state(w["state"], state)
+
+
+def jobs(w: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(read_state(w["state"])["jobs"])
+
+
+def manifest(w: dict[str, Any]) -> dict[str, Any]:
+    body = w["s3"].client().get_object(Bucket=BUCKET, Key=w["key"])["Body"].read()
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def wait_for(
+    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    m = manifest(w)
+    while not check(m):
+        assert time.monotonic() < deadline, json.dumps(m, indent=1)
+        time.sleep(0.1)
+        m = manifest(w)
+    return m
+
+
+def pid(w: dict[str, Any]) -> int | None:
+    return supervisors.live_pid(w["home"], "team", w["run_id"])
+
+
+def started(w: dict[str, Any], timeout: float = 20.0) -> int:
+    """The supervisor's pid once it holds the run's lock (submit does not wait for that)."""
+    deadline = time.monotonic() + timeout
+    while (found := pid(w)) is None:
+        assert time.monotonic() < deadline, "no supervisor took the run's lock"
+        time.sleep(0.05)
+    return found
+
+
+def exited(w: dict[str, Any]) -> bool:
+    return supervisors.wait_gone(w["home"], "team", w["run_id"])
+
+
+def base(w: dict[str, Any]) -> str:
+    return f"npa-tiny-local-{w['run_id']}"
+
+
+def test_a_failed_controller_is_relaunched_under_the_same_run(world: dict[str, Any]) -> None:
+    script(world, outcomes=["FAILED_CONTROLLER", "SUCCEEDED"])
+    out = submit(world)
+    assert out["job_id"] == 1
+    m = wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert [j["job_name"] for j in jobs(world)] == [base(world), f"{base(world)}-a1"]
+    assert m["run_id"] == world["run_id"] and m["job_id"] == 2
+    assert m["job_name"] == f"{base(world)}-a1"
+    sup = m["supervisor"]
+    assert sup["classification"] == "transient_infrastructure" and sup["recovery"] == "retried"
+    assert sup["infrastructure_recoveries"] == 1 and sup["payload_retries"] == 0
+    assert sup["relaunches"] == 1 and sup["job_ids"] == [1, 2]
+    assert [(a["what"], a["failure"]) for a in sup["attempts"]] == [("job 1", "FAILED_CONTROLLER")]
+    assert m["launch_transaction"]["outcome"] == "launched"
+    assert m["launch_transaction"]["reconcile"][0]["answer"] == "absent"
+    receipt = json.loads(Path(out["receipt"]).read_text())
+    assert receipt["job"]["job_id"] == "2"
+    assert exited(world)
+
+
+def test_failed_controller_beyond_the_budget_is_exhausted(world: dict[str, Any]) -> None:
+    script(world, outcomes=["FAILED_CONTROLLER"] * 4)
+    submit(world, "--max-infrastructure-recoveries", "2")
+    m = wait_for(world, lambda m: m["state"] == "INFRASTRUCTURE_RECOVERY_EXHAUSTED")
+    assert exited(world)
+    assert len(jobs(world)) == 3  # the first job and two recoveries
+    assert read_state(world["state"])["launch_calls"] == 3
+    sup = m["supervisor"]
+    assert sup["recovery"] == "exhausted" and sup["infrastructure_recoveries"] == 2
+    assert [a["recovery"] for a in sup["attempts"]] == ["retried", "retried", "exhausted"]
+
+
+def test_payload_failure_is_retried_only_within_retries(world: dict[str, Any]) -> None:
+    script(world, outcomes=["FAILED", "FAILED", "SUCCEEDED"])
+    submit(world, "--retries", "1")
+    m = wait_for(world, lambda m: m["state"] == "FAILED")
+    assert exited(world)
+    assert len(jobs(world)) == 2
+    sup = m["supervisor"]
+    assert sup["classification"] == "payload" and sup["recovery"] == "stopped"
+    assert sup["payload_retries"] == 1 and sup["infrastructure_recoveries"] == 0
+    assert [a["classification"] for a in sup["attempts"]] == ["payload", "payload"]
+    failed = [s for s in m["stages"].values() if s["state"] == "FAILED"]
+    assert failed and failed[0]["classification"] == "payload"
+
+
+def test_actionable_configuration_stops_with_that_job_only(world: dict[str, Any]) -> None:
+    script(world, outcomes=["FAILED_SETUP"])
+    submit(world, "--retries", "3")
+    m = wait_for(world, lambda m: m["state"] == "FAILED_SETUP")
+    assert exited(world) and len(jobs(world)) == 1
+    last = m["supervisor"]["attempts"][-1]
+    assert last["classification"] == "actionable_configuration" and last["recovery"] == "stopped"
+    assert "only this job ended" in last["detail"]
+
+
+def test_an_unavailable_queue_is_unknown_and_blocks_relaunch(world: dict[str, Any]) -> None:
+    script(world, outcomes=["RUNNING"])
+    submit(world)
+    wait_for(world, lambda m: m["state"] == "RUNNING")
+    script(world, queue_error="ClusterNotUpError")
+    m = wait_for(world, lambda m: m["supervisor"]["classification"] == "unknown")
+    assert m["supervisor"]["recovery"] == "blocked"
+    assert m["state"] == "RUNNING" and m["job_id"] == 1  # unknown is never "absent"
+    time.sleep(0.5)  # several polls while the queue stays down
+    m = manifest(world)
+    assert len(m["supervisor"]["attempts"]) == 1  # recorded once per episode
+    assert read_state(world["state"])["launch_calls"] == 1 and pid(world) is not None
+    assert all(a["what"] == "job 1" for a in m["supervisor"]["attempts"])
+    script(world, queue_error=None)
+    set_status(world, 1, "SUCCEEDED")
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert exited(world) and len(jobs(world)) == 1
+
+
+def test_a_killed_supervisor_is_reattached_by_a_rerun(world: dict[str, Any]) -> None:
+    script(world, outcomes=["RUNNING"])
+    submit(world)
+    wait_for(world, lambda m: m["state"] == "RUNNING")
+    first = started(world)
+    assert first > 0
+    os.kill(first, signal.SIGKILL)
+    assert exited(world)
+    again = submit(world)
+    assert again["outcome"] == "adopted" and again["job_id"] == 1
+    second = started(world)
+    assert second != first
+    assert read_state(world["state"])["launch_calls"] == 1
+    set_status(world, 1, "SUCCEEDED")
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert exited(world) and len(jobs(world)) == 1
+
+
+def test_a_second_supervisor_never_acts_on_the_same_run(world: dict[str, Any]) -> None:
+    script(world, outcomes=["RUNNING"])
+    submit(world)
+    first = started(world)
+    again = submit(world)  # a live supervisor is kept, not doubled
+    assert again["outcome"] == "adopted" and pid(world) == first
+    directory = world["home"] / "supervisors" / f"team.{world['run_id']}"
+    extra = subprocess.run(
+        [sys.executable, "-m", "npa.backends.skypilot.supervisor", str(directory)],
+        env={**os.environ, **world["env"]},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert extra.returncode == 0 and "another supervisor holds this run" in extra.stdout
+    assert pid(world) == first
+    set_status(world, 1, "SUCCEEDED")
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert exited(world)
