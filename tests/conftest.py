@@ -16,6 +16,7 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     registry_server,
     s3,
     s3_server,
+    sky_server,
 )
 from tests.harness.procs import LIVE, pid_alive
 

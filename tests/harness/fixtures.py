@@ -12,7 +12,8 @@ from tests.harness.kube import KubeCluster, kube_cluster
 from tests.harness.pulumi import PulumiBackend, file_backend
 from tests.harness.registry import Registry, distribution_registry
 from tests.harness.s3 import S3Server, moto_server
-from tests.harness.tools import kubebuilder_asset, require_tool
+from tests.harness.skypilot import SKY, sky_api_server
+from tests.harness.tools import kubebuilder_asset, missing, require_tool
 
 # PULUMI_HOME holds the provider plugins bootstrap-tools installed; it must survive tests that
 # point HOME at a temp dir.
@@ -59,6 +60,15 @@ def kube_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluste
 def kube(kube_server: KubeCluster) -> KubeCluster:
     """etcd + kube-apiserver; the test plays scheduler and kubelet through the helpers."""
     return kube_server
+
+
+@pytest.fixture(scope="session")
+def sky_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
+    """A real local SkyPilot API server; the dict is the environment that reaches it."""
+    if not SKY.exists():
+        missing("the sky CLI (pip install -c constraints.txt -e '.[dev]')")
+    with sky_api_server(tmp_path_factory.mktemp("sky")) as env:
+        yield env
 
 
 @pytest.fixture

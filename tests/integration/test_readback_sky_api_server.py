@@ -9,10 +9,6 @@ gone or merely down), so ``status`` must say VERIFICATION_UNAVAILABLE, never NOT
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,34 +20,15 @@ pytestmark = pytest.mark.integration
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WF = ("workbench", "workflow")
-SKY = Path(sys.executable).with_name("sky")
-
-
-@pytest.fixture(scope="module")
-def sky_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    if not SKY.exists():
-        pytest.skip("the sky CLI is not installed in this environment")
-    home = tmp_path_factory.mktemp("sky-home")
-    env = {**os.environ, "HOME": str(home)}
-    env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
-    started = subprocess.run([str(SKY), "api", "start", "--host", "127.0.0.1"], env=env,
-                             capture_output=True, text=True, timeout=240, check=False)  # fmt: skip
-    if started.returncode != 0:
-        pytest.skip(f"sky api start failed here: {started.stderr[-400:]}")
-    try:
-        yield {"HOME": str(home)}
-    finally:
-        subprocess.run([str(SKY), "api", "stop"], env=env, capture_output=True, timeout=120,
-                       check=False)  # fmt: skip
 
 
 def test_no_jobs_controller_is_unavailable_not_absent(
-    sky_home: dict[str, str], npa_home: Path, tmp_path: Path
+    sky_server: dict[str, str], npa_home: Path, tmp_path: Path
 ) -> None:
     from npa.core.paths import NpaPaths
     from npa.runs.manifest import RunManifest, write_manifest
 
-    env: dict[str, Any] = {"NPA_HOME": str(npa_home), **sky_home}
+    env: dict[str, Any] = {"NPA_HOME": str(npa_home), **sky_server}
     spec = tmp_path / "tiny.yaml"
     spec.write_text((EXAMPLES / "tiny-local.yaml").read_text())
     r = run_npa(*WF, "prepare-run", str(spec), "--project", "p", env=env)

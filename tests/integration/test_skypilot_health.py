@@ -3,11 +3,9 @@ SkyPilot API server, and a throwaway venv holding a kubernetes client SkyPilot c
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from tests.harness.tools import missing
 
 pytestmark = pytest.mark.integration
 
-VENV_BIN = Path(sys.executable).parent
 NS = "npa-demo"
 
 
@@ -149,41 +146,6 @@ def test_verify_without_a_placed_kubeconfig_names_the_provision_command(npa_home
 
 
 # --- status ----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def sky_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A real local SkyPilot API server on loopback with its own HOME (so its own ~/.sky)."""
-    failures = []
-    # SkyPilot's server is a daemon of its own; one retry on a fresh port and HOME absorbs a
-    # start-up that dies on a busy machine, and both logs are shown if it fails twice.
-    for attempt in range(2):
-        home = tmp_path_factory.mktemp(f"sky-home-{attempt}")
-        env = {**os.environ, "HOME": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": str(free_port())}
-        env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
-        started = subprocess.run(
-            [str(VENV_BIN / "sky"), "api", "start"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-        if started.returncode == 0:
-            break
-        log = home / ".sky" / "api_server" / "server.log"
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else ""
-        failures.append(f"{started.stdout}{started.stderr}\nserver.log:\n{tail}")
-    else:
-        pytest.fail("sky api start failed twice:\n" + "\n----\n".join(failures))
-    try:
-        yield {
-            "HOME": env["HOME"],
-            "SKYPILOT_API_SERVER_LOCAL_PORT": env["SKYPILOT_API_SERVER_LOCAL_PORT"],
-        }
-    finally:
-        subprocess.run([str(VENV_BIN / "sky"), "api", "stop"], env=env,
-                       capture_output=True, timeout=120, check=False)  # fmt: skip
-
-
 def test_status_with_a_real_api_server_and_provisioned_cluster(
     kube: KubeCluster, npa_home: Path, sky_server: dict[str, str]
 ) -> None:
