@@ -252,3 +252,24 @@ def test_a_second_supervisor_never_acts_on_the_same_run(world: dict[str, Any]) -
     set_status(world, 1, "SUCCEEDED")
     wait_for(world, lambda m: m["state"] == "SUCCEEDED")
     assert exited(world)
+
+
+def test_a_supervisor_killed_mid_relaunch_leaves_one_attempt(world: dict[str, Any]) -> None:
+    script(world, outcomes=["RUNNING", "RUNNING"])
+    submit(world)
+    first = started(world)
+    script(world, kill_at="launch_requested")  # the supervisor's relaunch, not submit's launch
+    set_status(world, 1, "FAILED_CONTROLLER")
+    assert exited(world)
+    m = manifest(world)
+    assert m["state"] == "LAUNCHING" and m["job_id"] is None
+    assert m["job_name"] == f"{base(world)}-a1"
+    again = submit(world)  # resolves the attempt's request from its journal: no new launch
+    assert again["job_id"] == 2 and again["job_name"] == f"{base(world)}-a1"
+    assert started(world) != first
+    set_status(world, 2, "SUCCEEDED")
+    m = wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert exited(world)
+    assert [j["job_name"] for j in jobs(world)] == [base(world), f"{base(world)}-a1"]
+    assert read_state(world["state"])["launch_calls"] == 2
+    assert m["supervisor"]["infrastructure_recoveries"] == 1

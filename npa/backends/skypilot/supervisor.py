@@ -406,6 +406,7 @@ class SkyPilotSupervisor:
             readiness=self.readiness(),
             policy=self.policy,
             supervisor=supervisor,
+            observe=getattr(self.backend.service, "observe", None),  # a test double's hook
         )
         self.log(f"launching attempt {name}")
         try:
