@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.kube import KubeCluster, kube_cluster
+from tests.harness.procs import stop_lock_holders
 from tests.harness.pulumi import PulumiBackend, file_backend
 from tests.harness.registry import Registry, distribution_registry
 from tests.harness.s3 import S3Server, moto_server
@@ -82,13 +83,22 @@ def pulumi_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PulumiBac
     return backend
 
 
+# Lock files held for life by npa's detached supervisors (local runs and SkyPilot runs).
+SUPERVISOR_LOCKS = ("locks/supervisor.*.lock", "local-jobs/*/supervisor.lock")
+
+
 @pytest.fixture
-def npa_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An isolated NPA_HOME (and HOME, so nothing falls back to the real ~/.npa)."""
+def npa_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An isolated NPA_HOME (and HOME, so nothing falls back to the real ~/.npa).
+
+    Supervisors that the test's runs left running are stopped at teardown: they are built to
+    outlive the command that started them, not the test.
+    """
     home = tmp_path / "home"
     home.mkdir()
     root = home / ".npa"
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("NPA_HOME", str(root))
     monkeypatch.setenv("PULUMI_HOME", REAL_PULUMI_HOME)
-    return root
+    yield root
+    stop_lock_holders(root, SUPERVISOR_LOCKS)

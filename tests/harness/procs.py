@@ -161,3 +161,43 @@ def http_status(url: str, *, timeout: float = 2.0, context: object | None = None
             return int(resp.status)
     except urllib.error.HTTPError as err:
         return int(err.code)
+
+
+def stop_lock_holders(root: Path, patterns: Sequence[str]) -> list[int]:
+    """Stop (SIGTERM, then SIGKILL) whoever holds the flock of a file under ``root``.
+
+    npa's detached supervisors hold such a lock (with their pid written in it) for their whole
+    life and are meant to outlive the shell that started them; a test's teardown uses this to
+    stop the ones its commands started. A lock nobody holds is left alone, so a stale pid in
+    it is never killed.
+    """
+    import fcntl
+
+    holders = []
+    for pattern in patterns:
+        for path in sorted(root.glob(pattern)):
+            try:
+                fd = os.open(path, os.O_RDWR)
+            except OSError:
+                continue
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    continue  # nobody holds it
+                except OSError:
+                    pass
+                text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+            finally:
+                os.close(fd)
+            if text.isdigit() and pid_alive(int(text)):
+                holders.append(int(text))
+    # SIGTERM first: a local supervisor then stops the stage processes it started.
+    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for pid in holders:
+            if pid_alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(pid_alive(p) for p in holders):
+            time.sleep(0.05)
+    return holders

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _child_argv(tmp_path: Path) -> list[str]:
+def _child_argv(tmp_path: Path, test: str = "test_use_every_service_then_fail") -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -29,12 +29,11 @@ def _child_argv(tmp_path: Path) -> list[str]:
         "no:cacheprovider",
         "--basetemp",
         str(tmp_path / "basetemp"),
-        str(ROOT / "tests" / "integration" / "probe_leftovers.py"),
+        f"{ROOT / 'tests' / 'integration' / 'probe_leftovers.py'}::{test}",
     ]
 
 
 def _assert_nothing_left(seen: dict[str, list[int]]) -> None:
-    assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and any(pid_alive(p) for p in seen["pids"]):
         time.sleep(0.1)
@@ -67,7 +66,27 @@ def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
     # The child's only test fails on purpose (exit 1); a skip or an error would be exit 0/2+.
     assert child.returncode == 1, child.stdout + child.stderr
     assert "1 failed" in child.stdout, child.stdout
-    _assert_nothing_left(json.loads(record.read_text()))
+    seen = json.loads(record.read_text())
+    assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
+    _assert_nothing_left(seen)
+
+
+def test_teardown_stops_the_supervisors_a_test_started(tmp_path: Path) -> None:
+    """npa's local supervisor outlives its shell by design; the npa_home fixture stops it."""
+    record = tmp_path / "record.json"
+    child = subprocess.run(
+        _child_argv(tmp_path, "test_start_a_long_local_run_then_fail"),
+        cwd=ROOT,
+        env={**os.environ, "NPA_LEFTOVER_RECORD": str(record)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert child.returncode == 1 and "1 failed" in child.stdout, child.stdout + child.stderr
+    seen = json.loads(record.read_text())
+    assert len(seen["pids"]) >= 2  # the supervisor and the stage's process
+    _assert_nothing_left(seen)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
@@ -87,6 +106,7 @@ def test_killed_test_run_still_stops_every_service(tmp_path: Path, sig: signal.S
             assert child.poll() is None, "the child pytest ended before using its services"
             time.sleep(0.2)
         seen = json.loads(record.read_text())
+        assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
         child.send_signal(sig)
         child.wait(timeout=60)
     finally:
