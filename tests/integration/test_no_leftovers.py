@@ -39,6 +39,10 @@ def _assert_nothing_left(seen: dict[str, list[int]]) -> None:
         time.sleep(0.1)
     alive = [pid for pid in seen["pids"] if pid_alive(pid)]
     assert alive == [], f"processes left running: {alive}"
+    # A killed process's listening socket can outlive its pid by a moment while the kernel
+    # finishes the exit; give the ports the same bounded wait as the processes.
+    while time.monotonic() < deadline and any(port_is_open(p) for p in seen["ports"]):
+        time.sleep(0.1)
     open_ports = [port for port in seen["ports"] if port_is_open(port)]
     assert open_ports == [], f"ports still listening: {open_ports}\n{_listeners(open_ports)}"
 
