@@ -65,19 +65,24 @@ def _remove_orphan_temps(path: Path) -> None:
         if not entry.name.startswith(prefix):
             continue
         pid_text = entry.name[len(prefix) :].split("-", 1)[0]
-        if pid_text.isdigit() and not _pid_running(int(pid_text)):
+        if pid_text.isdigit() and not pid_running(int(pid_text)):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(entry.path)
 
 
-def _pid_running(pid: int) -> bool:
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (killed, not yet reaped) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:

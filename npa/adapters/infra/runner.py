@@ -28,6 +28,7 @@ from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
 from npa.core.errors import LockBusy, NpaError, ToolMissing, Unavailable
+from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
 
 # The Pulumi project name; the same as the top-level Pulumi.yaml so the plain CLI sees the stacks.
@@ -130,21 +131,6 @@ def _program(kind: str) -> Callable[[], None]:
         PROGRAMS[kind]()
 
     return run
-
-
-def _pid_alive(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (killed, not yet reaped) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
 
 
 class InfraRunner:
@@ -268,7 +254,7 @@ class InfraRunner:
                 content = {}
             pid = content.get("pid") if isinstance(content.get("pid"), int) else None
             host = content.get("hostname")
-            stale = host == here and pid is not None and not _pid_alive(pid)
+            stale = host == here and pid is not None and not pid_running(pid)
             found.append(StackLock(str(path), pid, host, stale))
         return found
 
