@@ -12,11 +12,12 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.managed_jobs import STATE_ENV, read_state, write_state
+from tests.fakes.managed_jobs import read_state, write_state
 from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.procs import free_port
 from tests.harness.s3 import S3Server
+from tests.integration.skypilot_world import make_world
 from tests.integration.store_proxy import ProxyState, store_proxy
 
 pytestmark = pytest.mark.integration
@@ -30,32 +31,11 @@ WF = ("workbench", "workflow")
 def world(
     s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
 ) -> Iterator[dict[str, Any]]:
-    s3.client().create_bucket(Bucket=BUCKET)
+    # npa reaches the store through a proxy that counts requests and can refuse writes.
     with store_proxy(s3.endpoint_url) as (endpoint, proxy):
-        env = {
-            **s3.env,
-            "AWS_ENDPOINT_URL_S3": endpoint,
-            "AWS_MAX_ATTEMPTS": "1",
-            "NPA_HOME": str(npa_home),
-            "HOME": str(npa_home.parent),
-            "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
-            STATE_ENV: str(tmp_path / "fake-jobs.json"),
-            "NPA_READYZ_WINDOW_SECONDS": "0.4",
-            "NPA_READYZ_INTERVAL_SECONDS": "0.2",
-            "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        }
-        r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=env)
-        assert r.code == 0, r.stderr
-        placed = npa_home / "clusters" / kube.context / "kubeconfig"
-        placed.parent.mkdir(parents=True)
-        shutil.copy(kube.kubeconfig, placed)
-        spec = tmp_path / "workflow" / "tiny.yaml"
-        spec.parent.mkdir()
-        shutil.copy(EXAMPLES / "tiny-local.yaml", spec)
-        r = run_npa(*WF, "prepare-run", str(spec), "--project", "team", env=env)
-        assert r.code == 0, r.stderr
-        yield {"env": env, "proxy": proxy, "spec": spec, "run_id": r.stdout.strip(),
-               "kube": kube, "state": tmp_path / "fake-jobs.json", "home": npa_home}  # fmt: skip
+        env = {"AWS_ENDPOINT_URL_S3": endpoint, "AWS_MAX_ATTEMPTS": "1"}
+        w = make_world(s3, kube, npa_home, tmp_path, bucket=BUCKET, env=env)
+        yield {**w, "proxy": proxy}
 
 
 def submit(w: dict[str, Any]) -> Any:

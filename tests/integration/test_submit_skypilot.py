@@ -5,7 +5,6 @@ boundary. Every scenario ends with exactly one job for the run."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from tests.fakes.managed_jobs import STATE_ENV, read_state, write_state
+from tests.fakes.managed_jobs import read_state, write_state
 from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
+from tests.integration.skypilot_world import make_world
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 BUCKET = "npa-runs"
 
 
@@ -30,38 +29,10 @@ BUCKET = "npa-runs"
 def world(
     s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
 ) -> Iterator[dict[str, Any]]:
-    s3.client().create_bucket(Bucket=BUCKET)
-    state = tmp_path / "fake-jobs.json"
-    env = {
-        **s3.env,
-        "NPA_HOME": str(npa_home),
-        "HOME": str(npa_home.parent),
-        "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
-        STATE_ENV: str(state),
-        "NPA_READYZ_WINDOW_SECONDS": "0.4",
-        "NPA_READYZ_INTERVAL_SECONDS": "0.2",
-        "NPA_SKYPILOT_POLL_SECONDS": "0.2",  # the supervisor submit leaves behind
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-    }
-    r = run_npa("configure", "--project", "team", "--store", f"s3://{BUCKET}/npa", env=env)
-    assert r.code == 0, r.stderr
-    placed = npa_home / "clusters" / kube.context / "kubeconfig"
-    placed.parent.mkdir(parents=True)
-    shutil.copy(kube.kubeconfig, placed)
-    spec_dir = tmp_path / "workflow"
-    spec_dir.mkdir()
-    spec = spec_dir / "tiny.yaml"
-    shutil.copy(EXAMPLES / "tiny-local.yaml", spec)
-    r = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "team", env=env)
-    assert r.code == 0, r.stderr
-    yield {
-        "env": env,
-        "state": state,
-        "spec": spec,
-        "run_id": r.stdout.strip(),
-        "context": kube.context,
-        "kubeconfig": placed,
-    }
+    # A fast poll for the supervisor submit leaves behind.
+    yield make_world(
+        s3, kube, npa_home, tmp_path, bucket=BUCKET, env={"NPA_SKYPILOT_POLL_SECONDS": "0.2"}
+    )
     supervisors.stop_all(npa_home)  # the fake's jobs never end, so their watchers would not
 
 

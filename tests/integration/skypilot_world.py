@@ -1,0 +1,67 @@
+"""The set-up every SkyPilot-path CLI test starts from: an S3 store, a placed kubeconfig, the
+fake managed-jobs service, and a reserved run of the tiny example spec."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tests.fakes.managed_jobs import STATE_ENV
+from tests.harness.cli import run_npa
+from tests.harness.kube import KubeCluster
+from tests.harness.s3 import S3Server
+
+ROOT = Path(__file__).resolve().parents[2]
+PROJECT = "team"
+
+
+def make_world(
+    s3: S3Server,
+    kube: KubeCluster,
+    npa_home: Path,
+    tmp_path: Path,
+    *,
+    bucket: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """Configure project ``team`` on ``bucket``, place the fixture's kubeconfig where provisioning
+    would, and reserve a run; ``env`` adds to (or overrides) the CLI environment."""
+    s3.client().create_bucket(Bucket=bucket)
+    state = tmp_path / "fake-jobs.json"
+    full_env = {
+        **s3.env,
+        "NPA_HOME": str(npa_home),
+        "HOME": str(npa_home.parent),
+        "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
+        STATE_ENV: str(state),
+        "NPA_READYZ_WINDOW_SECONDS": "0.4",
+        "NPA_READYZ_INTERVAL_SECONDS": "0.2",
+        "PYTHONPATH": str(ROOT),
+        **(env or {}),
+    }
+    r = run_npa("configure", "--project", PROJECT, "--store", f"s3://{bucket}/npa", env=full_env)
+    assert r.code == 0, r.stderr
+    placed = npa_home / "clusters" / kube.context / "kubeconfig"
+    placed.parent.mkdir(parents=True)
+    shutil.copy(kube.kubeconfig, placed)
+    spec = tmp_path / "workflow" / "tiny.yaml"
+    spec.parent.mkdir()
+    shutil.copy(ROOT / "examples" / "tiny-local.yaml", spec)
+    r = run_npa(
+        "workbench", "workflow", "prepare-run", str(spec), "--project", PROJECT, env=full_env
+    )
+    assert r.code == 0, r.stderr
+    run_id = r.stdout.strip()
+    return {
+        "env": full_env,
+        "state": state,
+        "spec": spec,
+        "run_id": run_id,
+        "context": kube.context,
+        "kube": kube,
+        "kubeconfig": placed,
+        "home": npa_home,
+        "s3": s3,
+        "key": f"npa/tiny-local/{run_id}/npa-workflow/manifest.json",
+    }
