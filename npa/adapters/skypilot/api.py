@@ -40,7 +40,8 @@ class ControllerAnswer:
 
 
 @contextlib.contextmanager
-def _kubeconfig(path: Path | None) -> Iterator[None]:
+def kubeconfig_env(path: str | Path | None) -> Iterator[None]:
+    """Point SkyPilot (and the kubernetes client under it) at exactly this kubeconfig."""
     if path is None:
         yield
         return
@@ -125,7 +126,7 @@ def check_kubernetes(kubeconfig: Path, context: str) -> tuple[bool, str]:
     missing = kube_utils.check_port_forward_mode_dependencies(False)
     if missing:
         return False, " ".join(missing)
-    with _kubeconfig(kubeconfig):
+    with kubeconfig_env(kubeconfig):
         try:
             ok, reason = kube_utils.check_credentials(context, run_optional_checks=True)
         except Exception as exc:

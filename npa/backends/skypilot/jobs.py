@@ -11,11 +11,12 @@ protocol (a test double, or a site-specific wrapper); the factory is called with
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
+
+from npa.adapters.skypilot.api import kubeconfig_env
 
 SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
 
@@ -35,23 +36,6 @@ class ManagedJobsService(Protocol):
 
     def tail_logs(self, job_id: int, follow: bool) -> Iterator[str]:
         """``sky.jobs.tail_logs(job_id=...)`` as lines."""
-
-
-@contextlib.contextmanager
-def kubeconfig_env(kubeconfig: str | None) -> Iterator[None]:
-    """Point SkyPilot (and the kubernetes client under it) at exactly this kubeconfig."""
-    if kubeconfig is None:
-        yield
-        return
-    before = os.environ.get("KUBECONFIG")
-    os.environ["KUBECONFIG"] = kubeconfig
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("KUBECONFIG", None)
-        else:
-            os.environ["KUBECONFIG"] = before
 
 
 class SkyManagedJobs:
