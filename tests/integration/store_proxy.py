@@ -1,6 +1,6 @@
-"""An HTTP proxy in front of moto's S3 server that counts requests, can refuse every write, or
-can answer every request with a server error: a store that provably receives no write, or one
-that cannot be verified."""
+"""An HTTP proxy in front of moto's S3 server that counts requests, can refuse every write,
+can answer every request with a server error, or can refuse conditional writes: a store that
+provably receives no write, one that cannot be verified, or one without If-None-Match."""
 
 from __future__ import annotations
 
@@ -22,6 +22,8 @@ class ProxyState:
     refuse_writes: bool = False
     fail_everything: bool = False
     drop_connections: bool = False  # hang up without answering, like a stopped server
+    refuse_conditional: bool = False  # 501 to If-None-Match PUTs, as some S3-compatibles do
+    conditional_puts: int = 0
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     writes: list[str] = field(default_factory=list)
 
@@ -48,6 +50,14 @@ def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
                 return
             if state.fail_everything:
                 self._error(500, "InternalError")
+                return
+            if (
+                state.refuse_conditional
+                and self.command == "PUT"
+                and ("If-None-Match" in self.headers)
+            ):
+                state.conditional_puts += 1
+                self._error(501, "NotImplemented")
                 return
             if self.command in WRITES:
                 state.writes.append(f"{self.command} {self.path}")

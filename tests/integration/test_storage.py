@@ -24,6 +24,7 @@ from npa.adapters.storage import (
 from npa.core.errors import InvalidInput
 from tests.harness.procs import free_port
 from tests.harness.s3 import S3Server
+from tests.integration.store_proxy import store_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -258,76 +259,18 @@ def test_unknown_profile_is_invalid_input(tmp_path: Path, monkeypatch: pytest.Mo
         open_store("s3://bucket-x", profile="no-such-profile")
 
 
-class _NoConditionalProxy(http.server.BaseHTTPRequestHandler):
-    """Forwards to moto, but answers 501 NotImplemented to any conditional PUT: a store without
-    If-None-Match support, as some S3-compatible stores are."""
-
-    upstream = ""
-    conditional_puts = 0
-
-    def _forward(self) -> None:
-        import http.client
-        from urllib.parse import urlparse
-
-        if self.command == "PUT" and "If-None-Match" in self.headers:
-            type(self).conditional_puts += 1
-            body = (
-                b"<?xml version='1.0'?><Error><Code>NotImplemented</Code>"
-                b"<Message>conditional writes are not supported</Message></Error>"
-            )
-            self.send_response(501)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            return
-        length = int(self.headers.get("Content-Length") or 0)
-        data = self.rfile.read(length) if length else None
-        up = urlparse(self.upstream)
-        conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-        conn.request(self.command, self.path, body=data, headers=headers)
-        resp = conn.getresponse()
-        payload = resp.read()
-        self.send_response(resp.status)
-        for k, v in resp.getheaders():
-            if k.lower() not in (
-                "content-length",
-                "transfer-encoding",
-                "connection",
-                "date",
-                "server",
-            ):
-                self.send_header(k, v)
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(payload)
-        conn.close()
-
-    do_GET = do_PUT = do_HEAD = do_DELETE = do_POST = _forward
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 def test_create_if_absent_falls_back_where_the_store_lacks_conditional_writes(
     s3: S3Server, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)
     s3.client().create_bucket(Bucket=BUCKET)
-    handler = type("P", (_NoConditionalProxy,), {"upstream": s3.endpoint_url})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        proxy.refuse_conditional = True
         store = open_store(f"s3://{BUCKET}/fb", endpoint_url=endpoint, max_attempts=1)
         assert store.create_if_absent("k", b"first") is True
         assert store.create_if_absent("k", b"second") is False
         assert store.get("k") == b"first"
         # The store said once that it cannot do conditional writes; npa stops asking.
-        assert handler.conditional_puts == 1
+        assert proxy.conditional_puts == 1
         assert getattr(store, "conditional_writes", None) is False
-    finally:
-        server.shutdown()
-        server.server_close()
