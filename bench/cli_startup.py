@@ -2,7 +2,9 @@
 
 Prints the median of several runs of each command, npa's overhead over bare Python (target:
 at most 0.25 s) and its ratio to ``sky --help``, then lists any heavy library that
-``python -X importtime -m npa --help`` imported (target: none).
+``python -X importtime -m npa --help`` imported (target: none). It also times one small real
+command, ``npa configure --show --json`` in a throwaway NPA_HOME: option parsing, the result
+model and its output, the floor under every npa command.
 
     python bench/cli_startup.py [--runs 15]
 """
@@ -10,10 +12,12 @@ at most 0.25 s) and its ratio to ``sky --help``, then lists any heavy library th
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,11 +25,13 @@ HEAVY = {"sky", "pulumi", "boto3", "botocore", "kubernetes", "pulumi_kubernetes"
 TARGET_OVERHEAD_S = 0.25
 
 
-def median_seconds(argv: list[str], runs: int) -> float:
+def median_seconds(argv: list[str], runs: int, env: dict[str, str] | None = None) -> float:
     samples = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        subprocess.run(
+            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True, env=env
+        )
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
 
@@ -69,6 +75,12 @@ def main() -> int:
         f"npa overhead over python: {overhead * 1000:7.1f} ms "
         f"({verdict} the {TARGET_OVERHEAD_S * 1000:.0f} ms target)"
     )
+    with tempfile.TemporaryDirectory(prefix="npa-home-") as home:
+        env = {**os.environ, "NPA_HOME": home}
+        show = [npa, "configure", "--show", "--json"]
+        subprocess.run(show, stdout=subprocess.DEVNULL, check=True, env=env)
+        show_s = median_seconds(show, args.runs, env)
+    print(f"npa configure --show:    {show_s * 1000:8.1f} ms (a whole small command)")
     if sky:
         subprocess.run([sky, "--help"], stdout=subprocess.DEVNULL, check=True)
         sky_s = median_seconds([sky, "--help"], args.runs)
