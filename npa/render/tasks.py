@@ -35,11 +35,24 @@ class YamlText(str):
 
 
 def templates_dir() -> Path:
-    """``$NPA_TEMPLATES_DIR`` or the repository's ``templates/``."""
+    """``$NPA_TEMPLATES_DIR``, else the repository's ``templates/`` (a checkout or an editable
+    install), else the copy an installed wheel put under ``<prefix>/share/npa/templates``."""
     override = os.environ.get("NPA_TEMPLATES_DIR")
     if override:
         return Path(override)
-    return Path(__file__).resolve().parents[2] / "templates"
+    checkout = Path(__file__).resolve().parents[2] / "templates"
+    if (checkout / TEMPLATE).is_file():
+        return checkout
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        files = distribution("npa").files or []
+    except PackageNotFoundError:
+        files = []
+    for file in files:
+        if file.name == TEMPLATE and file.parent.name == "templates":
+            return Path(str(file.locate())).resolve().parent
+    return checkout  # missing: the caller's error names this path
 
 
 def _finalize(value: Any) -> Any:

@@ -1,0 +1,62 @@
+"""An installed wheel renders without the repository: the task template travels with it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> None:
+    # Built from a copy: an in-tree build would leave build/ behind and reuse a stale one.
+    src = tmp_path / "src"
+    junk = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for part in ("npa", "stacks", "templates"):
+        shutil.copytree(REPO / part, src / part, ignore=junk)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(dist), str(src)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (wheel,) = dist.glob("npa-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(".data/data/share/npa/templates/skypilot-task.yaml.j2") for n in names)
+
+    prefix = tmp_path / "prefix"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
+         "--prefix", str(prefix), str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    (site,) = prefix.glob("lib/python3*/site-packages")
+    # The installed copy comes first on the path; the checkout is neither on it nor the cwd.
+    env = {k: v for k, v in os.environ.items() if k != "NPA_TEMPLATES_DIR"}
+    env["PYTHONPATH"] = str(site)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "rendered"
+    proc = subprocess.run(
+        [sys.executable, "-m", "npa", "workbench", "workflow", "render",
+         str(REPO / "examples/physical-ai.yaml"), "--run-id", "wheel-1", "--out", str(out),
+         "--digests", str(REPO / "examples/physical-ai.digests.yaml")],
+        capture_output=True, text=True, env=env, cwd=elsewhere, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    probe = subprocess.run(
+        [sys.executable, "-c",
+         "import npa.render.tasks as t; print(t.__file__); print(t.templates_dir())"],
+        capture_output=True, text=True, env=env, cwd=elsewhere, check=True,
+    )  # fmt: skip
+    module, templates = probe.stdout.split()
+    assert Path(module).is_relative_to(site)
+    assert Path(templates) == (prefix / "share/npa/templates").resolve()
+    rendered = sorted(p.name for p in out.iterdir())
+    assert rendered == ["augment.yaml", "curate.yaml", "evaluate.yaml", "render.json"]
