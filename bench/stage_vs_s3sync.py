@@ -114,7 +114,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--files", type=int, default=1225)
     ap.add_argument("--megabytes", type=float, default=50.0)
-    ap.add_argument("--jobs", type=int, default=16, help="npa --jobs (awscli uses its default 10)")
+    ap.add_argument(
+        "--jobs", type=int, default=None, help="npa --jobs (default: npa's own; awscli uses 10)"
+    )
     args = ap.parse_args()
 
     aws = ensure_awscli()
@@ -174,8 +176,9 @@ def main() -> None:
             )
             run_id = prep.stdout.strip()
             stage = [*npa, "workbench", "workflow", "stage-source", spec, "--project", "bench",
-                     "--run-id", run_id, "--source", str(tree), "--json",
-                     "--jobs", str(args.jobs)]  # fmt: skip
+                     "--run-id", run_id, "--source", str(tree), "--json"]  # fmt: skip
+            if args.jobs:
+                stage += ["--jobs", str(args.jobs)]
             sync = [str(aws), "s3", "sync", str(tree), f"s3://{BUCKET}/aws-{rep}/",
                     "--endpoint-url", endpoint, "--only-show-errors"]  # fmt: skip
             # Alternate which tool goes first, so neither always meets a warmer server.
@@ -229,13 +232,15 @@ def main() -> None:
 
 
 def in_process_hook_count(
-    tree: Path, endpoint: str, env: dict[str, str], jobs: int
+    tree: Path, endpoint: str, env: dict[str, str], jobs: int | None
 ) -> dict[str, dict[str, int]]:
     """Stage once more in-process to count npa's requests at the client, per operation."""
     os.environ.update({k: env[k] for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")})
     from npa.adapters.storage import open_store
     from npa.adapters.storage.s3 import S3Store
-    from npa.runs.staging import stage_source
+    from npa.runs.staging import default_jobs, stage_source
+
+    jobs = jobs or default_jobs()
 
     store = open_store(f"s3://{BUCKET}/hook", endpoint_url=endpoint, region="us-east-1",
                        max_connections=jobs + 4)  # fmt: skip

@@ -97,7 +97,10 @@ def stage_source(
         Path | None,
         Opt("--source", help="Source tree to stage (default: the spec's directory)."),
     ] = None,
-    jobs: Annotated[int, Opt("--jobs", min=1, max=64, help="Parallel uploads.")] = 16,
+    jobs: Annotated[
+        int | None,
+        Opt("--jobs", min=1, max=64, help="Parallel uploads (default: 4 per CPU, at most 32)."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Stage a source tree for a run: content-addressed, idempotent, committed once."""

@@ -21,7 +21,7 @@ from npa.runs.identity import (
 )
 from npa.runs.journal import OperationJournal
 from npa.runs.selection import Ask, choose_run
-from npa.runs.staging import Progress, stage_source
+from npa.runs.staging import Progress, default_jobs, stage_source
 from npa.services.configure import ProjectSettings, resolve_project
 
 
@@ -151,7 +151,7 @@ def stage_run_source(
     run_id: str | None,
     source: Path | None,
     *,
-    jobs: int = 16,
+    jobs: int | None = None,
     interactive: bool = False,
     ask: Ask | None = None,
     progress: Progress | None = None,
@@ -184,6 +184,7 @@ def stage_run_source(
         tree = Path(entry.source)
     else:
         tree = spec.resolve().parent
+    jobs = jobs or default_jobs()
     uri, store = _store_for(settings, paths, jobs)
     if uri != entry.store:
         raise InvalidInput(
