@@ -11,11 +11,13 @@ from npa.backends.base import (
     BackendUnavailable,
     ExecutionBackend,
     JobRecord,
+    JobStages,
     JobState,
     JobSubmission,
     LaunchRejected,
     QueueAnswer,
     TaskContext,
+    TaskRecord,
     TransientRefusal,
 )
 from npa.core.paths import NpaPaths
@@ -24,11 +26,13 @@ __all__ = [
     "BackendUnavailable",
     "ExecutionBackend",
     "JobRecord",
+    "JobStages",
     "JobState",
     "JobSubmission",
     "LaunchRejected",
     "QueueAnswer",
     "TaskContext",
+    "TaskRecord",
     "TransientRefusal",
     "open_backend",
 ]

@@ -11,11 +11,14 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from npa.core.errors import InvalidInput, NpaError, Unavailable
+
+if TYPE_CHECKING:
+    from npa.runs.manifest import RunManifest
 
 
 class JobState(StrEnum):
@@ -62,6 +65,22 @@ TERMINAL_STATES = frozenset(
 )
 
 
+class TaskRecord(BaseModel):
+    """One task of a job as its backend reports it: a SkyPilot pipeline job has one per stage it
+    launched, each with its own state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: int  # the task's position in the job, from 0
+    task_name: str | None
+    state: JobState
+    failure_reason: str | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    recovery_count: int | None = None
+    infra: str | None = None
+
+
 class JobRecord(BaseModel):
     """One job as its backend reports it."""
 
@@ -74,7 +93,39 @@ class JobRecord(BaseModel):
     submitted_at: float | None = None
     ended_at: float | None = None
     failure_reason: str | None = None
+    # In task order; empty for a backend that keeps no per-task record (the local backend's
+    # supervisor writes each stage's state into the run manifest itself).
+    tasks: list[TaskRecord] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobStages(BaseModel):
+    """Which of a run's stages one of its jobs runs: what maps a backend's per-task answers
+    (states, logs) back to stages.
+
+    A resumed run's job runs only the stages its resume did not adopt (an earlier job ran those),
+    so a task's position in the job is not the stage's position in the plan.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    stages: list[str] | None  # every stage of the run; None when not known (no manifest yet)
+    adopted: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def of_run(cls, manifest: RunManifest) -> JobStages:
+        """The stages the manifest's current job runs: every stage but those the last resume
+        adopted (a supervisor's relaunch of a resumed job runs the same stages)."""
+        adopted = manifest.resumes[-1].adopted_stages if manifest.resumes else []
+        return cls(run_id=manifest.run_id, stages=list(manifest.tasks), adopted=list(adopted))
+
+    @property
+    def launched(self) -> list[str] | None:
+        """The stages this job runs; None when the run's stages are not known."""
+        if self.stages is None:
+            return None
+        return [s for s in self.stages if s not in self.adopted]
 
 
 class QueueAnswer(BaseModel):
@@ -184,9 +235,24 @@ class ExecutionBackend(abc.ABC):
     def cancel(self, job_id: int) -> None:
         """Cancel one job by id (never by name). Cancelling a finished job is a no-op."""
 
+    def stage_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, TaskRecord]:
+        """Stage -> the task of ``record`` that runs it, for every task that can be told apart;
+        a stage the job does not run (adopted) or cannot be matched is left out. Empty for a
+        backend without per-task records."""
+        return {}
+
     @abc.abstractmethod
-    def logs(self, job_id: int, *, follow: bool = False) -> Iterator[str]:
-        """The job's log lines as the backend holds them."""
+    def logs(
+        self,
+        job_id: int,
+        *,
+        follow: bool = False,
+        stage: str | None = None,
+        stages: JobStages | None = None,
+    ) -> Iterator[str]:
+        """The job's log lines as the backend holds them; with ``stage``, only that stage's
+        (``stages`` says which of the run's stages the job runs). Raises NotFound when the
+        backend answers that the stage has no log in this job (yet)."""
 
 
 class TaskContext(BaseModel):

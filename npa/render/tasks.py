@@ -81,6 +81,12 @@ def _environment(root: str) -> Any:
     return env
 
 
+def task_name(run_id: str, stage: str) -> str:
+    """The name a stage's task carries: unique within a run (stage names are), so it picks the
+    stage's task out of the run's pipeline job."""
+    return f"{run_id}-{stage}"
+
+
 @dataclass(frozen=True)
 class RenderedTask:
     stage: str
@@ -238,7 +244,7 @@ def task_context(
         name, _, count = accel.partition(":")
         accel = f"{accelerators.get(name, name)}:{count}"
     return {
-        "task_name": f"{plan.run_id}-{stage.name}",
+        "task_name": task_name(plan.run_id, stage.name),
         "infra": f"k8s/{kube_context}",
         "image_id": f"docker:{image}",
         "accelerators": accel,

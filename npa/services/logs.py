@@ -16,6 +16,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from npa.adapters.storage import BucketAbsent, StoreUnavailable
+from npa.backends.base import JobStages
 from npa.core.errors import EXIT_UNAVAILABLE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -102,43 +103,44 @@ def _live_logs(
             scope="no job id is recorded for the run",
         )
     lines: list[str] = []
-    # The local backend tags each line with its log file (<stage>/wave-W-shard-S.log), so one
-    # stage can be picked out; SkyPilot tails the whole managed job.
-    per_stage = name == "local"
-    tag = f"[{stage}/"
+    # Every backend answers for the one stage: the local backend reads that stage's log files,
+    # SkyPilot tails the stage's own task of the run's pipeline job.
+    m = located.manifest
+    stages = JobStages.of_run(m) if m is not None else None
+    where = f"{name} job {job_id}"
     try:
         backend = open_located_backend(located, paths)
-        for line in backend.logs(job_id, follow=follow):
-            if per_stage and not line.startswith(tag):
-                continue
+        for line in backend.logs(job_id, follow=follow, stage=stage, stages=stages):
             lines.append(line)
             if emit is not None:
                 emit(line)
     except NotFound as error:
         return lines, LogSource(
             source="backend-live",
-            where=f"{name} job {job_id}",
+            where=where,
             tried=True,
             outcome="absent",
+            scope="stage",
             error=error.message,
         )
     except NpaError as error:
         return lines, LogSource(
             source="backend-live",
-            where=f"{name} job {job_id}",
+            where=where,
             tried=True,
             outcome="unavailable",
             lines=len(lines),
+            scope="stage",
             error=f"{error.kind}: {error.message}",
             fix=error.fix,
         )
     return lines, LogSource(
         source="backend-live",
-        where=f"{name} job {job_id}",
+        where=where,
         tried=True,
         outcome="read" if lines else "empty",
         lines=len(lines),
-        scope="stage" if per_stage else "whole job (SkyPilot tails per job)",
+        scope="stage",
     )
 
 
@@ -169,9 +171,10 @@ def logs(
             fix=located.status_command(),
         )
     m = located.manifest
-    if m is not None and m.stages and stage not in m.stages:
+    known = list(m.tasks) if m is not None else []  # every stage has a task file
+    if known and stage not in known:
         raise InvalidInput(
-            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(m.stages)})",
+            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(known)})",
             fix=cmd("workbench", "workflow", "status", located.run_id, "--project",
                     located.project),
         )  # fmt: skip

@@ -282,7 +282,7 @@ def ask_pods(
             answer="not_applicable",
             detail=f"no kubeconfig at {kubeconfig}",
         )
-    tasks = [t.get("task_name") or "" for t in record.details.get("tasks", [])]
+    tasks = [t.task_name for t in record.tasks if t.task_name]
     try:
         reasons = pending_reasons(
             kubeconfig, context, managed_job_clusters(tasks or [record.job_name], record.job_id)

@@ -10,6 +10,17 @@ Scripting (keys of the state file): ``refuse`` - exception class names the next 
 with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling process when
 the launch transaction reaches this step (cleared first, so the rerun goes through);
 ``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left).
+
+A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YAML with
+``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
+(``dag_utils.maybe_infer_and_fill_dag_and_task_names``: the lone task of a one-task job is named
+after the job). Each entry of a job's ``tasks`` may carry its own ``status`` (else the job's
+``status`` applies), ``failure_reason`` and ``logs``. The queue answers one ``ManagedJobRecord``
+per task; ``tail_logs`` answers the way SkyPilot's log stream does (``task=`` a name or an id
+selects one task, with SkyPilot's header line; an unknown job or task streams SkyPilot's
+not-found message instead of log lines) and records every call in ``tail_calls``. Where
+SkyPilot's tail would wait (a task that is not running in a live job, without ``follow``), it
+raises instead of hanging.
 """
 
 from __future__ import annotations
@@ -37,11 +48,40 @@ def initial_state() -> dict[str, Any]:
         "queue_error": None,
         "kill_at": None,
         "kubeconfigs": [],
+        "tail_calls": [],
     }
 
 
 def read_state(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else initial_state()
+
+
+def job_tasks(job: dict[str, Any]) -> list[dict[str, Any]]:
+    """The job's tasks; a scripted job may give only their number (unnamed tasks, which
+    SkyPilot names after the job: ``<job>`` alone, else ``<job>-<index>``)."""
+    tasks = job["tasks"]
+    if isinstance(tasks, int):
+        if tasks == 1:
+            return [{"name": job["job_name"]}]
+        return [{"name": f"{job['job_name']}-{i}"} for i in range(tasks)]
+    return list(tasks)
+
+
+def task_status(job: dict[str, Any], task: dict[str, Any]) -> str:
+    return str(task.get("status") or job["status"])
+
+
+def set_tasks(path: Path, job_id: int, **statuses: str) -> None:
+    """Script the state of tasks of one job by task name (``name=STATUS``)."""
+    state = read_state(path)
+    job = next(j for j in state["jobs"] if j["job_id"] == job_id)
+    tasks = job_tasks(job)
+    for task in tasks:
+        if task["name"] in statuses:
+            task["status"] = statuses.pop(task["name"])
+    assert not statuses, f"job {job_id} has no tasks {sorted(statuses)}"
+    job["tasks"] = tasks
+    write_state(path, state)
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
@@ -64,6 +104,7 @@ class FakeManagedJobs:
             write_state(self.path, state)
 
     def launch(self, task_yamls: list[str], name: str) -> str:
+        names = self._task_names(task_yamls, name)
         with self._state() as state:
             state["launch_calls"] += 1
             state["kubeconfigs"].append(self.kubeconfig)
@@ -79,12 +120,34 @@ class FakeManagedJobs:
                     "job_id": job_id,
                     "job_name": name,
                     "status": outcomes.pop(0) if outcomes else "PENDING",
-                    "tasks": len(task_yamls),
+                    "tasks": [
+                        {"name": task, "logs": [f"log of job {job_id} task {i} {task}"]}
+                        for i, task in enumerate(names)
+                    ],
                     "submitted_at": time.time(),
                 }
             )
             state["requests"][request_id] = {"job_id": job_id}
             return request_id
+
+    @staticmethod
+    def _task_names(task_yamls: list[str], name: str) -> list[str]:
+        """The names SkyPilot gives the chained tasks (as ``SkyManagedJobs.launch`` builds the
+        DAG, then SkyPilot's own naming rule)."""
+        import sky
+        import yaml
+        from sky.utils import dag_utils
+
+        with sky.Dag() as dag:
+            previous = None
+            for text in task_yamls:
+                task = sky.Task.from_yaml_config(yaml.safe_load(text))
+                if previous is not None:
+                    previous >> task
+                previous = task
+        dag.name = name
+        dag_utils.maybe_infer_and_fill_dag_and_task_names(dag)
+        return [str(task.name) for task in dag.tasks]
 
     def get(self, request_id: str) -> Any:
         from sky import exceptions
@@ -110,14 +173,15 @@ class FakeManagedJobs:
         for job in jobs:
             if name not in job["job_name"]:
                 continue
-            for task in range(job["tasks"]):
+            for task_id, task in enumerate(job_tasks(job)):
                 records.append(
                     ManagedJobRecord(
                         job_id=job["job_id"],
-                        task_id=task,
+                        task_id=task_id,
                         job_name=job["job_name"],
-                        task_name=f"task-{task}",
-                        status=ManagedJobStatus(job["status"]),
+                        task_name=task["name"],
+                        status=ManagedJobStatus(task_status(job, task)),
+                        failure_reason=task.get("failure_reason"),
                         submitted_at=job["submitted_at"],
                         recovery_count=0,
                         infra="Kubernetes/fake",
@@ -126,13 +190,55 @@ class FakeManagedJobs:
         return records
 
     def cancel(self, job_ids: list[int]) -> None:
+        from sky.jobs import ManagedJobStatus
+
         with self._state() as state:
             for job in state["jobs"]:
                 if job["job_id"] in job_ids:
                     job["status"] = "CANCELLED"
+                    tasks = job_tasks(job)
+                    for task in tasks:
+                        if not ManagedJobStatus(task_status(job, task)).is_terminal():
+                            task["status"] = "CANCELLED"
+                    job["tasks"] = tasks
 
-    def tail_logs(self, job_id: int, follow: bool) -> Iterator[str]:
-        yield f"fake log of job {job_id}"
+    def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
+        from sky.jobs import ManagedJobStatus
+
+        with self._state() as state:
+            state.setdefault("tail_calls", []).append(
+                {"job_id": job_id, "task": task, "follow": follow}
+            )
+            job = next((j for j in state["jobs"] if j["job_id"] == job_id), None)
+        if job is None:
+            yield f"Job {job_id} not found."
+            return
+        tasks = list(enumerate(job_tasks(job)))
+        chosen = [
+            (i, t)
+            for i, t in tasks
+            if task is None or (i == task if isinstance(task, int) else t["name"] == task)
+        ]
+        if not chosen:
+            valid = f"0-{len(tasks) - 1}" if len(tasks) > 1 else "0"
+            yield f"No task found matching {task!r} in job {job_id}. Valid task IDs are {valid}."
+            return
+        states = [ManagedJobStatus(task_status(job, t)) for _, t in tasks]
+        live = not all(s.is_terminal() for s in states)
+        for i, _task in chosen:
+            if live and not follow and states[i] is not ManagedJobStatus.RUNNING:
+                raise TimeoutError(
+                    f"sky.jobs.tail_logs would wait: task {i} is {states[i].value} in a live job"
+                )
+        if task is None and len(tasks) > 1:
+            yield (
+                f"Hint: This job has {len(tasks)} tasks. Use 'sky jobs logs {job_id} TASK' to "
+                "view logs for a specific task (TASK can be task ID or name)."
+            )
+        for i, t in chosen:
+            if len(chosen) > 1 or task is not None:
+                yield f"=== Task {t['name']}({i}) ==="
+            yield from t.get("logs", [])
 
     def observe(self, step: str) -> None:
         with self._state() as state:

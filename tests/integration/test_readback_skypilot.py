@@ -57,13 +57,13 @@ def script(w: dict[str, Any], **changes: Any) -> None:
     write_state(w["state"], state)
 
 
-def job_pod(kube: KubeCluster, job_id: int, image: str) -> str:
-    """Create the pod SkyPilot would create for task-0 of the managed job (the fake names its
-    tasks task-N); the test then plays kubelet and scheduler."""
+def job_pod(kube: KubeCluster, job_id: int, image: str, task: str) -> str:
+    """Create the pod SkyPilot would create for the managed job's task named ``task``; the test
+    then plays kubelet and scheduler."""
     from kubernetes import client
     from sky.jobs.utils import generate_managed_job_cluster_name
 
-    cluster = generate_managed_job_cluster_name("task-0", job_id)
+    cluster = generate_managed_job_cluster_name(task, job_id)
     name = f"{cluster}-head-{uuid.uuid4().hex[:5]}"
     kube.core().create_namespaced_pod(
         "default",
@@ -93,7 +93,8 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
     assert body["pending"] == []  # no pod yet: nothing to report, and nothing invented
     kube = world["kube"]
     image = "registry.example/private/curate@sha256:" + "0" * 64
-    pod = job_pod(kube, out["job_id"], image)
+    first = f"{world['run_id']}-generate"  # the task npa named for the first stage
+    pod = job_pod(kube, out["job_id"], image, first)
     try:
         kube.set_pod_status("default", pod, waiting_reason="ImagePullBackOff",
                             waiting_message="pull access denied: 403 Forbidden")  # fmt: skip
@@ -104,7 +105,7 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
         assert "403" in reason["message"]
         assert any("preflight-images" in n for n in body["next"])
         delete_pod(kube, pod)
-        pod = job_pod(kube, out["job_id"], image)
+        pod = job_pod(kube, out["job_id"], image, first)
         kube.set_pod_status("default", pod, phase="Pending", unschedulable_message=(
             "0/3 nodes are available: 3 Insufficient nvidia.com/gpu."))  # fmt: skip
         body = status(world).json()
@@ -116,7 +117,7 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
     finally:
         delete_pod(kube, pod)
     # Another job's pod (same task name, other id) is never taken for this one's.
-    other = job_pod(kube, out["job_id"] + 100, image)
+    other = job_pod(kube, out["job_id"] + 100, image, first)
     try:
         kube.set_pod_status("default", other, waiting_reason="ErrImagePull")
         assert status(world).json()["pending"] == []

@@ -81,7 +81,11 @@ def test_launch_probes_readyz_and_passes_the_context_kubeconfig(world: dict[str,
     assert probes[-1]["at"] - probes[0]["at"] >= 0.4
     assert tx["reconcile"][0]["answer"] == "absent" and tx["outcome"] == "launched"
     assert len(jobs(world)) == 1 and out["job_id"] == jobs(world)[0]["job_id"]
-    assert jobs(world)[0]["tasks"] == 3  # the stages chained into one managed job
+    # The stages chained into one managed job, in plan order, each task named for its stage.
+    run = world["run_id"]
+    assert [t["name"] for t in jobs(world)[0]["tasks"]] == [
+        f"{run}-generate", f"{run}-square", f"{run}-total"
+    ]  # fmt: skip
     assert read_state(world["state"])["kubeconfigs"] == [str(world["kubeconfig"])]
 
 

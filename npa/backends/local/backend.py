@@ -14,6 +14,7 @@ from npa.backends.base import (
     BackendUnavailable,
     ExecutionBackend,
     JobRecord,
+    JobStages,
     JobState,
     JobSubmission,
     LaunchRejected,
@@ -112,7 +113,16 @@ class LocalBackend(ExecutionBackend):
             return
         self.table.update(job_id, state=JobState.CANCELLED, ended_at=time.time())
 
-    def logs(self, job_id: int, *, follow: bool = False) -> Iterator[str]:
+    def logs(
+        self,
+        job_id: int,
+        *,
+        follow: bool = False,
+        stage: str | None = None,
+        stages: JobStages | None = None,
+    ) -> Iterator[str]:
+        # Each stage writes under logs/<stage>/ (wave-W-shard-S.log); the supervisor's own log
+        # sits beside them and belongs to no stage.
         directory = self.table.job_dir(job_id) / "logs"
         if not directory.is_dir():
             raise NotFound(f"local job {job_id} has no logs", fix=f"ls {self.table.root}")
@@ -124,6 +134,8 @@ class LocalBackend(ExecutionBackend):
                 raise BackendUnavailable(f"cannot read {directory}: {exc.strerror}") from None
             for path in files:
                 rel = str(path.relative_to(directory))
+                if stage is not None and not rel.startswith(f"{stage}/"):
+                    continue
                 with path.open("rb") as f:
                     f.seek(seen.get(rel, 0))
                     data = f.read()

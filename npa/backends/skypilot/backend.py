@@ -7,6 +7,7 @@ transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`),
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,16 +15,19 @@ from npa.backends.base import (
     BackendUnavailable,
     ExecutionBackend,
     JobRecord,
+    JobStages,
     JobState,
     JobSubmission,
     LaunchRejected,
     QueueAnswer,
     TaskContext,
+    TaskRecord,
     TransientRefusal,
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, load_service
 from npa.core.errors import NotFound
+from npa.render.tasks import task_name
 
 BACKEND = "skypilot"
 
@@ -56,6 +60,15 @@ _STATUS = {
     "SUBMITTED": JobState.PENDING,
     "WINDING_DOWN": JobState.RUNNING,
 }
+
+
+# What SkyPilot's log stream says, in place of log lines, when the job or the task it was asked
+# for does not exist (sky/jobs/utils.py stream_logs_by_id; the request then exits NOT_FOUND, which
+# a streamed tail never sees).
+_NO_JOB = "Job {job_id} not found."
+_NO_TASK = re.compile(
+    r"No task found matching (?P<task>.+) in job (?P<job>\d+)\. Valid task IDs are .*"
+)
 
 
 def _kinds(exc: BaseException) -> set[str]:
@@ -160,18 +173,19 @@ class SkyPilotBackend(ExecutionBackend):
             submitted_at=first.submitted_at,
             ended_at=rows[-1].end_at,
             failure_reason=(failed.failure_reason if failed else None),
-            details={
-                "tasks": [
-                    {
-                        "task_id": r.task_id,
-                        "task_name": r.task_name,
-                        "status": job_state(r.status).value,
-                        "recovery_count": r.recovery_count,
-                        "infra": r.infra,
-                    }
-                    for r in rows
-                ]
-            },
+            tasks=[
+                TaskRecord(
+                    task_id=int(r.task_id or 0),
+                    task_name=r.task_name,
+                    state=job_state(r.status),
+                    failure_reason=r.failure_reason,
+                    started_at=r.start_at,
+                    ended_at=r.end_at,
+                    recovery_count=r.recovery_count,
+                    infra=r.infra,
+                )
+                for r in rows
+            ],
         )
 
     def queue(self, job_name: str) -> QueueAnswer:
@@ -199,8 +213,86 @@ class SkyPilotBackend(ExecutionBackend):
         except Exception as exc:
             raise self._translate(exc, f"cancelling job {job_id}") from None
 
-    def logs(self, job_id: int, *, follow: bool = False) -> Iterator[str]:
+    def stage_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, TaskRecord]:
+        """Each launched stage's task, by the name npa rendered for it; SkyPilot names the lone
+        task of a one-task job after the job, so that task is the one stage the job runs."""
+        launched = stages.launched
+        if launched is None:
+            return {}
+        names = {task_name(stages.run_id, stage): stage for stage in launched}
+        found = {names[t.task_name]: t for t in record.tasks if t.task_name in names}
+        if not found and len(launched) == 1 and len(record.tasks) == 1:
+            (lone,) = record.tasks
+            if lone.task_name in (record.job_name, None):
+                found[launched[0]] = lone
+        return found
+
+    def logs(
+        self,
+        job_id: int,
+        *,
+        follow: bool = False,
+        stage: str | None = None,
+        stages: JobStages | None = None,
+    ) -> Iterator[str]:
+        task = None if stage is None else self._stage_task(job_id, stage, stages, follow)
         try:
-            yield from self.service.tail_logs(job_id, follow)
+            for line in self.service.tail_logs(job_id, follow, task):
+                self._refuse_not_found(job_id, line)
+                yield line
+        except NotFound:
+            raise
         except Exception as exc:
             raise BackendUnavailable(f"sky.jobs.tail_logs: {type(exc).__name__}: {exc}") from None
+
+    @staticmethod
+    def _refuse_not_found(job_id: int, line: str) -> None:
+        text = line.strip()
+        if text == _NO_JOB.format(job_id=job_id):
+            raise NotFound(f"SkyPilot: {text}")
+        match = _NO_TASK.fullmatch(text)
+        if match and match["job"] == str(job_id):
+            raise NotFound(f"SkyPilot: {text}")
+
+    def _stage_task(
+        self, job_id: int, stage: str, stages: JobStages | None, follow: bool
+    ) -> str | int:
+        """The ``task=`` selector of the stage's task, after checking that SkyPilot can serve its
+        log now: its tail waits, even without ``follow``, for a task that is not running in a
+        live job (a finished task's cluster is torn down, and its stored log is read only once
+        the whole job has ended)."""
+        cached = "npa workbench workflow logs RUN --project P --stage S --cached"
+        if stages is None or stages.launched is None:
+            raise BackendUnavailable(
+                f"which task of job {job_id} runs stage {stage!r} is unknown: the run's "
+                "manifest, which lists its stages, was not read",
+                fix=cached,
+            )
+        if stage not in stages.launched:
+            why = "was adopted from an earlier job" if stage in stages.adopted else "is unknown"
+            raise NotFound(f"stage {stage!r} {why}: job {job_id} does not run it", fix=cached)
+        record = self.job(job_id)
+        task = self.stage_tasks(record, stages).get(stage)
+        if task is None:
+            names = ", ".join(f"{t.task_id}:{t.task_name}" for t in record.tasks) or "none"
+            raise BackendUnavailable(
+                f"job {job_id} has no task npa can tell runs stage {stage!r} (tasks: {names})",
+                fix=cached,
+            )
+        state = task.state
+        selector: str | int = task.task_name if task.task_name else task.task_id
+        if record.state.terminal or state is JobState.RUNNING:
+            return selector
+        if follow and state in (JobState.PENDING, JobState.STARTING):
+            return selector  # --follow waits for the task to start, as SkyPilot's tail does
+        if state is JobState.PENDING:
+            raise NotFound(
+                f"stage {stage!r} (task {task.task_id} of job {job_id}) is PENDING: it has not "
+                "started, so it has no log yet"
+            )
+        raise BackendUnavailable(
+            f"stage {stage!r} (task {task.task_id} of job {job_id}) is {state.value} while the job "
+            f"is {record.state.value}: SkyPilot serves that task's log only while it runs or once "
+            "the whole job has ended",
+            fix=cached,
+        )

@@ -34,8 +34,9 @@ class ManagedJobsService(Protocol):
     def cancel(self, job_ids: list[int]) -> None:
         """``sky.jobs.cancel(job_ids=...)``, resolved."""
 
-    def tail_logs(self, job_id: int, follow: bool) -> Iterator[str]:
-        """``sky.jobs.tail_logs(job_id=...)`` as lines."""
+    def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
+        """``sky.jobs.tail_logs(job_id=..., task=...)`` as lines: ``task`` (a task name, or its
+        id in the job) selects one task of a pipeline; None tails every task."""
 
 
 class SkyManagedJobs:
@@ -81,11 +82,14 @@ class SkyManagedJobs:
         with kubeconfig_env(self.kubeconfig):
             sky.get(sky.jobs.cancel(job_ids=job_ids))
 
-    def tail_logs(self, job_id: int, follow: bool) -> Iterator[str]:
+    def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
         import sky
 
         with kubeconfig_env(self.kubeconfig):
-            for chunk in sky.jobs.tail_logs(job_id=job_id, follow=follow, preload_content=False):
+            chunks = sky.jobs.tail_logs(
+                job_id=job_id, follow=follow, task=task, preload_content=False
+            )
+            for chunk in chunks:
                 if chunk:
                     yield from chunk.splitlines()
 

@@ -295,8 +295,7 @@ class SkyPilotSupervisor:
     def _stages(self, job: JobRecord) -> list[tuple[str, str]]:
         """(stage, task status) of the job's tasks, in order (adopted stages are not in it)."""
         order = [x for x in self.submission.order if x not in self.submission.adopted_stages]
-        tasks = job.details.get("tasks", [])
-        return [(order[i], str(t.get("status"))) for i, t in enumerate(tasks) if i < len(order)]
+        return [(order[i], t.state.value) for i, t in enumerate(job.tasks) if i < len(order)]
 
     def finish(self, job: JobRecord) -> None:
         self.log(f"job {job.job_id} ended {job.state.value}")

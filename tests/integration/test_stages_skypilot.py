@@ -1,0 +1,168 @@
+"""Per-stage states and logs on the SkyPilot path: a run is one managed job whose pipeline has
+one task per launched stage. The real CLI, moto's S3, the kube fixture, the detached supervisor,
+and the managed-jobs double (SkyPilot's own ManagedJobRecord per task, SkyPilot's own task
+naming rule, and its log stream's per-task selection) at the SDK boundary."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fakes.managed_jobs import STATE_ENV, FakeManagedJobs, read_state, set_tasks, write_state
+from tests.harness.cli import run_npa
+from tests.harness.kube import KubeCluster
+from tests.harness.s3 import S3Server
+from tests.integration import supervisors
+from tests.integration.skypilot_world import make_world
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "npa-stages"
+WF = ("workbench", "workflow")
+
+
+@pytest.fixture
+def world(
+    s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    fast = {"NPA_SKYPILOT_POLL_SECONDS": "0.1"}
+    yield make_world(s3, kube, npa_home, tmp_path, bucket=BUCKET, env=fast)
+    supervisors.stop_all(npa_home)
+
+
+def submit(w: dict[str, Any], *extra: str) -> Any:
+    r = run_npa(*WF, "submit", str(w["spec"]), "--project", "team", "--run-id", w["run_id"],
+                "--infra", f"k8s/{w['context']}", "--no-preflight-images", *extra, "--json",
+                env=w["env"])  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    return r.json()
+
+
+def status(w: dict[str, Any], *extra: str) -> Any:
+    return run_npa(*WF, "status", w["run_id"], "--project", "team", "--json", *extra,
+                   env=w["env"])  # fmt: skip
+
+
+def logs(w: dict[str, Any], stage: str) -> Any:
+    return run_npa(*WF, "logs", w["run_id"], "--project", "team", "--stage", stage, "--json",
+                   env=w["env"])  # fmt: skip
+
+
+def states(body: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(stage, state, source) in the order status lists them."""
+    return [(name, v["state"], v["source"]) for name, v in body["stages"].items()]
+
+
+def task(w: dict[str, Any], stage: str) -> str:
+    return f"{w['run_id']}-{stage}"  # the name npa renders for a stage's task
+
+
+def tail_calls(w: dict[str, Any]) -> list[dict[str, Any]]:
+    return list(read_state(w["state"]).get("tail_calls", []))
+
+
+def manifest(w: dict[str, Any]) -> dict[str, Any]:
+    body = w["s3"].client().get_object(Bucket=BUCKET, Key=w["key"])["Body"].read()
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def wait_for(
+    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    m = manifest(w)
+    while not check(m):
+        assert time.monotonic() < deadline, json.dumps(m, indent=1)
+        time.sleep(0.1)
+        m = manifest(w)
+    return m
+
+
+def put(w: dict[str, Any], key: str, body: bytes) -> None:
+    prefix = w["key"].removesuffix("/manifest.json")
+    w["s3"].client().put_object(Bucket=BUCKET, Key=f"{prefix}/{key}", Body=body)
+
+
+def stage_state(stage: str, state: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda m: m["stages"].get(stage, {}).get("state") == state
+
+
+def test_logs_of_a_stage_read_only_that_stages_task(world: dict[str, Any]) -> None:
+    out = submit(world)
+    job = out["job_id"]
+    set_tasks(world["state"], job, **{task(world, "generate"): "SUCCEEDED",
+                                      task(world, "square"): "RUNNING"})  # fmt: skip
+    r = logs(world, "square")
+    assert r.code == 0, r.stdout + r.stderr
+    body = r.json()
+    assert body["answered_by"] == "backend-live"
+    live = body["sources"][0]
+    assert live["scope"] == "stage" and live["outcome"] == "read"
+    assert body["lines"] == [
+        f"=== Task {task(world, 'square')}(1) ===",
+        f"log of job {job} task 1 {task(world, 'square')}",
+    ]
+    assert tail_calls(world) == [{"job_id": job, "task": task(world, "square"), "follow": False}]
+
+    # A stage whose task has not started has no log yet; SkyPilot is not asked to wait for it.
+    r = logs(world, "total")
+    assert r.code == 0, r.stdout
+    body = r.json()
+    assert body["sources"][0]["outcome"] == "absent" and "PENDING" in body["sources"][0]["error"]
+    assert body["empty_means"].startswith("none written yet")
+    # A finished task of a live job: SkyPilot serves it only once the job ends, so the live
+    # source is unavailable (never "empty") and the store is asked instead.
+    put(world, "stages/generate/logs/wave-0-shard-0.log", b"generated 100 numbers\n")
+    r = logs(world, "generate")
+    assert r.code == 0, r.stdout
+    body = r.json()
+    assert body["sources"][0]["outcome"] == "unavailable" and body["answered_by"] == "store"
+    assert body["lines"] == ["[generate/wave-0-shard-0.log] generated 100 numbers"]
+    assert len(tail_calls(world)) == 1  # neither tail was sent to SkyPilot
+
+    # Once the job has ended, every stage's log is served, each on its own.
+    set_tasks(world["state"], job, **{task(world, "square"): "SUCCEEDED",
+                                      task(world, "total"): "SUCCEEDED"})  # fmt: skip
+    body = logs(world, "generate").json()
+    assert body["answered_by"] == "backend-live" and body["sources"][0]["scope"] == "stage"
+    assert body["lines"][-1] == f"log of job {job} task 0 {task(world, 'generate')}"
+    assert not any("square" in line or "total" in line for line in body["lines"])
+    assert tail_calls(world)[-1]["task"] == task(world, "generate")
+
+
+def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SkyPilot streams "not found" as text (its exit code never reaches a streamed tail): the
+    double says it with SkyPilot's words, and the backend reads it as absence."""
+    import sky.jobs.utils
+
+    from npa.backends.skypilot.backend import SkyPilotBackend
+    from npa.core.errors import NotFound
+
+    source = inspect.getsource(sky.jobs.utils.stream_logs_by_id)
+    assert "f'Job {job_id} not found.'" in source
+    assert "f'No task found matching {task!r} in job {job_id}. '" in source
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "jobs.json"))
+    fake = FakeManagedJobs(kubeconfig=None)
+    state = read_state(fake.path)
+    state["jobs"] = [{"job_id": 4, "job_name": "npa-x", "status": "SUCCEEDED",
+                      "tasks": [{"name": "a", "logs": ["a says hi"]}, {"name": "b"}],
+                      "submitted_at": 1.0}]  # fmt: skip
+    write_state(fake.path, state)
+    assert list(fake.tail_logs(4, False, 0)) == ["=== Task a(0) ===", "a says hi"]
+    (message,) = fake.tail_logs(4, False, "c")
+    assert message == "No task found matching 'c' in job 4. Valid task IDs are 0-1."
+    backend = SkyPilotBackend(kubeconfig=None, service=fake)
+    with pytest.raises(NotFound, match="No task found matching 'c' in job 4"):
+        backend._refuse_not_found(4, message)
+    with pytest.raises(NotFound, match="Job 9 not found"):
+        list(backend.logs(9))
+    assert "a says hi" in list(backend.logs(4))  # a real line is never taken for absence

@@ -1,0 +1,52 @@
+"""Which task of a SkyPilot pipeline job runs which stage: by the task name npa rendered, never
+by position; the lone task SkyPilot renames after its job only when nothing else can be it."""
+
+from __future__ import annotations
+
+from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
+from npa.backends.skypilot.backend import SkyPilotBackend
+from npa.render.tasks import task_name
+
+RUN = "20250101-000000-abcdef"
+ALL = ["curate", "augment", "evaluate"]
+
+
+def job(*names: str | None, job_name: str = "npa-wf-run") -> JobRecord:
+    return JobRecord(
+        backend="skypilot",
+        job_id=7,
+        job_name=job_name,
+        state=JobState.RUNNING,
+        tasks=[
+            TaskRecord(task_id=i, task_name=n, state=JobState.PENDING) for i, n in enumerate(names)
+        ],
+    )
+
+
+def mapped(record: JobRecord, stages: JobStages) -> dict[str, int]:
+    found = SkyPilotBackend(kubeconfig=None).stage_tasks(record, stages)
+    return {stage: task.task_id for stage, task in found.items()}
+
+
+def test_tasks_are_matched_by_name_not_position() -> None:
+    stages = JobStages(run_id=RUN, stages=ALL, adopted=["curate"])
+    record = job(task_name(RUN, "augment"), task_name(RUN, "evaluate"))
+    assert mapped(record, stages) == {"augment": 0, "evaluate": 1}
+    # A task named for an adopted stage is not taken for it: that stage is not in this job.
+    record = job(task_name(RUN, "curate"), task_name(RUN, "evaluate"))
+    assert mapped(record, stages) == {"evaluate": 1}
+
+
+def test_the_lone_task_named_after_its_job_is_the_one_launched_stage() -> None:
+    stages = JobStages(run_id=RUN, stages=ALL, adopted=["curate", "augment"])
+    assert mapped(job("npa-wf-run-r2", job_name="npa-wf-run-r2"), stages) == {"evaluate": 0}
+    # Any other name, or more than one launched stage, is not guessed at.
+    assert mapped(job("something-else", job_name="npa-wf-run-r2"), stages) == {}
+    two = JobStages(run_id=RUN, stages=ALL, adopted=["curate"])
+    assert mapped(job("npa-wf-run-r2", job_name="npa-wf-run-r2"), two) == {}
+
+
+def test_without_the_runs_stages_nothing_is_matched() -> None:
+    stages = JobStages(run_id=RUN, stages=None)
+    assert stages.launched is None
+    assert mapped(job(task_name(RUN, "curate")), stages) == {}
