@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
-from npa.backends.base import JobRecord, JobState
+from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
@@ -45,6 +45,7 @@ NOT_FOUND = "NOT_FOUND"
 CACHED = "CACHED"
 LAUNCH_INCOMPLETE = "LAUNCH_INCOMPLETE"
 TERMINAL = frozenset(s.value for s in JobState if s.terminal)
+FAILED_STATES = frozenset(s.value for s in JobState if s.failed)
 WAITING = frozenset({"PENDING", "STARTING", "RECOVERING"})
 
 
@@ -53,11 +54,22 @@ class JobAnswer(BaseModel):
 
     answer: str  # found | absent | unavailable | skipped | not_applicable
     record: JobRecord | None = None
+    # Stage -> the job's task that runs it (backends with per-task records: SkyPilot).
+    stage_tasks: dict[str, TaskRecord] = Field(default_factory=dict)
 
 
 class StageView(BaseModel):
+    """One stage's state and where it comes from: ``backend`` (the job's own task for the
+    stage, asked now), ``manifest`` (npa's record: final states, the local supervisor's
+    progress), ``adopted`` (the manifest's record of an earlier job whose work a resume kept),
+    or ``unknown`` (the backend could not tell; the state is then VERIFICATION_UNAVAILABLE)."""
+
     state: str
-    waves: str  # "2/3 succeeded"
+    waves: str  # "2/3 waves succeeded"
+    source: str = "manifest"
+    task: str | None = None  # the backend task that reported the state
+    recorded_state: str | None = None  # the manifest's record, when the state shown differs
+    failure_reason: str | None = None
     classification: str | None = None
     detail: str | None = None
 
@@ -100,7 +112,12 @@ class StatusResult(Result):
             lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}")
         for name, stage in self.stages.items():
             extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
-            lines.append(f"  stage {name}: {stage.state} ({stage.waves}){extra}")
+            if not stage.classification and stage.detail:
+                extra = f": {stage.detail}"
+            if stage.failure_reason:
+                extra += f" ({stage.failure_reason})"
+            origin = stage.task or stage.source
+            lines.append(f"  stage {name}: {stage.state} ({stage.waves}; {origin}){extra}")
         if self.supervisor and self.supervisor.get("classification"):
             sup = self.supervisor
             lines.append(
@@ -235,6 +252,7 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
                     detail=f"no job named {located.job_name}",
                 )
             record = queue.records[0]
+        stage_tasks = backend.stage_tasks(record, JobStages.of_run(m)) if m is not None else {}
     except NotFound as error:
         return JobAnswer(answer="absent"), SourceAnswer(
             source="backend-job", where=where, answer="absent", detail=error.message
@@ -258,11 +276,13 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
             "this backend is not the one the run was submitted to",
             fix=located.status_command("--cached"),
         )
-    return JobAnswer(answer="found", record=record), SourceAnswer(
+    per_stage = ", ".join(f"{st} {t.state.value}" for st, t in _by_task(stage_tasks))
+    return JobAnswer(answer="found", record=record, stage_tasks=stage_tasks), SourceAnswer(
         source="backend-job",
         where=where,
         answer="found",
-        detail=f"job {record.job_id} {record.state.value}",
+        detail=f"job {record.job_id} {record.state.value}"
+        + (f" ({per_stage})" if per_stage else ""),
     )
 
 
@@ -306,20 +326,64 @@ def ask_pods(
 # --- the result --------------------------------------------------------------------------------
 
 
-def _stages(m: RunManifest) -> dict[str, StageView]:
-    views = {}
-    for name, rec in m.stages.items():
-        done = sum(w.state == "SUCCEEDED" for w in rec.waves)
-        views[name] = StageView(
-            state=rec.state,
-            waves=f"{done}/{len(rec.waves)} waves succeeded",
-            classification=rec.classification,
-            detail=rec.detail,
+def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]:
+    return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
+
+
+def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
+    """Every stage of the run. While the job is live and its backend reports per task, each
+    launched stage's state is its own task's; otherwise it is the manifest's record, unless the
+    backend could not be asked about a stage the manifest holds as live."""
+    stages = JobStages.of_run(m)
+    record = job.record
+    per_task = record is not None and bool(record.tasks)
+    views: dict[str, StageView] = {}
+    for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]:
+        rec = m.stages.get(name)
+        recorded = rec.state if rec is not None else "PENDING"
+        waves = "no waves recorded"
+        if rec is not None and rec.waves:
+            done = sum(w.state == "SUCCEEDED" for w in rec.waves)
+            waves = f"{done}/{len(rec.waves)} waves succeeded"
+        view = StageView(
+            state=recorded,
+            waves=waves,
+            classification=rec.classification if rec else None,
+            detail=rec.detail if rec else None,
+        )
+        task = job.stage_tasks.get(name)
+        unknown: str | None = None
+        if name in stages.adopted:
+            view.source = "adopted"
+            view.detail = view.detail or "adopted from an earlier job when the run resumed"
+        elif record is not None and task is not None:
+            view.state, view.source = task.state.value, "backend"
+            view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
+            view.recorded_state = recorded if recorded != view.state else None
+            view.failure_reason = task.failure_reason
+        elif per_task and record is not None:
+            unknown = f"job {record.job_id} has no task npa can tell runs this stage"
+        elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
+            unknown = f"the backend could not be asked; the manifest last recorded {recorded}"
+        if unknown is not None:  # never the manifest's stale state, never absent
+            view.state, view.source, view.recorded_state = (
+                VERIFICATION_UNAVAILABLE,
+                "unknown",
+                recorded,
+            )
+            view.detail = unknown
+        views[name] = view
+    if job.stage_tasks:  # the job's task order is the plan order of the stages it runs
+        position = {name: task.task_id for name, task in job.stage_tasks.items()}
+        views = dict(
+            sorted(views.items(), key=lambda item: (item[0] in position, position.get(item[0], 0)))
         )
     return views
 
 
-def _next(located: Located, state: str, pending: list[PodReason]) -> list[str]:
+def _next(
+    located: Located, state: str, pending: list[PodReason], stages: dict[str, StageView]
+) -> list[str]:
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
     spec = located.reservation.spec if located.reservation else "SPEC"
@@ -331,11 +395,7 @@ def _next(located: Located, state: str, pending: list[PodReason]) -> list[str]:
             out.append(
                 cmd(*wf, "gpus", "--cluster", located.kube_context or "CONTEXT", "--spec", spec)
             )
-    failed = next(
-        (n for n, r in (located.manifest.stages.items() if located.manifest else []) if r.state
-         == "FAILED"),
-        None,
-    )  # fmt: skip
+    failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
     if state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
         out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
         out.append(cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE"))
@@ -385,6 +445,7 @@ def status(
         pending, pods = ask_pods(located, record, paths)
         located.sources.append(pods)
     m = located.manifest
+    stages = _stages(m, job, state) if m else {}
     return StatusResult(
         project=located.project,
         run_id=located.run_id,
@@ -400,10 +461,10 @@ def status(
         failure_reason=record.failure_reason if record else None,
         run_prefix=located.prefix_uri,
         pending=pending,
-        stages=_stages(m) if m else {},
+        stages=stages,
         supervisor=m.supervisor.model_dump(mode="json") if m else None,
         sources=located.sources,
-        next=_next(located, state, pending),
+        next=_next(located, state, pending, stages),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
@@ -423,11 +484,11 @@ def watch(
     A source that is briefly unavailable does not end the watch; the last answer is returned.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    last: tuple[str, str | None] | None = None
+    last: tuple[str, str | None, tuple[str, ...]] | None = None
     while True:
         result = status(run, project, workflow_uri=workflow_uri, paths=paths)
         result.watched = True
-        key = (result.state, result.job_state)
+        key = (result.state, result.job_state, tuple(v.state for v in result.stages.values()))
         if on_change is not None and key != last:
             on_change(result)
         last = key

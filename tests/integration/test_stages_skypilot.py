@@ -94,6 +94,49 @@ def stage_state(stage: str, state: str) -> Callable[[dict[str, Any]], bool]:
     return lambda m: m["stages"].get(stage, {}).get("state") == state
 
 
+def test_status_reports_each_stage_from_its_own_task(world: dict[str, Any]) -> None:
+    out = submit(world)
+    job = out["job_id"]
+    set_tasks(world["state"], job, **{task(world, "generate"): "SUCCEEDED",
+                                      task(world, "square"): "RUNNING"})  # fmt: skip
+    r = status(world)
+    assert r.code == 0, r.stdout + r.stderr
+    body = r.json()
+    assert body["state"] == "RUNNING" and body["job_state"] == "RUNNING"  # the job's own state
+    assert states(body) == [
+        ("generate", "SUCCEEDED", "backend"),
+        ("square", "RUNNING", "backend"),
+        ("total", "PENDING", "backend"),
+    ]
+    square = body["stages"]["square"]
+    assert square["task"] == f"skypilot job {job} task 1 {task(world, 'square')}"
+    text = run_npa(*WF, "status", world["run_id"], "--project", "team", env=world["env"]).stdout
+    assert f"stage square: RUNNING (no waves recorded; skypilot job {job} task 1" in text
+
+    # The supervisor mirrors each stage into the manifest, so --cached has them too.
+    wait_for(world, lambda m: stage_state("square", "RUNNING")(m)
+             and stage_state("generate", "SUCCEEDED")(m))  # fmt: skip
+    cached = status(world, "--cached").json()
+    assert cached["state"] == "CACHED"
+    assert [(n, s) for n, s, _ in states(cached)][:2] == [
+        ("generate", "SUCCEEDED"), ("square", "RUNNING")
+    ]  # fmt: skip
+
+    # The queue cannot answer: a stage recorded as live is unknown, not its stale record.
+    state = read_state(world["state"])
+    state["queue_error"] = "ClusterNotUpError"
+    write_state(world["state"], state)
+    r = status(world)
+    assert r.code == 4, r.stdout
+    body = r.json()
+    assert body["state"] == "VERIFICATION_UNAVAILABLE"
+    views = body["stages"]
+    assert views["generate"]["state"] == "SUCCEEDED"  # a final record never changes
+    assert views["square"]["state"] == "VERIFICATION_UNAVAILABLE"
+    assert views["square"]["recorded_state"] == "RUNNING"
+    assert views["total"]["state"] == "VERIFICATION_UNAVAILABLE"
+
+
 def test_logs_of_a_stage_read_only_that_stages_task(world: dict[str, Any]) -> None:
     out = submit(world)
     job = out["job_id"]
@@ -135,6 +178,65 @@ def test_logs_of_a_stage_read_only_that_stages_task(world: dict[str, Any]) -> No
     assert body["lines"][-1] == f"log of job {job} task 0 {task(world, 'generate')}"
     assert not any("square" in line or "total" in line for line in body["lines"])
     assert tail_calls(world)[-1]["task"] == task(world, "generate")
+
+
+def test_a_resumed_run_maps_each_task_to_its_own_stage(world: dict[str, Any]) -> None:
+    first = submit(world)
+    # generate succeeds with its output in the store, square fails, total never runs.
+    put(world, "stages/generate/outputs/numbers/numbers.txt", b"1\n2\n3\n")
+    put(world, "stages/generate/logs/wave-0-shard-0.log", b"generated\n")
+    set_tasks(world["state"], first["job_id"], **{task(world, "generate"): "SUCCEEDED",
+              task(world, "square"): "FAILED", task(world, "total"): "CANCELLED"})  # fmt: skip
+    m = wait_for(world, lambda m: m["state"] == "FAILED")
+    assert m["stages"]["generate"]["state"] == "SUCCEEDED"
+    assert [w["state"] for w in m["stages"]["generate"]["waves"]] == ["SUCCEEDED"]
+    assert m["stages"]["square"]["state"] == "FAILED"
+
+    resumed = submit(world, "--resume-run", world["run_id"])
+    assert resumed["outcome"] == "launched" and resumed["resume"]["adopted_stages"] == ["generate"]
+    second = resumed["job_id"]
+    jobs = {j["job_id"]: j for j in read_state(world["state"])["jobs"]}
+    # Task 0 of the new job is square: a plan index would name generate.
+    assert [t["name"] for t in jobs[second]["tasks"]] == [task(world, "square"),
+                                                          task(world, "total")]  # fmt: skip
+    set_tasks(world["state"], second, **{task(world, "square"): "RUNNING"})
+    body = status(world).json()
+    assert body["job_id"] == second and body["state"] == "RUNNING"
+    assert states(body) == [
+        ("generate", "SUCCEEDED", "adopted"),
+        ("square", "RUNNING", "backend"),
+        ("total", "PENDING", "backend"),
+    ]
+    assert body["stages"]["square"]["task"].endswith(f"task 0 {task(world, 'square')}")
+    r = logs(world, "square").json()
+    assert r["lines"][-1] == f"log of job {second} task 0 {task(world, 'square')}"
+    assert tail_calls(world)[-1] == {"job_id": second, "task": task(world, "square"),
+                                     "follow": False}  # fmt: skip
+    # The adopted stage did not run in this job: its log is the store's.
+    r = logs(world, "generate").json()
+    assert r["sources"][0]["outcome"] == "absent" and "adopted" in r["sources"][0]["error"]
+    assert r["answered_by"] == "store" and r["lines"] == ["[generate/wave-0-shard-0.log] generated"]
+
+    # Resume again with only total left: SkyPilot names a one-task job's task after the job.
+    put(world, "stages/square/outputs/squares/squares.txt", b"1\n4\n9\n")
+    set_tasks(world["state"], second, **{task(world, "square"): "SUCCEEDED",
+                                         task(world, "total"): "FAILED"})  # fmt: skip
+    wait_for(world, lambda m: m["state"] == "FAILED" and m["job_id"] == second)
+    again = submit(world, "--resume-run", world["run_id"])
+    assert again["resume"]["adopted_stages"] == ["generate", "square"]
+    third, name = again["job_id"], again["job_name"]
+    jobs = {j["job_id"]: j for j in read_state(world["state"])["jobs"]}
+    assert [t["name"] for t in jobs[third]["tasks"]] == [name]
+    set_tasks(world["state"], third, **{name: "RUNNING"})
+    body = status(world).json()
+    assert states(body) == [
+        ("generate", "SUCCEEDED", "adopted"),
+        ("square", "SUCCEEDED", "adopted"),
+        ("total", "RUNNING", "backend"),
+    ]
+    r = logs(world, "total").json()
+    assert r["lines"][-1] == f"log of job {third} task 0 {name}"
+    assert tail_calls(world)[-1]["task"] == name
 
 
 def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(

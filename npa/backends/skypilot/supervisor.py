@@ -6,9 +6,10 @@ its whole life it holds the owner-only lock ``locks/supervisor.<project>.<run>.l
 inside), so at most one supervisor ever acts on a run; a second one exits at once.
 
 Each poll reads the run's manifest, then asks the managed-jobs queue for the manifest's job *by
-its id* (never by name). A job still going is mirrored into the manifest's state. A job that
-ended is classified with :mod:`npa.launch.supervision` and the verdict recorded in the
-manifest's ``supervisor`` block:
+its id* (never by name). A job still going is mirrored into the manifest's state, and each
+stage's record into its own task's state (matched by task name, see
+:meth:`SkyPilotBackend.stage_tasks`). A job that ended is classified with
+:mod:`npa.launch.supervision` and the verdict recorded in the manifest's ``supervisor`` block:
 
 - transient infrastructure (FAILED_CONTROLLER, FAILED_NO_RESOURCE): a new attempt under the same
   run id, job name ``<name>-a<N>``, through the launch transaction (which adopts that attempt's
@@ -34,6 +35,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +46,10 @@ from npa.backends.base import (
     TERMINAL_STATES,
     BackendUnavailable,
     JobRecord,
+    JobStages,
     JobState,
     JobSubmission,
+    TaskRecord,
 )
 from npa.core.errors import LockBusy, NotFound, NpaError
 from npa.core.fsio import ensure_private_dir, exclusive_lock
@@ -60,7 +64,14 @@ from npa.launch.supervision import (
 )
 from npa.launch.transaction import LaunchStopped, Transaction
 from npa.runs.journal import OperationJournal
-from npa.runs.manifest import RunManifest, StageRecord, now_iso, read_manifest, update_manifest
+from npa.runs.manifest import (
+    RunManifest,
+    StageRecord,
+    WaveRecord,
+    now_iso,
+    read_manifest,
+    update_manifest,
+)
 
 POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between queue polls (tests: a fraction)
 SWITCH_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no supervisor
@@ -277,58 +288,96 @@ class SkyPilotSupervisor:
             self.unknown(m.job_id, "job-not-in-queue", exc.message)
             return False
         self.episode = None
+        # Tasks are matched to stages by the manifest's resume record, not by the submission
+        # this supervisor was started with (a rerun submit that adopts a live resumed job
+        # carries no adopted stages).
+        tasks = self.backend.stage_tasks(job, JobStages.of_run(m))
         if not job.state.terminal:
-            if m.state != job.state.value:
+            if m.state != job.state.value or self._stages_changed(m, tasks):
                 state = job.state.value
 
                 def mirror(mm: RunManifest) -> None:
                     if mm.job_id == job.job_id and mm.state not in _TERMINAL:
                         mm.state = state
+                        self._record_stages(mm, tasks)
 
                 self.update(mirror)
             return False
         if job.state in (JobState.SUCCEEDED, JobState.CANCELLED):
-            self.finish(job)
+            self.finish(job, tasks)
             return True
-        return self.failed(job)
+        return self.failed(job, tasks)
 
-    def _stages(self, job: JobRecord) -> list[tuple[str, str]]:
-        """(stage, task status) of the job's tasks, in order (adopted stages are not in it)."""
-        order = [x for x in self.submission.order if x not in self.submission.adopted_stages]
-        return [(order[i], t.state.value) for i, t in enumerate(job.tasks) if i < len(order)]
+    @staticmethod
+    def _stages_changed(m: RunManifest, tasks: dict[str, TaskRecord]) -> bool:
+        # A stage without a record is PENDING (a record's default): nothing to write for it.
+        return any(
+            m.stages.get(stage, StageRecord()).state != task.state.value
+            for stage, task in tasks.items()
+        )
 
-    def finish(self, job: JobRecord) -> None:
+    def _record_stages(self, m: RunManifest, tasks: dict[str, TaskRecord]) -> None:
+        """Each launched stage's state as its task reports it. A stage's task runs all of its
+        waves, so a SUCCEEDED task records every planned wave as succeeded (what a resume
+        checks before adopting the stage)."""
+        for stage, task in tasks.items():
+            if m.stages.get(stage, StageRecord()).state == task.state.value:
+                continue
+            rec = m.stages.setdefault(stage, StageRecord())
+            rec.state = task.state.value
+            if task.state is not JobState.PENDING and rec.started_at is None:
+                rec.started_at = _iso(task.started_at)
+            if task.state.terminal:
+                rec.ended_at = _iso(task.ended_at)
+            if task.state is JobState.SUCCEEDED:
+                rec.waves = self._succeeded_waves(stage, rec.ended_at)
+
+    def _succeeded_waves(self, stage: str, at: str | None) -> list[WaveRecord]:
+        planned = self._planned(stage)
+        if planned is None:
+            return []
+        waves = planned.get("waves") or {}
+        shards, parallel = int(waves.get("shards", 1)), int(waves.get("parallel", 1))
+        return [
+            WaveRecord(
+                wave=wave,
+                shards=list(range(wave * parallel, min((wave + 1) * parallel, shards))),
+                state="SUCCEEDED",
+                attempts=1,
+                ended_at=at,
+            )
+            for wave in range(int(waves.get("waves", 1)))
+        ]
+
+    def finish(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> None:
         self.log(f"job {job.job_id} ended {job.state.value}")
 
         def mutate(m: RunManifest) -> None:
             if m.job_id != job.job_id:
                 return
             m.state = job.state.value
-            for stage, status in self._stages(job):
-                rec = m.stages.setdefault(stage, StageRecord())
-                if status in _TERMINAL:
-                    rec.state = status
-                    rec.ended_at = rec.ended_at or now_iso()
+            self._record_stages(m, tasks)
 
         self.update(mutate)
 
-    def _stage_retries(self, stage: str | None) -> int:
+    def _planned(self, stage: str) -> dict[str, Any] | None:
+        """The stage's entry in the run's ``plan.json``; None when it cannot be read."""
         assert self.store is not None
-        if stage is None:
-            return 0
         try:
             plan: dict[str, Any] = json.loads(self.store.get(f"{self.submission.prefix}/plan.json"))
         except (NpaError, ValueError):
-            return 0
-        for planned in plan.get("stages", []):
-            if planned.get("name") == stage:
-                return int(planned.get("retries") or 0)
-        return 0
+            return None
+        return next((p for p in plan.get("stages", []) if p.get("name") == stage), None)
 
-    def failed(self, job: JobRecord) -> bool:
+    def _stage_retries(self, stage: str | None) -> int:
+        planned = None if stage is None else self._planned(stage)
+        return int(planned.get("retries") or 0) if planned else 0
+
+    def failed(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
         """Classify an ended job, record the verdict; True when the run is now terminal."""
         classification = classify_job_status(job.state.value)
-        stage = next((st for st, status in self._stages(job) if status == job.state.value), None)
+        ordered = sorted(tasks.items(), key=lambda item: item[1].task_id)
+        stage = next((st for st, task in ordered if task.state is job.state), None)
         allowed = self.policy.payload_retries(self._stage_retries(stage))
         where = f" in stage {stage}" if stage else ""
         detail = f"job {job.job_id} ({job.job_name}) ended {job.state.value}{where}" + (
@@ -356,9 +405,10 @@ class SkyPilotSupervisor:
             )
             if job.job_id not in m.supervisor.job_ids:
                 m.supervisor.job_ids.append(job.job_id)
+            self._record_stages(m, tasks)
             if stage is not None:
                 rec = m.stages.setdefault(stage, StageRecord())
-                rec.state, rec.ended_at = job.state.value, now_iso()
+                rec.state, rec.ended_at = job.state.value, rec.ended_at or now_iso()
                 rec.classification, rec.detail = classification.value, detail
             if verdict.recovery is Recovery.RETRIED:
                 m.supervisor.relaunches += 1
@@ -455,6 +505,13 @@ class SkyPilotSupervisor:
             return
         receipt.job = JobIdentity(backend=self.backend.name, job_id=str(job_id), job_name=name)
         write_receipt(self.paths, receipt)
+
+
+def _iso(at: float | None) -> str:
+    """A backend's epoch timestamp as the manifest writes times; now when it gave none."""
+    if at is None:
+        return now_iso()
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="milliseconds")
 
 
 def main(argv: list[str]) -> int:
