@@ -708,6 +708,9 @@ def submit(
     receipt_path = write_receipt(paths, receipt)
 
     # --- launch ----------------------------------------------------------------------------
+    # The run's current job runs what its last resume left: also when this submit only adopts
+    # that job, or completes a resume whose launch was interrupted (its journal decides).
+    last_resume = manifest.resumes[-1] if manifest.resumes else None
     submission = JobSubmission(
         job_name=job_name,
         project=project,
@@ -726,8 +729,8 @@ def submit(
         max_parallel=options.max_parallel,
         kubeconfig=str(kubeconfig) if kubeconfig else None,
         kube_context=context,
-        adopted_stages=resume.adopted_stages if resume else [],
-        adopted_waves=resume.adopted_waves if resume else {},
+        adopted_stages=last_resume.adopted_stages if last_resume else [],
+        adopted_waves=last_resume.adopted_waves if last_resume else {},
     )
     if readiness is None and backend_name == "skypilot" and kubeconfig is not None:
         assert context is not None

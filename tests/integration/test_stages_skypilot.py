@@ -268,3 +268,28 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
     with pytest.raises(NotFound, match="Job 9 not found"):
         list(backend.logs(9))
     assert "a says hi" in list(backend.logs(4))  # a real line is never taken for absence
+
+
+def test_a_relaunch_after_a_rerun_submit_runs_only_what_the_resume_left(
+    world: dict[str, Any],
+) -> None:
+    """A submit that adopts a live resumed job hands its supervisor the resume's adopted stages,
+    so a relaunch of that job runs the same stages, not the whole run again."""
+    first = submit(world)
+    put(world, "stages/generate/outputs/numbers/numbers.txt", b"1\n2\n3\n")
+    set_tasks(world["state"], first["job_id"], **{task(world, "generate"): "SUCCEEDED",
+              task(world, "square"): "FAILED", task(world, "total"): "CANCELLED"})  # fmt: skip
+    wait_for(world, lambda m: m["state"] == "FAILED")
+    resumed = submit(world, "--resume-run", world["run_id"])
+    second = resumed["job_id"]
+    # The supervisor dies; a rerun of the plain submit adopts the live job and starts another.
+    supervisors.stop_all(world["home"])
+    again = submit(world)
+    assert again["outcome"] == "adopted" and again["job_id"] == second
+    state = read_state(world["state"])
+    next(j for j in state["jobs"] if j["job_id"] == second)["status"] = "FAILED_CONTROLLER"
+    write_state(world["state"], state)
+    m = wait_for(world, lambda m: m["job_id"] not in (None, second) and m["state"] == "PENDING")
+    jobs = {j["job_id"]: j for j in read_state(world["state"])["jobs"]}
+    assert [t["name"] for t in jobs[m["job_id"]]["tasks"]] == [task(world, "square"),
+                                                               task(world, "total")]  # fmt: skip
