@@ -31,9 +31,10 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     assert any(n.endswith(".data/data/share/npa/templates/skypilot-task.yaml.j2") for n in names)
 
     prefix = tmp_path / "prefix"
+    # --ignore-installed: without it pip "upgrades" the venv's own npa, uninstalling it.
     subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile",
-         "--prefix", str(prefix), str(wheel)],
+         "--ignore-installed", "--prefix", str(prefix), str(wheel)],
         check=True, capture_output=True, timeout=300,
     )  # fmt: skip
     (site,) = prefix.glob("lib/python3*/site-packages")
@@ -60,3 +61,9 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     assert Path(templates) == (prefix / "share/npa/templates").resolve()
     rendered = sorted(p.name for p in out.iterdir())
     assert rendered == ["augment.yaml", "curate.yaml", "evaluate.yaml", "render.json"]
+    # The environment running the tests still has its own npa (later tests start it).
+    mine = subprocess.run(
+        [sys.executable, "-c", "import npa; print(npa.__file__)"],
+        capture_output=True, text=True, cwd=elsewhere, check=False,
+    )  # fmt: skip
+    assert mine.returncode == 0 and Path(mine.stdout.strip()).is_relative_to(REPO), mine.stderr
