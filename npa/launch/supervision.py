@@ -12,11 +12,14 @@ Four classes, each with its own recovery rule:
 - ``unknown``: npa cannot tell. Relaunch is blocked, because a blind retry may duplicate work.
 
 Independently, the same startup failure seen ``--startup-failure-threshold`` times in a row is
-FAILED_STARTUP: an infrastructure problem, not the payload's.
+FAILED_STARTUP: an infrastructure problem, not the payload's. Startup failures are refused
+launches and jobs that ended FAILED_CONTROLLER (the jobs controller itself failed); "the same"
+compares their signatures (:func:`failure_signature`).
 """
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass
 from enum import StrEnum
@@ -97,6 +100,20 @@ def classify_job_status(status: str) -> Classification:
     return _STATUS_CLASS.get(status, Classification.UNKNOWN)
 
 
+# Job-end statuses that mean the controller failed to run the job, not the payload.
+STARTUP_STATUSES = frozenset({"FAILED_CONTROLLER"})
+
+
+def failure_signature(status: str, reason: str | None) -> str:
+    """What makes two failures "identical": the status and the reason with its numbers (job
+    ids, pids, timestamps, counts) folded, so one fault seen on successive jobs compares
+    equal."""
+    if not reason:
+        return status
+    folded = re.sub(r"\d+", "N", " ".join(reason.split()))
+    return f"{status}: {folded[:300]}"
+
+
 def record(
     supervisor: SupervisorRecord,
     *,
@@ -127,6 +144,7 @@ def record(
             classification=classification.value,
             recovery=verdict.recovery.value,
             detail=detail,
+            startup=startup,
         )
     )
     return verdict
@@ -136,7 +154,8 @@ def _identical_run(supervisor: SupervisorRecord, failure: str) -> int:
     """How many of the latest startup attempts in a row failed exactly like ``failure``."""
     count = 0
     for attempt in reversed(supervisor.attempts):
-        if attempt.what != "launch" or attempt.failure != failure:
+        startup = attempt.startup or attempt.what == "launch"  # older records lack the flag
+        if not startup or attempt.failure != failure:
             break
         count += 1
     return count

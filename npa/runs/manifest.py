@@ -61,6 +61,9 @@ class SupervisorAttempt(_Model):
     classification: str
     recovery: str
     detail: str
+    # The controller side failed to bring the job up (a refused launch, a job that ended
+    # FAILED_CONTROLLER): identical ones in a row end the run FAILED_STARTUP.
+    startup: bool = False
 
 
 class SupervisorRecord(_Model):

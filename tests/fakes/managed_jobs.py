@@ -9,7 +9,8 @@ killed submit and its rerun, or two concurrent submits, see the same jobs. Loade
 Scripting (keys of the state file): ``refuse`` - exception class names the next launches fail
 with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling process when
 the launch transaction reaches this step (cleared first, so the rerun goes through);
-``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left).
+``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left),
+or a ``[status, failure_reason]`` pair.
 
 A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YAML with
 ``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
@@ -115,13 +116,19 @@ class FakeManagedJobs:
             job_id = state["next_id"]
             state["next_id"] += 1
             outcomes = state.get("outcomes") or []
+            outcome = outcomes.pop(0) if outcomes else "PENDING"
+            status, reason = (outcome, None) if isinstance(outcome, str) else outcome
             state["jobs"].append(
                 {
                     "job_id": job_id,
                     "job_name": name,
-                    "status": outcomes.pop(0) if outcomes else "PENDING",
+                    "status": status,
                     "tasks": [
-                        {"name": task, "logs": [f"log of job {job_id} task {i} {task}"]}
+                        {
+                            "name": task,
+                            "logs": [f"log of job {job_id} task {i} {task}"],
+                            **({"failure_reason": reason} if reason else {}),
+                        }
                         for i, task in enumerate(names)
                     ],
                     "submitted_at": time.time(),

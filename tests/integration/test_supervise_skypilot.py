@@ -133,7 +133,8 @@ def test_a_failed_controller_is_relaunched_under_the_same_run(world: dict[str, A
 
 def test_failed_controller_beyond_the_budget_is_exhausted(world: dict[str, Any]) -> None:
     script(world, outcomes=["FAILED_CONTROLLER"] * 4)
-    submit(world, "--max-infrastructure-recoveries", "2")
+    # A threshold above the budget: this is about the budget, not identical startup failures.
+    submit(world, "--max-infrastructure-recoveries", "2", "--startup-failure-threshold", "5")
     m = wait_for(world, lambda m: m["state"] == "INFRASTRUCTURE_RECOVERY_EXHAUSTED")
     assert exited(world)
     assert len(jobs(world)) == 3  # the first job and two recoveries
@@ -141,6 +142,43 @@ def test_failed_controller_beyond_the_budget_is_exhausted(world: dict[str, Any])
     sup = m["supervisor"]
     assert sup["recovery"] == "exhausted" and sup["infrastructure_recoveries"] == 2
     assert [a["recovery"] for a in sup["attempts"]] == ["retried", "retried", "exhausted"]
+
+
+def test_identical_controller_failures_end_the_run_failed_startup(world: dict[str, Any]) -> None:
+    # The same fault on three successive jobs (ids and pids differ): the controller cannot
+    # bring the job up, whatever budget is left for infrastructure recoveries.
+    died = "Controller process {} exited abnormally (exit code 137) at 2026-11-29 10:0{}:00"
+    script(
+        world,
+        outcomes=[["FAILED_CONTROLLER", died.format(4100 + i, i)] for i in range(5)],
+    )
+    submit(world, "--max-infrastructure-recoveries", "10")
+    m = wait_for(world, lambda m: m["state"] == "FAILED_STARTUP")
+    assert exited(world)
+    assert len(jobs(world)) == 3 and read_state(world["state"])["launch_calls"] == 3
+    sup = m["supervisor"]
+    assert sup["startup_failures"] == 3 and sup["infrastructure_recoveries"] == 2
+    assert [a["recovery"] for a in sup["attempts"]] == ["retried", "retried", "stopped"]
+    assert all(a["startup"] for a in sup["attempts"])
+    assert len({a["failure"] for a in sup["attempts"]}) == 1
+    assert sup["attempts"][0]["failure"].startswith("FAILED_CONTROLLER: Controller process N ")
+    status = run_npa(
+        *("workbench", "workflow", "status", world["run_id"], "--project", "team", "--json"),
+        env=world["env"],
+    )
+    assert status.json()["state"] == "FAILED_STARTUP", status.stdout + status.stderr
+
+
+def test_different_controller_failures_are_not_identical(world: dict[str, Any]) -> None:
+    reasons = ["node lost", "controller pod evicted", "node lost", "out of memory"]
+    script(world, outcomes=[["FAILED_CONTROLLER", r] for r in reasons])
+    submit(world, "--max-infrastructure-recoveries", "3")
+    m = wait_for(world, lambda m: m["state"] == "INFRASTRUCTURE_RECOVERY_EXHAUSTED")
+    assert exited(world)
+    assert len(jobs(world)) == 4
+    sup = m["supervisor"]
+    assert sup["startup_failures"] == 4
+    assert [a["recovery"] for a in sup["attempts"]] == ["retried"] * 3 + ["exhausted"]
 
 
 def test_payload_failure_is_retried_only_within_retries(world: dict[str, Any]) -> None:

@@ -56,10 +56,12 @@ from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.paths import NpaPaths
 from npa.launch.readyz import ReadinessProbe, kube_readyz
 from npa.launch.supervision import (
+    STARTUP_STATUSES,
     Classification,
     Policy,
     Recovery,
     classify_job_status,
+    failure_signature,
     record,
 )
 from npa.launch.transaction import LaunchStopped, Transaction
@@ -392,7 +394,7 @@ class SkyPilotSupervisor:
             verdict = record(
                 m.supervisor,
                 what=f"job {job.job_id}",
-                failure=job.state.value,
+                failure=failure_signature(job.state.value, job.failure_reason),
                 classification=classification,
                 detail=detail
                 + (
@@ -402,6 +404,7 @@ class SkyPilotSupervisor:
                 ),
                 policy=self.policy,
                 payload_budget=budget,
+                startup=job.state.value in STARTUP_STATUSES,
             )
             if job.job_id not in m.supervisor.job_ids:
                 m.supervisor.job_ids.append(job.job_id)
@@ -416,8 +419,9 @@ class SkyPilotSupervisor:
                 m.job_id, m.state = None, "LAUNCHING"
                 outcome.append("relaunch")
                 return
-            exhausted = verdict.recovery is Recovery.EXHAUSTED
-            terminal = verdict.terminal_state if exhausted else job.state
+            # npa's own verdicts name the run's end; otherwise the job's own status does.
+            own = (JobState.INFRASTRUCTURE_RECOVERY_EXHAUSTED, JobState.FAILED_STARTUP)
+            terminal = verdict.terminal_state if verdict.terminal_state in own else job.state
             m.state = (terminal or job.state).value
             outcome.append(m.state)
 
