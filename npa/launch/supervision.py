@@ -8,7 +8,8 @@ Four classes, each with its own recovery rule:
   preemption, a node lost). Adopted, or retried under the same run id, until
   ``--max-infrastructure-recoveries`` is used up: then INFRASTRUCTURE_RECOVERY_EXHAUSTED.
 - ``payload``: the stage's own command exited non-zero. Only ``--retries`` (or the stage's
-  ``retries``) may run it again; infrastructure recoveries never spend on it.
+  ``retries``) may run it again, counted per stage; infrastructure recoveries never spend on
+  it.
 - ``unknown``: npa cannot tell. Relaunch is blocked, because a blind retry may duplicate work.
 
 Independently, the same startup failure seen ``--startup-failure-threshold`` times in a row is
@@ -124,6 +125,7 @@ def record(
     policy: Policy,
     payload_budget: int = 0,
     startup: bool = False,
+    stage: str | None = None,
 ) -> Verdict:
     """Add one failure to ``supervisor``, decide the recovery, and return the verdict."""
     verdict = _decide(supervisor, failure, classification, policy, payload_budget, startup)
@@ -145,9 +147,21 @@ def record(
             recovery=verdict.recovery.value,
             detail=detail,
             startup=startup,
+            stage=stage,
         )
     )
     return verdict
+
+
+def payload_retries_of(supervisor: SupervisorRecord, stage: str) -> int:
+    """How many payload retries ``stage`` has had: each stage has its own ``--retries``."""
+    return sum(
+        1
+        for a in supervisor.attempts
+        if a.stage == stage
+        and a.classification == Classification.PAYLOAD.value
+        and a.recovery == Recovery.RETRIED.value
+    )
 
 
 def _identical_run(supervisor: SupervisorRecord, failure: str) -> int:

@@ -64,6 +64,7 @@ class SupervisorAttempt(_Model):
     # The controller side failed to bring the job up (a refused launch, a job that ended
     # FAILED_CONTROLLER): identical ones in a row end the run FAILED_STARTUP.
     startup: bool = False
+    stage: str | None = None  # the stage that failed, when one did
 
 
 class SupervisorRecord(_Model):

@@ -10,7 +10,8 @@ Scripting (keys of the state file): ``refuse`` - exception class names the next 
 with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling process when
 the launch transaction reaches this step (cleared first, so the rerun goes through);
 ``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left),
-or a ``[status, failure_reason]`` pair.
+a ``[status, failure_reason]`` pair, or ``{"status", "failure_reason", "tasks"}`` where
+``tasks`` gives the launched tasks' own statuses in order.
 
 A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YAML with
 ``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
@@ -117,7 +118,12 @@ class FakeManagedJobs:
             state["next_id"] += 1
             outcomes = state.get("outcomes") or []
             outcome = outcomes.pop(0) if outcomes else "PENDING"
-            status, reason = (outcome, None) if isinstance(outcome, str) else outcome
+            if isinstance(outcome, dict):
+                status, reason = outcome["status"], outcome.get("failure_reason")
+                per_task = list(outcome.get("tasks", []))
+            else:
+                status, reason = (outcome, None) if isinstance(outcome, str) else outcome
+                per_task = []
             state["jobs"].append(
                 {
                     "job_id": job_id,
@@ -128,6 +134,7 @@ class FakeManagedJobs:
                             "name": task,
                             "logs": [f"log of job {job_id} task {i} {task}"],
                             **({"failure_reason": reason} if reason else {}),
+                            **({"status": per_task[i]} if i < len(per_task) else {}),
                         }
                         for i, task in enumerate(names)
                     ],

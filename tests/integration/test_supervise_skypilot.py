@@ -195,6 +195,33 @@ def test_payload_failure_is_retried_only_within_retries(world: dict[str, Any]) -
     assert failed and failed[0]["classification"] == "payload"
 
 
+def test_each_stage_has_its_own_payload_retries(world: dict[str, Any]) -> None:
+    # --retries 1 allows one retry per stage: generate's retry does not spend square's.
+    script(
+        world,
+        outcomes=[
+            {"status": "FAILED", "tasks": ["FAILED", "CANCELLED", "CANCELLED"]},
+            {"status": "FAILED", "tasks": ["SUCCEEDED", "FAILED", "CANCELLED"]},
+            {"status": "FAILED", "tasks": ["SUCCEEDED", "FAILED", "CANCELLED"]},
+            "SUCCEEDED",
+        ],
+    )
+    submit(world, "--retries", "1")
+    m = wait_for(world, lambda m: m["state"] == "FAILED")
+    assert exited(world)
+    # A relaunch runs the whole pipeline again (only submit --resume-run adopts stages).
+    assert [len(j["tasks"]) for j in jobs(world)] == [3, 3, 3]
+    sup = m["supervisor"]
+    assert sup["payload_retries"] == 2
+    assert [(a["stage"], a["recovery"]) for a in sup["attempts"]] == [
+        ("generate", "retried"),
+        ("square", "retried"),
+        ("square", "stopped"),
+    ]
+    assert m["stages"]["generate"]["state"] == "SUCCEEDED"
+    assert m["stages"]["square"]["state"] == "FAILED"
+
+
 def test_actionable_configuration_stops_with_that_job_only(world: dict[str, Any]) -> None:
     script(world, outcomes=["FAILED_SETUP"])
     submit(world, "--retries", "3")

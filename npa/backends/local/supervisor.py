@@ -336,7 +336,12 @@ class Supervisor:
             )
             self._stage_end(task, "FAILED", found, Classification.PAYLOAD.value, detail)
             self._supervise(
-                f"stage {task.stage}", "missing-outputs", Classification.PAYLOAD, detail, 0
+                task.stage,
+                f"stage {task.stage}",
+                "missing-outputs",
+                Classification.PAYLOAD,
+                detail,
+                0,
             )
             raise StageFailed(JobState.FAILED, detail)
         self._stage_end(task, "SUCCEEDED", found, None, None)
@@ -442,14 +447,25 @@ class Supervisor:
         """Record a failed wave; returns the terminal state, or None to retry the wave."""
         self._wave_done(task, wave, shards, codes, attempt, "FAILED")
         verdict_state = self._supervise(
-            f"stage {task.stage} wave {wave}", f"exit:{code}", classification, detail, budget
+            task.stage,
+            f"stage {task.stage} wave {wave}",
+            f"exit:{code}",
+            classification,
+            detail,
+            budget,
         )
         if verdict_state is not None:
             self._stage_end(task, "FAILED", None, classification.value, detail)
         return verdict_state
 
     def _supervise(
-        self, what: str, failure: str, classification: Classification, detail: str, budget: int
+        self,
+        stage: str,
+        what: str,
+        failure: str,
+        classification: Classification,
+        detail: str,
+        budget: int,
     ) -> JobState | None:
         result: list[JobState | None] = [None]
 
@@ -462,6 +478,7 @@ class Supervisor:
                 detail=detail,
                 policy=self.policy,
                 payload_budget=budget,
+                stage=stage,
             )
             result[0] = verdict.terminal_state
 

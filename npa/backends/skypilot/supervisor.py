@@ -62,6 +62,7 @@ from npa.launch.supervision import (
     Recovery,
     classify_job_status,
     failure_signature,
+    payload_retries_of,
     record,
 )
 from npa.launch.transaction import LaunchStopped, Transaction
@@ -390,7 +391,8 @@ class SkyPilotSupervisor:
         def mutate(m: RunManifest) -> None:
             if m.job_id != job.job_id or m.state in _TERMINAL:
                 return  # already handled (a rerun submit or an earlier supervisor)
-            budget = max(0, allowed - m.supervisor.payload_retries)
+            spent = payload_retries_of(m.supervisor, stage) if stage else 0
+            budget = max(0, allowed - spent)
             verdict = record(
                 m.supervisor,
                 what=f"job {job.job_id}",
@@ -405,6 +407,7 @@ class SkyPilotSupervisor:
                 policy=self.policy,
                 payload_budget=budget,
                 startup=job.state.value in STARTUP_STATUSES,
+                stage=stage,
             )
             if job.job_id not in m.supervisor.job_ids:
                 m.supervisor.job_ids.append(job.job_id)
