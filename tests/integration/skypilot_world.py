@@ -3,7 +3,10 @@ fake managed-jobs service, and a reserved run of the tiny example spec."""
 
 from __future__ import annotations
 
+import json
 import shutil
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -63,5 +66,26 @@ def make_world(
         "kubeconfig": placed,
         "home": npa_home,
         "s3": s3,
+        "bucket": bucket,
         "key": f"npa/tiny-local/{run_id}/npa-workflow/manifest.json",
     }
+
+
+def manifest(w: dict[str, Any]) -> dict[str, Any]:
+    """The run's manifest as the store holds it now."""
+    body = w["s3"].client().get_object(Bucket=w["bucket"], Key=w["key"])["Body"].read()
+    data: dict[str, Any] = json.loads(body)
+    return data
+
+
+def wait_for(
+    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
+) -> dict[str, Any]:
+    """The manifest once ``check`` holds for it; fails with the last one seen after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    m = manifest(w)
+    while not check(m):
+        assert time.monotonic() < deadline, json.dumps(m, indent=1)
+        time.sleep(0.1)
+        m = manifest(w)
+    return m

@@ -6,8 +6,6 @@ naming rule, and its log stream's per-task selection) at the SDK boundary."""
 from __future__ import annotations
 
 import inspect
-import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +17,7 @@ from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world
+from tests.integration.skypilot_world import make_world, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -65,24 +63,6 @@ def task(w: dict[str, Any], stage: str) -> str:
 
 def tail_calls(w: dict[str, Any]) -> list[dict[str, Any]]:
     return list(read_state(w["state"]).get("tail_calls", []))
-
-
-def manifest(w: dict[str, Any]) -> dict[str, Any]:
-    body = w["s3"].client().get_object(Bucket=BUCKET, Key=w["key"])["Body"].read()
-    data: dict[str, Any] = json.loads(body)
-    return data
-
-
-def wait_for(
-    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    m = manifest(w)
-    while not check(m):
-        assert time.monotonic() < deadline, json.dumps(m, indent=1)
-        time.sleep(0.1)
-        m = manifest(w)
-    return m
 
 
 def put(w: dict[str, Any], key: str, body: bytes) -> None:

@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world
+from tests.integration.skypilot_world import make_world, manifest, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -70,24 +70,6 @@ def set_status(w: dict[str, Any], job_id: int, status: str) -> None:
 
 def jobs(w: dict[str, Any]) -> list[dict[str, Any]]:
     return list(read_state(w["state"])["jobs"])
-
-
-def manifest(w: dict[str, Any]) -> dict[str, Any]:
-    body = w["s3"].client().get_object(Bucket=BUCKET, Key=w["key"])["Body"].read()
-    data: dict[str, Any] = json.loads(body)
-    return data
-
-
-def wait_for(
-    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
-) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    m = manifest(w)
-    while not check(m):
-        assert time.monotonic() < deadline, json.dumps(m, indent=1)
-        time.sleep(0.1)
-        m = manifest(w)
-    return m
 
 
 def pid(w: dict[str, Any]) -> int | None:
