@@ -12,6 +12,8 @@ import errno
 import fcntl
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,6 +85,26 @@ def pid_running(pid: int) -> bool:
     except OSError:
         return True
     return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
+
+
+def spawn_detached(module: str, directory: Path, log: Path, npa_home: Path) -> int:
+    """Start ``python -m module directory`` in a session of its own (it outlives the shell and
+    terminal that started it), output appended to ``log``; returns its pid."""
+    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, str(directory)],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            cwd=directory,
+            start_new_session=True,
+            close_fds=True,
+            env={**os.environ, "NPA_HOME": str(npa_home)},
+        )
+    finally:
+        out.close()
+    return proc.pid
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -24,6 +22,7 @@ from npa.backends.base import (
 from npa.backends.local import tasks
 from npa.backends.local.jobs import BACKEND, LocalJobTable
 from npa.core.errors import NotFound
+from npa.core.fsio import spawn_detached
 from npa.core.paths import NpaPaths
 
 REQUEST_PREFIX = "local-"
@@ -73,22 +72,13 @@ class LocalBackend(ExecutionBackend):
 
     def start_supervisor(self, job_id: int) -> None:
         directory = self.table.job_dir(job_id)
-        log = open(directory / "logs" / "supervisor.log", "ab")  # noqa: SIM115 - handed to child
-        try:
-            # A new session: the supervisor outlives the submit shell and its terminal.
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "npa.backends.local.supervisor", str(directory)],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=log,
-                cwd=directory,
-                start_new_session=True,
-                close_fds=True,
-                env={**os.environ, "NPA_HOME": str(self.paths.root)},
-            )
-        finally:
-            log.close()
-        self.table.update(job_id, supervisor_pid=proc.pid, supervisor_started=True)
+        pid = spawn_detached(
+            "npa.backends.local.supervisor",
+            directory,
+            directory / "logs" / "supervisor.log",
+            self.paths.root,
+        )
+        self.table.update(job_id, supervisor_pid=pid, supervisor_started=True)
 
     # --- reading -----------------------------------------------------------------------------
     def queue(self, job_name: str) -> QueueAnswer:

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from npa.backends.base import (
     TaskRecord,
 )
 from npa.core.errors import LockBusy, NotFound, NpaError
-from npa.core.fsio import ensure_private_dir, exclusive_lock
+from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.paths import NpaPaths
 from npa.launch.readyz import ReadinessProbe, kube_readyz
 from npa.launch.supervision import (
@@ -158,29 +157,13 @@ def ensure_supervisor(
             interval=readiness.interval,
         ),
     )
-    tmp = directory / f"{SPEC_NAME}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(spec.model_dump_json(indent=2))
-    os.replace(tmp, directory / SPEC_NAME)
+    atomic_write_text(directory / SPEC_NAME, spec.model_dump_json(indent=2))
     pid = alive(paths, submission.project, submission.run_id)
     if pid is not None:
         return pid
-    log = open(directory / LOG_NAME, "ab")  # noqa: SIM115 - handed to the child
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "npa.backends.skypilot.supervisor", str(directory)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            cwd=directory,
-            start_new_session=True,
-            close_fds=True,
-            env={**os.environ, "NPA_HOME": str(paths.root)},
-        )
-    finally:
-        log.close()
-    return proc.pid
+    return spawn_detached(
+        "npa.backends.skypilot.supervisor", directory, directory / LOG_NAME, paths.root
+    )
 
 
 class SkyPilotSupervisor:
