@@ -146,20 +146,13 @@ class FakeManagedJobs:
 
     @staticmethod
     def _task_names(task_yamls: list[str], name: str) -> list[str]:
-        """The names SkyPilot gives the chained tasks (as ``SkyManagedJobs.launch`` builds the
-        DAG, then SkyPilot's own naming rule)."""
-        import sky
-        import yaml
+        """The names SkyPilot gives the chained tasks: the DAG the real service launches, named
+        by SkyPilot's own rule."""
         from sky.utils import dag_utils
 
-        with sky.Dag() as dag:
-            previous = None
-            for text in task_yamls:
-                task = sky.Task.from_yaml_config(yaml.safe_load(text))
-                if previous is not None:
-                    previous >> task
-                previous = task
-        dag.name = name
+        from npa.backends.skypilot.jobs import build_dag
+
+        dag = build_dag(task_yamls, name)
         dag_utils.maybe_infer_and_fill_dag_and_task_names(dag)
         return [str(task.name) for task in dag.tasks]
 

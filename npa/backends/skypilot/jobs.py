@@ -39,6 +39,22 @@ class ManagedJobsService(Protocol):
         id in the job) selects one task of a pipeline; None tails every task."""
 
 
+def build_dag(task_yamls: list[str], name: str) -> Any:
+    """The pipeline a run launches: one ``sky.Task`` per rendered stage, chained in order."""
+    import sky
+    import yaml
+
+    with sky.Dag() as dag:
+        previous = None
+        for text in task_yamls:
+            task = sky.Task.from_yaml_config(yaml.safe_load(text))
+            if previous is not None:
+                previous >> task
+            previous = task
+    dag.name = name
+    return dag
+
+
 class SkyManagedJobs:
     """The real service, through SkyPilot's Python SDK."""
 
@@ -47,18 +63,9 @@ class SkyManagedJobs:
 
     def launch(self, task_yamls: list[str], name: str) -> str:
         import sky
-        import yaml
 
         with kubeconfig_env(self.kubeconfig):
-            with sky.Dag() as dag:
-                previous = None
-                for text in task_yamls:
-                    task = sky.Task.from_yaml_config(yaml.safe_load(text))
-                    if previous is not None:
-                        previous >> task
-                    previous = task
-            dag.name = name
-            return str(sky.jobs.launch(dag, name=name))
+            return str(sky.jobs.launch(build_dag(task_yamls, name), name=name))
 
     def get(self, request_id: str) -> Any:
         import sky
