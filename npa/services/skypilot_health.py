@@ -56,15 +56,20 @@ def _lines(title: str, checks: list[Check]) -> list[str]:
     return lines
 
 
-class SkyPilotStatus(Result):
-    project: str
-    context: str
+class _ClusterChecks(Result):
+    """A result that is a list of checks against one cluster; its exit code is theirs."""
+
     kubeconfig: str
     namespace: str
     checks: list[Check]
 
     def exit_code(self) -> int:
         return _exit(self.checks)
+
+
+class SkyPilotStatus(_ClusterChecks):
+    project: str
+    context: str
 
     def text_lines(self) -> list[str]:
         return _lines(
@@ -74,14 +79,8 @@ class SkyPilotStatus(Result):
         )
 
 
-class VerifyResult(Result):
+class VerifyResult(_ClusterChecks):
     cluster: str
-    kubeconfig: str
-    namespace: str
-    checks: list[Check]
-
-    def exit_code(self) -> int:
-        return _exit(self.checks)
 
     def text_lines(self) -> list[str]:
         return _lines(f"can SkyPilot use cluster {self.cluster}?", self.checks)
