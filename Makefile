@@ -2,7 +2,9 @@
 #   make demo  - install everything, then run the npa lifecycle on the local default
 #   make test  - install everything, then lint, type-check and run every test
 # Both install what they need themselves: the venv with pinned Python deps, then the external
-# tools (pulumi CLI and plugin, etcd, kube-apiserver, registry) through scripts/bootstrap-tools.
+# tools through scripts/bootstrap-tools. The demo needs only the pulumi CLI (profile demo); the
+# tests need everything (profile test). `scripts/bootstrap-tools --plan` says what either would
+# install or build before a long first run.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +13,7 @@ TOOLS_CACHE ?= $(or $(NPA_TOOLS_CACHE),$(HOME)/.cache/npa-tools)
 TOOLS_ENV := $(TOOLS_CACHE)/env.sh
 PYTEST_ARGS ?=
 
-.PHONY: setup tools lint test demo bench clean
+.PHONY: setup tools tools-demo lint-tools lint test demo bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -22,17 +24,24 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 setup: $(BIN)/.installed
 
 tools: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools
+	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools --profile test
 
-lint: setup
+tools-demo: setup
+	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools --profile demo
+
+lint-tools:
+	scripts/bootstrap-tools --only shellcheck
+
+lint: setup lint-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	shellcheck -x scripts/* .ci/run
 
 test: tools lint
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
-demo: tools
+demo: tools-demo
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 bench: tools
