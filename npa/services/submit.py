@@ -654,7 +654,7 @@ def submit(
     attempt = len(existing.resumes) if existing is not None else 0
     launch_name = f"launch.{project}.{run_id}" + (f".r{attempt}" if attempt else "")
     if backend_name == "skypilot":  # a supervisor's relaunch (-a<N>) has its own journal
-        from npa.backends.skypilot.supervisor import attempt_suffix
+        from npa.launch.watch import attempt_suffix
 
         launch_name += attempt_suffix(job_name)
     now = datetime.now(UTC).isoformat(timespec="seconds")
@@ -791,7 +791,7 @@ def submit(
 
     update_manifest(store, prefix, manifest_lock, launched)
     if backend_name == "skypilot":  # watch the job from now on (or keep the live watcher)
-        from npa.backends.skypilot.supervisor import ensure_supervisor
+        from npa.launch.watch import ensure_supervisor
 
         ensure_supervisor(paths, submission, launch_name=launch_name, readiness=readiness)
     status = _cmd("workbench", "workflow", "status", run_id, "--project", project)

@@ -259,7 +259,7 @@ def test_a_second_supervisor_never_acts_on_the_same_run(world: dict[str, Any]) -
     assert again["outcome"] == "adopted" and pid(world) == first
     directory = world["home"] / "supervisors" / f"team.{world['run_id']}"
     extra = subprocess.run(
-        [sys.executable, "-m", "npa.backends.skypilot.supervisor", str(directory)],
+        [sys.executable, "-m", "npa.launch.watch", str(directory)],
         env={**os.environ, **world["env"]},
         capture_output=True,
         text=True,

@@ -73,7 +73,7 @@ class LocalBackend(ExecutionBackend):
     def start_supervisor(self, job_id: int) -> None:
         directory = self.table.job_dir(job_id)
         pid = spawn_detached(
-            "npa.backends.local.supervisor",
+            "npa.backends.local.executor",
             directory,
             directory / "logs" / "supervisor.log",
             self.paths.root,

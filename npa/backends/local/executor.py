@@ -1,6 +1,6 @@
 """The local supervisor: runs one job's stages, wave by wave, and records every step.
 
-Started detached by the local backend (``python -m npa.backends.local.supervisor JOB_DIR``), in
+Started detached by the local backend (``python -m npa.backends.local.executor JOB_DIR``), in
 its own session so it outlives the shell that submitted. While it lives it holds the job's
 ``supervisor.lock``; readers treat a live job without that lock as a dead controller.
 
@@ -505,7 +505,7 @@ class Supervisor:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m npa.backends.local.supervisor JOB_DIR\n")
+        sys.stderr.write("usage: python -m npa.backends.local.executor JOB_DIR\n")
         return 2
     return Supervisor(Path(argv[0])).run()
 

@@ -1,6 +1,6 @@
 """The SkyPilot supervisor: watches a run's managed job after ``submit`` returns.
 
-``submit`` starts it detached (``python -m npa.backends.skypilot.supervisor DIR``, its own
+``submit`` starts it detached (``python -m npa.launch.watch DIR``, its own
 session) once the launch transaction has a job id, or again on a rerun when none is alive. For
 its whole life it holds the owner-only lock ``locks/supervisor.<project>.<run>.lock`` (its pid
 inside), so at most one supervisor ever acts on a run; a second one exits at once.
@@ -161,9 +161,7 @@ def ensure_supervisor(
     pid = alive(paths, submission.project, submission.run_id)
     if pid is not None:
         return pid
-    return spawn_detached(
-        "npa.backends.skypilot.supervisor", directory, directory / LOG_NAME, paths.root
-    )
+    return spawn_detached("npa.launch.watch", directory, directory / LOG_NAME, paths.root)
 
 
 class SkyPilotSupervisor:
@@ -506,7 +504,7 @@ def _iso(at: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m npa.backends.skypilot.supervisor DIR\n")
+        sys.stderr.write("usage: python -m npa.launch.watch DIR\n")
         return 2
     return SkyPilotSupervisor(Path(argv[0])).run()
 
