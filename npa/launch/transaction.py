@@ -1,6 +1,6 @@
 """The launch transaction: one run, one job, ever.
 
-1. Readiness: the selected context's API must be stable (:mod:`npa.launch.readyz`).
+1. Readiness: the selected context's API must be stable (:mod:`npa.launch.readiness`).
 2. Lock: an owner-only lock per run (``locks/launch.<project>.<run>.lock``); a second submit of
    the same run waits for it and then finds the first one's job.
 3. Earlier evidence: the run's launch journal may hold a job id (adopt it, by id) or a launch
@@ -35,7 +35,7 @@ from npa.backends.base import (
 )
 from npa.core.errors import NotFound, NpaError, Unavailable
 from npa.core.fsio import exclusive_lock
-from npa.launch.readyz import ReadinessProbe, ReadinessRecord
+from npa.launch.readiness import ReadinessProbe, ReadinessRecord
 from npa.launch.supervision import Classification, Policy, record
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import SupervisorRecord

@@ -53,7 +53,7 @@ from npa.backends.base import (
 from npa.core.errors import LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.paths import NpaPaths
-from npa.launch.readyz import ReadinessProbe, kube_readyz
+from npa.launch.readiness import ReadinessProbe, kube_readyz
 from npa.launch.supervision import (
     STARTUP_STATUSES,
     Classification,

@@ -17,9 +17,9 @@ from typing import Any
 import yaml
 
 from npa import __version__
+from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
 from npa.plan.model import StagePlan, WorkflowPlan, build_plan
-from npa.render.yamlsafe import yaml_value
 from npa.spec.imageref import DIGEST, parse_image_ref
 from npa.spec.model import Stage, Tool, Workflow, env_suffix
 

@@ -208,7 +208,7 @@ def _kubeconfig(paths: NpaPaths, context: str, project: str | None) -> tuple[Pat
 
 
 def _readyz(path: Path, context: str) -> Check:
-    from npa.launch.readyz import kube_readyz
+    from npa.launch.readiness import kube_readyz
 
     status, detail = kube_readyz(path, context)()
     fix = f"KUBECONFIG={path} kubectl --context {context} get --raw /readyz"

@@ -36,7 +36,7 @@ from npa.backends.base import JobState
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
-from npa.launch.readyz import DEFAULT_COUNT, DEFAULT_WINDOW, ReadinessProbe, kube_readyz
+from npa.launch.readiness import DEFAULT_COUNT, DEFAULT_WINDOW, ReadinessProbe, kube_readyz
 from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchStopped, Observer, Transaction
 from npa.runs.journal import OperationJournal

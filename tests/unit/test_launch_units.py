@@ -12,7 +12,7 @@ import pytest
 from npa.backends.base import JobState
 from npa.backends.skypilot.backend import job_state
 from npa.launch.accelerators import cluster_names, resolve
-from npa.launch.readyz import NotStable, ReadinessProbe
+from npa.launch.readiness import NotStable, ReadinessProbe
 from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
 from npa.runs.manifest import SupervisorRecord
 

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
 from npa.render.tasks import load_digests, render_workflow, resolve_images
-from npa.render.yamlsafe import yaml_value
 from npa.services.render import INDEX, render_spec
 from npa.spec.model import Workflow
 from tests.unit.specdata import DIGEST_A, DIGEST_B, base_spec, dump
