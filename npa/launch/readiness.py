@@ -1,29 +1,34 @@
-"""Is the selected Kubernetes API stable enough to launch into?
+"""Is the API a launch goes to stable enough to launch into?
 
-The probe reads ``/readyz`` through the very kubeconfig file SkyPilot will be given (the file
-npa passes as ``KUBECONFIG``), with the selected context. It needs ``count`` consecutive
-successes whose first and last are at least ``window`` seconds apart; a failure restarts the
-streak. A flapping or restarting API server therefore cannot pass on one lucky answer.
+The check asks the backend's readiness question (for Kubernetes, ``/readyz`` through the very
+kubeconfig file SkyPilot will be given, :mod:`npa.adapters.kube.readyz`) until it has ``count``
+consecutive successes whose first and last are at least ``window`` seconds apart; a failure
+restarts the streak. A flapping or restarting API server therefore cannot pass on one lucky
+answer. The question comes in as a function, so this module does no I/O of its own.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 
+from npa.backends.base import ExecutionBackend, NeedsReadinessCheck
 from npa.core.errors import Unavailable
 
 DEFAULT_WINDOW = 10.0
 DEFAULT_COUNT = 3
 DEFAULT_DEADLINE = 120.0
+# Environment overrides of the window, so end-to-end tests need not wait 10 s each.
+WINDOW_ENV = "NPA_READYZ_WINDOW_SECONDS"
+INTERVAL_ENV = "NPA_READYZ_INTERVAL_SECONDS"
 
 
-class ProbeAnswer(BaseModel):
+class ReadyzAnswer(BaseModel):
     at: float  # seconds since the epoch
     ok: bool
     status: int | None
@@ -37,47 +42,16 @@ class ReadinessRecord(BaseModel):
     required: int
     stable: bool
     spanned_seconds: float
-    probes: list[ProbeAnswer]
+    probes: list[ReadyzAnswer]
 
 
 class NotStable(Unavailable):
     kind = "api_not_stable"
 
 
-def kube_readyz(kubeconfig: Path, context: str) -> Callable[[], tuple[int | None, str]]:
-    """A function that asks the context's API server for ``/readyz`` once."""
-
-    state: dict[str, Any] = {}
-
-    def ask() -> tuple[int | None, str]:
-        from kubernetes import config
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            if "client" not in state:
-                state["client"] = config.new_client_from_config(
-                    config_file=str(kubeconfig), context=context
-                )
-            body, status, _ = state["client"].call_api(
-                "/readyz",
-                "GET",
-                auth_settings=["BearerToken"],
-                response_type="str",
-                _return_http_data_only=False,
-                _request_timeout=5,
-            )
-            return int(status), str(body or "").strip()[:200]
-        except ApiException as exc:
-            return int(exc.status or 0) or None, str(exc.reason or exc)[:200]
-        except Exception as exc:  # connection refused, TLS, bad kubeconfig: all "not ready"
-            return None, f"{type(exc).__name__}: {str(exc)[:200]}"
-
-    return ask
-
-
 @dataclass
-class ReadinessProbe:
-    """Establishes API stability; ``window``/``interval`` are injectable for tests."""
+class ReadinessCheck:
+    """Establishes API stability; ``window``/``interval``, the clock and sleep are injectable."""
 
     context: str
     kubeconfig: Path
@@ -88,16 +62,16 @@ class ReadinessProbe:
     deadline: float = DEFAULT_DEADLINE
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
-    history: list[ProbeAnswer] = field(default_factory=list)
+    history: list[ReadyzAnswer] = field(default_factory=list)
 
     def establish(self) -> ReadinessRecord:
         """Probe until stable; raises NotStable (exit 4) when the deadline passes first."""
         started = self.clock()
-        streak: list[ProbeAnswer] = []
-        answers: list[ProbeAnswer] = []
+        streak: list[ReadyzAnswer] = []
+        answers: list[ReadyzAnswer] = []
         while True:
             status, detail = self.ask()
-            answer = ProbeAnswer(at=self.clock(), ok=status == 200, status=status, detail=detail)
+            answer = ReadyzAnswer(at=self.clock(), ok=status == 200, status=status, detail=detail)
             answers.append(answer)
             self.history.append(answer)
             streak = [*streak, answer] if answer.ok else []
@@ -117,7 +91,7 @@ class ReadinessProbe:
             # Wait so the streak can reach the window with exactly ``count`` probes.
             self.sleep(self.interval)
 
-    def _record(self, answers: list[ProbeAnswer], stable: bool, spanned: float) -> ReadinessRecord:
+    def _record(self, answers: list[ReadyzAnswer], stable: bool, spanned: float) -> ReadinessRecord:
         return ReadinessRecord(
             context=self.context,
             kubeconfig=str(self.kubeconfig),
@@ -127,3 +101,28 @@ class ReadinessProbe:
             spanned_seconds=round(spanned, 3),
             probes=answers,
         )
+
+
+def readiness_window() -> tuple[float, float]:
+    """The window and the interval between questions (``NPA_READYZ_*`` override them)."""
+    window = float(os.environ.get(WINDOW_ENV, DEFAULT_WINDOW))
+    return window, float(os.environ.get(INTERVAL_ENV, window / (DEFAULT_COUNT - 1)))
+
+
+def readiness_check(
+    backend: ExecutionBackend, *, window: float | None = None, interval: float | None = None
+) -> ReadinessCheck | None:
+    """The check a launch into ``backend`` must pass first; None when it needs none."""
+    if not isinstance(backend, NeedsReadinessCheck):
+        return None
+    target = backend.readiness_target()
+    if target is None:
+        return None
+    default_window, default_interval = readiness_window()
+    return ReadinessCheck(
+        context=target.context,
+        kubeconfig=target.kubeconfig,
+        ask=target.ask,
+        window=default_window if window is None else window,
+        interval=default_interval if interval is None else interval,
+    )

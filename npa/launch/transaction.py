@@ -1,6 +1,6 @@
 """The launch transaction: one run, one job, ever.
 
-1. Readiness: the selected context's API must be stable (:mod:`npa.launch.readiness`).
+1. Readiness: when the backend needs it, its API must be stable (:mod:`npa.launch.readiness`).
 2. Lock: an owner-only lock per run (``locks/launch.<project>.<run>.lock``); a second submit of
    the same run waits for it and then finds the first one's job.
 3. Earlier evidence: the run's launch journal may hold a job id (adopt it, by id) or a launch
@@ -35,7 +35,7 @@ from npa.backends.base import (
 )
 from npa.core.errors import NotFound, NpaError, Unavailable
 from npa.core.fsio import exclusive_lock
-from npa.launch.readiness import ReadinessProbe, ReadinessRecord
+from npa.launch.readiness import ReadinessCheck, ReadinessRecord
 from npa.launch.supervision import Classification, Policy, record
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import SupervisorRecord
@@ -113,7 +113,7 @@ class Transaction:
         *,
         journal: OperationJournal,
         lock_path: Path,
-        readiness: ReadinessProbe | None,
+        readiness: ReadinessCheck | None,
         policy: Policy,
         supervisor: SupervisorRecord,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
@@ -141,9 +141,6 @@ class Transaction:
             self.record.readiness.append(self.readiness.establish())
 
     def _adopt(self, job_id: int, how: str) -> LaunchTransaction:
-        adopt = getattr(self.backend, "adopt", None)
-        if adopt is not None:
-            adopt(job_id)
         self.record.adopted_job_id = job_id
         self.record.outcome = "adopted"
         self.journal.append("adopted", "done", job_id=job_id, how=how)
@@ -287,7 +284,8 @@ class Transaction:
                     f"({self.supervisor.startup_failures} startup failures, "
                     f"{self.supervisor.infrastructure_recoveries} infrastructure recoveries)",
                     state=verdict.terminal_state,
-                    fix="npa skypilot status --project P --context CTX  # the controller side",
+                    fix=(self.backend.controller_fix(self.submission.project) or self._fix())
+                    + "  # the controller side",
                 ) from None
             return None
         except LaunchRejected as rejected:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from npa.adapters.kube.nodes import NodeGpus
+from npa.adapters.kube.nodes import GPU_LABELS, NodeGpus, cluster_names
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
-from npa.launch.accelerators import GPU_LABELS, AcceleratorRemap, cluster_names, resolve
+from npa.launch.accelerators import AcceleratorRemap, resolve
 
 
 class NodeRow(BaseModel):

@@ -28,9 +28,10 @@ from npa.adapters.storage import (
     open_store,
 )
 from npa.core.errors import InvalidInput, NotFound, NpaError, StateCorrupt
+from npa.core.layout import manifest_key
 from npa.core.paths import NpaPaths, safe_component
 from npa.runs.identity import ReservationRecord, RunEntry
-from npa.runs.manifest import RunManifest, manifest_key, read_manifest
+from npa.runs.manifest import RunManifest, read_manifest
 from npa.runs.receipts import Receipt, read_receipt
 from npa.services.configure import ProjectSettings, resolve_project
 

@@ -16,10 +16,10 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from npa.adapters.storage import BucketAbsent, StoreUnavailable
-from npa.backends.base import JobStages
 from npa.core.errors import EXIT_UNAVAILABLE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.runs.manifest import job_stages
 from npa.services.locate import Located, cmd, locate
 from npa.services.status import open_located_backend
 
@@ -106,7 +106,7 @@ def _live_logs(
     # Every backend answers for the one stage: the local backend reads that stage's log files,
     # SkyPilot tails the stage's own task of the run's pipeline job.
     m = located.manifest
-    stages = JobStages.of_run(m) if m is not None else None
+    stages = job_stages(m) if m is not None else None
     where = f"{name} job {job_id}"
     try:
         backend = open_located_backend(located, paths)

@@ -113,12 +113,7 @@ def plan_spec(
 ) -> PlanResult:
     """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
     from npa.plan.infra import disk_needs
-    from npa.plan.quota_sources import (
-        FileQuotaSource,
-        LocalStoreSource,
-        NebiusQuotaSource,
-        load_existing,
-    )
+    from npa.plan.quota_sources import load_existing, quota_sources
 
     options = quota or QuotaOptions()
     workflow = load_workflow(path)
@@ -131,7 +126,7 @@ def plan_spec(
     if existing and target == "local":
         raise InvalidInput("--existing describes cluster disks; the local target has none")
 
-    sources: list[QuotaSource] = [FileQuotaSource(f) for f in options.quota_files]
+    nebius = None
     if options.nebius_parent_id:
         region = options.nebius_region or workflow.infrastructure.region
         if not region:
@@ -139,12 +134,14 @@ def plan_spec(
                 "the Nebius quota source needs a region",
                 fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
             )
-        sources.append(
-            NebiusQuotaSource(options.nebius_parent_id, region, endpoint=options.nebius_endpoint)
-        )
-    if target == "local" or options.local:
-        sources.append(LocalStoreSource(NpaPaths.from_env().local_store))
-    sources.extend(options.extra_sources)
+        nebius = (options.nebius_parent_id, region, options.nebius_endpoint)
+    local = target == "local" or options.local
+    sources = quota_sources(
+        options.quota_files,
+        nebius=nebius,
+        local_store=NpaPaths.from_env().local_store if local else None,
+        extra=options.extra_sources,
+    )
 
     if options.skip:
         assessment = QuotaAssessment(

@@ -521,10 +521,8 @@ def quota_gate(
     existing: Sequence[ExistingDisk] = (),
 ) -> QuotaAssessment:
     """The quota arithmetic of the target against its quota sources."""
-    from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, NebiusQuotaSource
+    from npa.plan.quota_sources import quota_sources
 
-    sources: list[QuotaSource] = [FileQuotaSource(f) for f in req.quota_files]
-    sources += req.extra_sources
     if req.target == "kubernetes":
         # An existing cluster: npa creates only namespaced objects and RBAC, which use no
         # disk or node quota.
@@ -542,9 +540,12 @@ def quota_gate(
             requirements = local_requirements(load_workflow(req.spec))
         else:
             requirements = [QuotaRequirement(name=LOCAL_STORE_SIZE, unit="bytes", required=0)]
-        sources.append(LocalStoreSource(paths.local_store))
+        sources = quota_sources(
+            req.quota_files, local_store=paths.local_store, extra=req.extra_sources
+        )
         return assess(requirements, sources)
     needs = disk_needs(infra)
+    nebius = None
     if req.nebius_project:
         region = req.nebius_region or infra.region
         if not region:
@@ -552,7 +553,8 @@ def quota_gate(
                 "--nebius-project needs the region of its quotas",
                 fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
             )
-        sources.append(NebiusQuotaSource(req.nebius_project, region, endpoint=req.nebius_endpoint))
+        nebius = (req.nebius_project, region, req.nebius_endpoint)
+    sources = quota_sources(req.quota_files, nebius=nebius, extra=req.extra_sources)
     if not sources:
         return QuotaAssessment(
             verdict="blocked-unknown",

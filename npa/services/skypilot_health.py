@@ -208,9 +208,9 @@ def _kubeconfig(paths: NpaPaths, context: str, project: str | None) -> tuple[Pat
 
 
 def _readyz(path: Path, context: str) -> Check:
-    from npa.launch.readiness import kube_readyz
+    from npa.adapters.kube.readyz import readyz_asker
 
-    status, detail = kube_readyz(path, context)()
+    status, detail = readyz_asker(path, context)()
     fix = f"KUBECONFIG={path} kubectl --context {context} get --raw /readyz"
     if status == 200:
         return Check(name="readyz", verdict="ok", answer="200", detail=detail)

@@ -3,10 +3,10 @@ project from the durable store.
 
 ``status`` resolves the run (:mod:`npa.services.locate`), then asks the backend for its job by
 id (never by name, except to find the id of a launch whose id was never recorded), and for a
-waiting SkyPilot job asks Kubernetes why its pods wait. The state it reports is decided by
-:func:`decide` from those answers alone: a source that could not be asked makes the state
-VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to have
-answered that the run is not there. ``--cached`` reads only local records and the store and
+waiting job of a backend whose pods can say why they wait, asks them. The state it reports is
+decided by :func:`decide` from those answers alone: a source that could not be asked makes the
+state VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to
+have answered that the run is not there. ``--cached`` reads only local records and the store and
 says so: CACHED is evidence, not truth. Both commands only read.
 """
 
@@ -22,13 +22,13 @@ from pydantic import BaseModel, Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
-from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
+from npa.backends.base import ExecutionBackend, JobRecord, JobState, ReportsPodReasons, TaskRecord
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
+from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
-from npa.runs.manifest import RunManifest, read_manifest
+from npa.runs.manifest import RunManifest, job_stages, read_manifest
 from npa.services.locate import (
-    PREFIX_LEAF,
     RUN_ID_SHAPE,
     Located,
     SourceAnswer,
@@ -198,23 +198,22 @@ def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]
 # --- asking the backend and the cluster ----------------------------------------------------------
 
 
-def open_located_backend(located: Located, paths: NpaPaths) -> Any:
+def open_located_backend(located: Located, paths: NpaPaths) -> ExecutionBackend:
+    """The backend the run was submitted to, as its manifest or receipt recorded it."""
     from npa.backends import open_backend
 
     name = located.backend_name
     assert name is not None
-    context = located.kube_context
-    kubeconfig = paths.cluster_kubeconfig(context) if context else None
-    return open_backend(
-        name, paths, kubeconfig=str(kubeconfig) if kubeconfig and kubeconfig.is_file() else None
-    )
+    return open_backend(name, paths, context=located.kube_context)
 
 
-def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnswer, SourceAnswer]:
+def ask_job(
+    located: Located, backend: ExecutionBackend | None, *, cached: bool
+) -> tuple[JobAnswer, SourceAnswer]:
     """The job by its recorded id; by exact name only to find the id of an unrecorded launch."""
     name = located.backend_name
     where = f"{name} backend"
-    if name is None:
+    if backend is None:
         return JobAnswer(answer="not_applicable"), SourceAnswer(
             source="backend-job", where="-", answer="not_applicable", detail="no job recorded"
         )
@@ -228,7 +227,6 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
             source="backend-job", where=where, answer="skipped", detail="final state recorded"
         )
     try:
-        backend = open_located_backend(located, paths)
         where = f"{name}: {backend.queue_source}"
         if located.job_id is not None:
             record = backend.job(located.job_id)
@@ -252,7 +250,7 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
                     detail=f"no job named {located.job_name}",
                 )
             record = queue.records[0]
-        stage_tasks = backend.stage_tasks(record, JobStages.of_run(m)) if m is not None else {}
+        stage_tasks = backend.stage_tasks(record, job_stages(m)) if m is not None else {}
     except NotFound as error:
         return JobAnswer(answer="absent"), SourceAnswer(
             source="backend-job", where=where, answer="absent", detail=error.message
@@ -286,34 +284,23 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
     )
 
 
-def ask_pods(
-    located: Located, record: JobRecord, paths: NpaPaths
-) -> tuple[list[PodReason], SourceAnswer]:
-    """Why a waiting SkyPilot job's pods wait, from the Kubernetes API."""
-    from npa.adapters.kube.pods import managed_job_clusters, pending_reasons
-
-    context = located.kube_context
-    kubeconfig = paths.cluster_kubeconfig(context) if context else None
-    where = f"kubernetes context {context}"
-    if kubeconfig is None or not kubeconfig.is_file():
+def ask_pods(backend: ReportsPodReasons, record: JobRecord) -> tuple[list[PodReason], SourceAnswer]:
+    """Why a waiting job's pods wait, from the pods themselves."""
+    pods = backend.pods_source()
+    where = pods.where
+    if pods.missing is not None:
         return [], SourceAnswer(
-            source="kubernetes-pods",
-            where=where,
-            answer="not_applicable",
-            detail=f"no kubeconfig at {kubeconfig}",
+            source="kubernetes-pods", where=where, answer="not_applicable", detail=pods.missing
         )
-    tasks = [t.task_name for t in record.tasks if t.task_name]
     try:
-        reasons = pending_reasons(
-            kubeconfig, context, managed_job_clusters(tasks or [record.job_name], record.job_id)
-        )
+        reasons = backend.pending_reasons(record)
     except Exception as exc:
         return [], SourceAnswer(
             source="kubernetes-pods",
             where=where,
             answer="unavailable",
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods",
+            fix=pods.fix,
         )
     return reasons, SourceAnswer(
         source="kubernetes-pods",
@@ -334,7 +321,7 @@ def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
     """Every stage of the run. While the job is live and its backend reports per task, each
     launched stage's state is its own task's; otherwise it is the manifest's record, unless the
     backend could not be asked about a stage the manifest holds as live."""
-    stages = JobStages.of_run(m)
+    stages = job_stages(m)
     record = job.record
     per_task = record is not None and bool(record.tasks)
     views: dict[str, StageView] = {}
@@ -382,7 +369,11 @@ def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
 
 
 def _next(
-    located: Located, state: str, pending: list[PodReason], stages: dict[str, StageView]
+    located: Located,
+    state: str,
+    pending: list[PodReason],
+    stages: dict[str, StageView],
+    controller_fix: str | None,
 ) -> list[str]:
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
@@ -401,9 +392,8 @@ def _next(
         out.append(cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE"))
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
         out.append(
-            cmd("skypilot", "status", "--project", project, "--context", located.kube_context)
-            if located.kube_context
-            else cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
+            controller_fix
+            or cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
         )
         out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
     elif state == "SUCCEEDED":
@@ -431,18 +421,15 @@ def status(
     """One status check of one run, from every applicable source."""
     paths = paths or NpaPaths.from_env()
     located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
-    job, job_source = ask_job(located, paths, cached=cached)
+    backend = open_located_backend(located, paths) if located.backend_name else None
+    job, job_source = ask_job(located, backend, cached=cached)
     located.sources.append(job_source)
     state, reason = decide(located, job, cached=cached)
     pending: list[PodReason] = []
     record = job.record
-    if (
-        record is not None
-        and state in WAITING
-        and located.backend_name == "skypilot"
-        and not cached
-    ):
-        pending, pods = ask_pods(located, record, paths)
+    waiting = record is not None and state in WAITING and not cached
+    if waiting and record is not None and isinstance(backend, ReportsPodReasons):
+        pending, pods = ask_pods(backend, record)
         located.sources.append(pods)
     m = located.manifest
     stages = _stages(m, job, state) if m else {}
@@ -464,7 +451,13 @@ def status(
         stages=stages,
         supervisor=m.supervisor.model_dump(mode="json") if m else None,
         sources=located.sources,
-        next=_next(located, state, pending, stages),
+        next=_next(
+            located,
+            state,
+            pending,
+            stages,
+            backend.controller_fix(located.project) if backend is not None else None,
+        ),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
@@ -568,7 +561,7 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
     def row_of(candidate: tuple[str, str]) -> RunRow | str | None:
         """The row, "other" for another project's run, None for a folder that is no run."""
         run_id, workflow = candidate
-        prefix = f"{workflow}/{run_id}/{PREFIX_LEAF}"
+        prefix = run_prefix(workflow, run_id)
         row = RunRow(
             run_id=run_id, workflow=workflow, recorded_state="?", run_prefix=f"{store_uri}/{prefix}"
         )

@@ -228,6 +228,7 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
 
     from npa.backends.skypilot.backend import SkyPilotBackend
     from npa.core.errors import NotFound
+    from npa.core.paths import NpaPaths
 
     source = inspect.getsource(sky.jobs.utils.stream_logs_by_id)
     assert "f'Job {job_id} not found.'" in source
@@ -242,7 +243,7 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
     assert list(fake.tail_logs(4, False, 0)) == ["=== Task a(0) ===", "a says hi"]
     (message,) = fake.tail_logs(4, False, "c")
     assert message == "No task found matching 'c' in job 4. Valid task IDs are 0-1."
-    backend = SkyPilotBackend(kubeconfig=None, service=fake)
+    backend = SkyPilotBackend(NpaPaths(tmp_path), context=None, service=fake)
     with pytest.raises(NotFound, match="No task found matching 'c' in job 4"):
         backend._refuse_not_found(4, message)
     with pytest.raises(NotFound, match="Job 9 not found"):

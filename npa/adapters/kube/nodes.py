@@ -1,12 +1,23 @@
-"""What GPUs each node offers: its GPU label, allocatable GPUs and what is still requestable."""
+"""What GPUs each node offers: its GPU label, allocatable GPUs and what is still requestable;
+and the GPU type names a cluster's node labels carry."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
+
+# Labels that carry a node's GPU type, most specific first.
+GPU_LABELS = (
+    "skypilot.co/accelerator",
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "gpu.nvidia.com/class",
+)
+
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 # Pods in these phases no longer hold their requests.
@@ -68,3 +79,21 @@ def node_gpus(kubeconfig: Path, context: str | None) -> list[NodeGpus]:
             )
         )
     return out
+
+
+def cluster_names(labels: Iterable[dict[str, str]]) -> list[str]:
+    """Distinct GPU label values across nodes (one label per node, the most specific)."""
+    found: set[str] = set()
+    for node in labels:
+        for key in GPU_LABELS:
+            if node.get(key):
+                found.add(node[key])
+                break
+    return sorted(found)
+
+
+def gpu_label_values(kubeconfig: Path, context: str) -> list[str]:
+    """The distinct GPU type names the context's nodes carry (raises on any API error)."""
+    api = core_api(kubeconfig, context)
+    nodes = api.list_node(_request_timeout=REQUEST_TIMEOUT).items
+    return cluster_names(dict(n.metadata.labels or {}) for n in nodes)

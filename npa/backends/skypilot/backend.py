@@ -1,33 +1,58 @@
-"""The SkyPilot backend: launch, reconcile, follow and cancel one managed job per run.
+"""The SkyPilot backend: launch, reconcile, follow and cancel one managed job per run, on the
+Kubernetes context ``--infra k8s/<context>`` names.
 
 Answers of the managed-jobs service are translated here, once: SkyPilot's exceptions become
 transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`), and its
 ``ManagedJobRecord``/``ManagedJobStatus`` become npa's :class:`JobRecord`/:class:`JobState`.
+
+Capabilities: stages run in digest-pinned images; the context's kubeconfig and the SkyPilot SDK
+are prerequisites; the API must be stable before a launch; accelerators are renamed to the
+cluster's node labels; a waiting job's pods say why; npa's run watcher polls the job.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
-from collections.abc import Iterator
-from typing import Any
+import shlex
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from npa.backends.base import (
     BackendUnavailable,
     ExecutionBackend,
+    HasPrerequisites,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
     LaunchRejected,
+    NeedsReadinessCheck,
+    PodSource,
+    PolledByWatcher,
+    Prerequisite,
+    PullsPinnedImages,
     QueueAnswer,
-    TaskContext,
+    ReadinessTarget,
+    ReportsPodReasons,
+    ResolvesAccelerators,
+    RunTasks,
     TaskRecord,
     TransientRefusal,
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, load_service
-from npa.core.errors import NotFound
-from npa.render.tasks import task_name
+from npa.core.errors import InvalidInput, NotFound
+from npa.core.layout import task_name
+from npa.core.paths import NpaPaths
+
+if TYPE_CHECKING:
+    from npa.adapters.kube.pods import PodReason
+
+POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
+WATCHER_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no watcher
+DEFAULT_POLL = 15.0
 
 BACKEND = "skypilot"
 
@@ -87,14 +112,30 @@ def job_state(status: Any) -> JobState:
         return JobState.PENDING
 
 
-class SkyPilotBackend(ExecutionBackend):
+class SkyPilotBackend(
+    ExecutionBackend,
+    PullsPinnedImages,
+    HasPrerequisites,
+    NeedsReadinessCheck,
+    ResolvesAccelerators,
+    ReportsPodReasons,
+    PolledByWatcher,
+):
     name = BACKEND
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
 
     def __init__(
-        self, *, kubeconfig: str | None, service: ManagedJobsService | None = None
+        self,
+        paths: NpaPaths,
+        *,
+        context: str | None,
+        service: ManagedJobsService | None = None,
     ) -> None:
-        self.kubeconfig = kubeconfig
+        self.context = context
+        # The file provisioning placed for the context: SkyPilot is pointed at exactly it.
+        self.kubeconfig_path = paths.cluster_kubeconfig(context) if context else None
+        placed = self.kubeconfig_path is not None and self.kubeconfig_path.is_file()
+        self.kubeconfig = str(self.kubeconfig_path) if placed else None
         self._service = service
 
     @property
@@ -107,8 +148,130 @@ class SkyPilotBackend(ExecutionBackend):
     def task_suffix(self) -> str:
         return ".yaml"
 
-    def render_tasks(self, context: TaskContext) -> dict[str, str]:
-        return tasks.render(context)
+    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+        external = [
+            (t.stage, i.name, i.uri) for t in run.tasks for i in t.inputs if i.key is None and i.uri
+        ]
+        problems = tasks.mount_problems(run.store, external)
+        unpinned = [t.stage for t in run.tasks if t.image is None]
+        if unpinned:
+            problems.append(f"stages without a pinned image: {', '.join(unpinned)}")
+        if problems:
+            raise InvalidInput(
+                "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
+                fix=tasks.RENDER_FIX,
+                details={"problems": problems},
+            )
+        assert self.context is not None
+        return tasks.encode(run, kube_context=self.context)
+
+    def observer(self) -> Callable[[str], None] | None:
+        hook: Callable[[str], None] | None = getattr(self.service, "observe", None)
+        return hook
+
+    def controller_fix(self, project: str) -> str | None:
+        return shlex.join(
+            [
+                "npa",
+                "skypilot",
+                "status",
+                "--project",
+                project,
+                "--context",
+                self.context or "CONTEXT",
+            ]
+        )
+
+    # --- capabilities -------------------------------------------------------------------------
+    def prerequisites(self, project: str) -> list[Prerequisite]:
+        found: list[Prerequisite] = []
+        path = self.kubeconfig_path
+        if path is not None and path.is_file():
+            found.append(Prerequisite("kubeconfig", True, f"{path}"))
+        else:
+            fix = shlex.join(
+                [
+                    "npa",
+                    "provision-if-absent",
+                    "--project",
+                    project,
+                    "--target",
+                    "kubernetes",
+                    "--context",
+                    str(self.context),
+                    "--kubeconfig",
+                    "PATH",
+                ]
+            )
+            found.append(
+                Prerequisite(
+                    "kubeconfig", False, f"no kubeconfig for context {self.context} at {path}", fix
+                )
+            )
+        if importlib.util.find_spec("sky") is None:
+            found.append(
+                Prerequisite(
+                    "skypilot",
+                    False,
+                    "the SkyPilot SDK is not installed",
+                    "pip install 'skypilot[kubernetes]==0.14.1'",
+                )
+            )
+        else:
+            found.append(Prerequisite("skypilot", True, "SkyPilot SDK importable"))
+        return found
+
+    def readiness_target(self) -> ReadinessTarget | None:
+        if self.kubeconfig is None or self.context is None:
+            return None
+        from npa.adapters.kube.readyz import readyz_asker
+
+        path = self.kubeconfig_path
+        assert path is not None
+        return ReadinessTarget(self.context, path, readyz_asker(path, self.context))
+
+    def accelerator_names(self) -> list[str]:
+        from npa.adapters.kube.nodes import gpu_label_values
+
+        assert self.kubeconfig_path is not None and self.context is not None
+        return gpu_label_values(self.kubeconfig_path, self.context)
+
+    def can_resolve_accelerators(self) -> bool:
+        return self.kubeconfig is not None and self.context is not None
+
+    def node_labels_fix(self) -> str:
+        return (
+            f"KUBECONFIG={self.kubeconfig_path} kubectl --context {self.context} "
+            "get nodes --show-labels"
+        )
+
+    def gpus_fix(self) -> str:
+        return shlex.join(["npa", "workbench", "workflow", "gpus", "--cluster", str(self.context)])
+
+    def pull_context(self) -> str | None:
+        return self.context
+
+    def pods_source(self) -> PodSource:
+        where = f"kubernetes context {self.context}"
+        missing = None if self.kubeconfig else f"no kubeconfig at {self.kubeconfig_path}"
+        fix = f"KUBECONFIG={self.kubeconfig_path} kubectl --context {self.context} get pods"
+        return PodSource(where=where, missing=missing, fix=fix)
+
+    def pending_reasons(self, record: JobRecord) -> list[PodReason]:
+        from npa.adapters.kube.pods import managed_job_clusters, pending_reasons
+
+        assert self.kubeconfig_path is not None
+        names = [t.task_name for t in record.tasks if t.task_name]
+        clusters = managed_job_clusters(names or [record.job_name], record.job_id)
+        return pending_reasons(self.kubeconfig_path, self.context, clusters)
+
+    @property
+    def poll_seconds(self) -> float:
+        return float(os.environ.get(POLL_ENV, DEFAULT_POLL))
+
+    @property
+    def watcher_enabled(self) -> bool:
+        return os.environ.get(WATCHER_ENV, "").lower() != "off"
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
