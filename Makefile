@@ -36,6 +36,7 @@ lint: setup lint-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/python -m tests.import_graph
 	shellcheck -x scripts/* .ci/run
 
 test: tools lint

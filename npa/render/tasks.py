@@ -13,8 +13,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import npa.backends.skypilot.tasks as skypilot_tasks
 from npa.backends.base import RunTasks, StageTask, TaskInput, TaskOutput
-from npa.backends.skypilot import tasks as skypilot_tasks
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
 from npa.plan.model import WorkflowPlan, build_plan
