@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from npa.core.layout import PREFIX_LEAF, stage_key
 from npa.core.paths import safe_component
 from npa.plan.dag import levels, topological_order, wave_count
 from npa.plan.infra import DiskNeed, disk_needs
@@ -74,9 +75,8 @@ def run_prefix(store_uri: str | None, workflow: str, run_id: str) -> str | None:
 
 
 def stage_prefix(prefix: str, stage: str) -> str:
-    """Where one stage's data lives: ``<run prefix>/npa-workflow/stages/<stage>`` (the layout
-    in docs/storage-layout.md)."""
-    return f"{prefix}/npa-workflow/stages/{stage}"
+    """Where one stage's data lives, under the run root ``prefix`` (:mod:`npa.core.layout`)."""
+    return stage_key(f"{prefix}/{PREFIX_LEAF}", stage)
 
 
 def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None) -> WorkflowPlan:

@@ -136,11 +136,16 @@ def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
         raw = store.get(manifest_key(prefix))
     except ObjectAbsent:
         return None
+    return parse_manifest(raw, f"{store.uri}/{manifest_key(prefix)}")
+
+
+def parse_manifest(raw: bytes, where: str) -> RunManifest:
+    """A stored manifest's bytes as the model; StateCorrupt names ``where`` when they are not."""
     try:
         return RunManifest.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as exc:
         raise StateCorrupt(
-            f"{store.uri}/{manifest_key(prefix)} is not an npa run manifest: {exc}",
+            f"{where} is not an npa run manifest: {exc}",
             fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
         ) from None
 
@@ -186,10 +191,15 @@ def read_plan(store: ObjectStore, prefix: str) -> WorkflowPlan | None:
         raw = store.get(plan_key(prefix))
     except ObjectAbsent:
         return None
+    return parse_plan(raw, f"{store.uri}/{plan_key(prefix)}")
+
+
+def parse_plan(raw: bytes, where: str) -> WorkflowPlan:
+    """A stored plan's bytes as the model; StateCorrupt names ``where`` when they are not."""
     try:
         return WorkflowPlan.model_validate_json(raw)
     except ValidationError as exc:
         raise StateCorrupt(
-            f"{store.uri}/{plan_key(prefix)} is not an npa run plan: {exc.errors()[0]['msg']}",
+            f"{where} is not an npa run plan: {exc.errors()[0]['msg']}",
             fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
         ) from None

@@ -20,7 +20,7 @@ from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.plan.model import StagePlan, WorkflowPlan
-from npa.runs.manifest import read_plan
+from npa.runs.manifest import RunManifest, read_plan
 from npa.services.locate import Located, cmd, locate
 
 
@@ -139,6 +139,32 @@ def check_stage(store: ObjectStore, prefix: str, planned: StagePlan, state: str)
     )
 
 
+def _checked_stages(
+    located: Located, m: RunManifest, plan: WorkflowPlan, stage: str | None
+) -> list[StageArtifacts]:
+    """Each planned stage (or only ``stage``) in plan order, checked against the store."""
+    assert located.store is not None and located.prefix is not None
+    names = [p.name for p in plan.stages]
+    if stage is not None and stage not in names:
+        raise InvalidInput(
+            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(names)})",
+            fix=cmd("workbench", "workflow", "artifacts", located.run_id, "--project",
+                    located.project),
+        )  # fmt: skip
+    order = {n: i for i, n in enumerate(plan.order or names)}
+    planned = sorted(plan.stages, key=lambda p: order.get(p.name, len(order)))
+    return [
+        check_stage(
+            located.store,
+            located.prefix,
+            p,
+            m.stages[p.name].state if p.name in m.stages else "PENDING",
+        )
+        for p in planned
+        if stage is None or p.name == stage
+    ]
+
+
 def artifacts(
     run: str,
     project: str | None,
@@ -152,27 +178,7 @@ def artifacts(
     _require_manifest(located)
     m = located.manifest
     assert m is not None and located.store is not None and located.prefix is not None
-    plan = _plan(located.store, located.prefix)
-    planned = plan.stages
-    names = [p.name for p in planned]
-    if stage is not None and stage not in names:
-        raise InvalidInput(
-            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(names)})",
-            fix=cmd("workbench", "workflow", "artifacts", located.run_id, "--project",
-                    located.project),
-        )  # fmt: skip
-    order = {n: i for i, n in enumerate(plan.order or names)}
-    planned = sorted(planned, key=lambda p: order.get(p.name, len(order)))
-    checked = [
-        check_stage(
-            located.store,
-            located.prefix,
-            p,
-            m.stages[p.name].state if p.name in m.stages else "PENDING",
-        )
-        for p in planned
-        if stage is None or p.name == stage
-    ]
+    checked = _checked_stages(located, m, _plan(located.store, located.prefix), stage)
     first = next(
         (s.stage for s in checked if s.outputs and all(o.status != "ok" for o in s.outputs)),
         None,

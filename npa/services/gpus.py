@@ -73,10 +73,9 @@ def _label(labels: dict[str, str]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+def _nodes(cluster: str, paths: NpaPaths) -> list[NodeGpus]:
     from npa.adapters.kube.nodes import node_gpus
 
-    paths = paths or NpaPaths.from_env()
     kubeconfig = paths.cluster_kubeconfig(cluster)
     if not kubeconfig.is_file():
         raise NotFound(
@@ -85,26 +84,60 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
             "--kubeconfig PATH",
         )
     try:
-        found: list[NodeGpus] = node_gpus(kubeconfig, cluster)
+        return node_gpus(kubeconfig, cluster)
     except Exception as exc:
         raise Unavailable(
             f"cannot read nodes of {cluster}: {type(exc).__name__}: {exc}",
             fix=f"KUBECONFIG={kubeconfig} kubectl --context {cluster} get nodes",
         ) from None
-    rows = []
-    for n in found:
-        label, key = _label(n.labels)
-        rows.append(
-            NodeRow(
-                node=n.node,
-                gpu_label=label,
-                label_key=key,
-                allocatable=n.allocatable,
-                requestable=n.requestable if n.ready and n.schedulable else 0,
-                ready=n.ready,
-                schedulable=n.schedulable,
-            )
+
+
+def _row(n: NodeGpus) -> NodeRow:
+    label, key = _label(n.labels)
+    return NodeRow(
+        node=n.node,
+        gpu_label=label,
+        label_key=key,
+        allocatable=n.allocatable,
+        requestable=n.requestable if n.ready and n.schedulable else 0,
+        ready=n.ready,
+        schedulable=n.schedulable,
+    )
+
+
+def _fit(
+    stage: str, requested: str, count: int, answer: AcceleratorRemap, rows: list[NodeRow]
+) -> StageFit:
+    """Whether one stage's GPUs fit on one node of the cluster, now or once free."""
+    target = answer.resolved or answer.requested
+    holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
+    now = [r for r in holders if r.requestable >= count]
+    if holders:
+        detail = f"{len(holders)} node(s) have {count} allocatable {target}"
+    elif answer.resolved:
+        most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
+        detail = (
+            f"no single node has {count} {target} GPUs (largest: {most}); SkyPilot places "
+            "all of a task's GPUs on one node"
         )
+    else:
+        detail = f"{answer.detail} for {answer.requested}"
+    return StageFit(
+        stage=stage,
+        requested=requested,
+        resolved=answer.resolved,
+        count=count,
+        fits=bool(holders),
+        fits_now=bool(now),
+        nodes=[r.node for r in holders],
+        detail=detail,
+    )
+
+
+def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+    paths = paths or NpaPaths.from_env()
+    found = _nodes(cluster, paths)
+    rows = [_row(n) for n in found]
     names = cluster_names([n.labels for n in found])
     result = GpusResult(cluster=cluster, nodes=rows, labels=names)
     if spec is None:
@@ -123,29 +156,6 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
             result.remap[name] = answer.resolved
         if answer not in result.remap_detail:
             result.remap_detail.append(answer)
-        target = answer.resolved or name
-        holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
-        now = [r for r in holders if r.requestable >= count]
-        if holders:
-            detail = f"{len(holders)} node(s) have {count} allocatable {target}"
-        else:
-            most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
-            detail = (
-                f"no single node has {count} {target} GPUs (largest: {most}); SkyPilot places "
-                "all of a task's GPUs on one node"
-                if answer.resolved
-                else f"{answer.detail} for {name}"
-            )
-        result.stages.append(
-            StageFit(
-                stage=stage.name,
-                requested=stage.resources.accelerators or "",
-                resolved=answer.resolved,
-                count=count,
-                fits=bool(holders),
-                fits_now=bool(now),
-                nodes=[r.node for r in holders],
-                detail=detail,
-            )
-        )
+        requested = stage.resources.accelerators or ""
+        result.stages.append(_fit(stage.name, requested, count, answer, rows))
     return result

@@ -38,6 +38,7 @@ class IngestResult(Result):
 
 def _open(input_path: str, endpoint_url: str | None) -> tuple[Any, str]:
     from npa.adapters.storage import ObjectAbsent, open_store
+    from npa.core.layout import PREFIX_LEAF, manifest_key
 
     uri = input_path.rstrip("/")
     if "://" not in uri:
@@ -48,13 +49,14 @@ def _open(input_path: str, endpoint_url: str | None) -> tuple[Any, str]:
             fix="npa workbench insights ingest-run --input-path s3://BUCKET/PREFIX/WORKFLOW/RUN",
         )
     store = open_store(uri, endpoint_url=endpoint_url)
-    if uri.endswith("/npa-workflow"):
+    if uri.endswith(f"/{PREFIX_LEAF}"):
         return store, uri
-    try:  # a run prefix given without its npa-workflow component
-        store.head("npa-workflow/manifest.json")
+    try:  # a run root given without its run prefix's last component
+        store.head(manifest_key(PREFIX_LEAF))
     except ObjectAbsent:
         return store, uri
-    return open_store(uri + "/npa-workflow", endpoint_url=endpoint_url), uri + "/npa-workflow"
+    prefix = f"{uri}/{PREFIX_LEAF}"
+    return open_store(prefix, endpoint_url=endpoint_url), prefix
 
 
 def ingest_run(

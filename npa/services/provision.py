@@ -692,6 +692,108 @@ def provision_if_absent(
             raise
 
 
+def _recover_all(
+    lay: Layout, runner: InfraRunner, journal: OperationJournal | None, resume: str
+) -> dict[str, list[str]]:
+    """What an interrupted run left, made safe before anything else (per stack)."""
+    recovery: dict[str, list[str]] = {}
+    if journal is None:
+        return recovery
+    interrupted = _interrupted(journal)
+    for spec in lay.stacks:
+        if runner.exists(spec.name):
+            recovery[spec.name] = _recover(runner, spec, journal, resume)
+            if spec.name in interrupted and not recovery[spec.name]:
+                recovery[spec.name].append(
+                    "the previous run was interrupted; its state is read back before any change"
+                )
+    return recovery
+
+
+def _existing_cloud_disks(
+    lay: Layout, runner: InfraRunner, journal: OperationJournal | None
+) -> list[ExistingDisk]:
+    """The disks the (refreshed) cloud stack's state proves exist."""
+    cloud = lay.stacks[0] if lay.target == "nebius" else None
+    if cloud is None or not runner.exists(cloud.name):
+        return []
+    if journal is not None:
+        runner.refresh(cloud)
+    return existing_disks(runner.resources(cloud.name))
+
+
+def _preview_all(
+    lay: Layout, runner: InfraRunner, recovery: dict[str, list[str]]
+) -> dict[str, StackReport]:
+    """A preview of every stack; the cluster after a cloud stack is previewed once that
+    exists (its kubeconfig comes from the new cluster)."""
+    reports: dict[str, StackReport] = {}
+    for index, spec in enumerate(lay.stacks):
+        if lay.target == "nebius" and index == 1:
+            reports[spec.name] = StackReport(
+                stack=spec.name,
+                kind=spec.kind,
+                note="previewed after the nebius stack exists: its kubeconfig comes from the "
+                "new cluster",
+            )
+            continue
+        outcome = runner.preview(spec, read_only=runner.backend.local_dir is not None)
+        reports[spec.name] = _report(spec, outcome)
+        reports[spec.name].recovery = recovery.get(spec.name, [])
+    return reports
+
+
+def _declined(
+    req: ProvisionRequest,
+    reports: dict[str, StackReport],
+    journal: OperationJournal | None,
+    interactive: bool,
+    confirm: Confirm | None,
+) -> str | None:
+    """Why nothing is applied (no --yes and no consent), or None to go ahead."""
+    if req.yes:
+        return None
+    if interactive and confirm is not None and confirm(list(reports.values())):
+        return None
+    if journal is not None:
+        journal.append("confirm", "declined" if interactive else "no-consent")
+    return "not confirmed" if interactive else "no terminal to ask on and no --yes"
+
+
+def _apply_all(
+    lay: Layout,
+    runner: InfraRunner,
+    reports: dict[str, StackReport],
+    journal: OperationJournal,
+    resume: str,
+) -> None:
+    """Apply, stack by stack, each step journaled before and after."""
+    for index, spec in enumerate(lay.stacks):
+        if lay.target == "nebius" and index == 1:
+            document = reports[lay.stacks[0].name].outputs.get("kubeconfig")
+            if not document:
+                raise NpaError(
+                    "the nebius stack gave no kubeconfig output; the cluster stack cannot run",
+                    fix=resume,
+                )
+            spec.config["npa:kubeconfigDocument"] = str(document)
+            reports[spec.name] = _report(spec, runner.preview(spec, read_only=True))
+        report = reports[spec.name]
+        journal.append(f"up:{spec.name}", "started")
+        started = time.monotonic()
+        outcome = runner.up(spec)
+        report.applied = True
+        report.seconds = round(time.monotonic() - started, 2)
+        report.result_summary = {
+            k: v for k, v in outcome.summary.items() if k not in ("refresh", "read")
+        }
+        report.outputs = {k: v for k, v in outcome.outputs.items() if k != "kubeconfig"}
+        if spec.kind == "nebius":
+            report.outputs["kubeconfig"] = outcome.outputs.get("kubeconfig")
+        journal.append(f"up:{spec.name}", "done", summary=report.result_summary)
+    journal.append("done", "applied")
+
+
 def _provision(
     req: ProvisionRequest,
     paths: NpaPaths,
@@ -722,24 +824,10 @@ def _provision(
         )
 
     # 1. Recovery: what an interrupted run left must be made safe before anything else.
-    recovery: dict[str, list[str]] = {}
-    if journal is not None:
-        interrupted = _interrupted(journal)
-        for spec in lay.stacks:
-            if runner.exists(spec.name):
-                recovery[spec.name] = _recover(runner, spec, journal, resume)
-                if spec.name in interrupted and not recovery[spec.name]:
-                    recovery[spec.name].append(
-                        "the previous run was interrupted; its state is read back before any change"
-                    )
+    recovery = _recover_all(lay, runner, journal, resume)
 
     # 2. Quota gate, with what the (refreshed) state proves exists deducted.
-    existing: list[ExistingDisk] = []
-    cloud = lay.stacks[0] if lay.target == "nebius" else None
-    if cloud is not None and runner.exists(cloud.name):
-        if journal is not None:
-            runner.refresh(cloud)
-        existing = existing_disks(runner.resources(cloud.name))
+    existing = _existing_cloud_disks(lay, runner, journal)
     quota = quota_gate(req, paths, infra, existing=existing)
     if journal is not None:
         journal.append("quota", quota.verdict, problems=quota.problems[:10])
@@ -752,19 +840,7 @@ def _provision(
 
     # 3. Tools, then a preview of every stack.
     _check_tools(lay.target)
-    cluster_after_cloud = lay.target == "nebius"
-    for index, spec in enumerate(lay.stacks):
-        if cluster_after_cloud and index == 1:
-            reports[spec.name] = StackReport(
-                stack=spec.name,
-                kind=spec.kind,
-                note="previewed after the nebius stack exists: its kubeconfig comes from the "
-                "new cluster",
-            )
-            continue
-        outcome = runner.preview(spec, read_only=runner.backend.local_dir is not None)
-        reports[spec.name] = _report(spec, outcome)
-        reports[spec.name].recovery = recovery.get(spec.name, [])
+    reports.update(_preview_all(lay, runner, recovery))
     pending = [r for r in reports.values() if r.pending() or r.note]
     if journal is not None:
         journal.append(
@@ -777,62 +853,26 @@ def _provision(
     if lay.context is not None:
         kubeconfig = paths.cluster_kubeconfig(lay.context)
     export = _export_line(kubeconfig) if kubeconfig is not None else None
+    placed = {
+        "kubeconfig": str(kubeconfig) if kubeconfig else None,
+        "export_line": export,
+    }
 
     if req.preview_only:
         return result("preview", quota, "preview only (--preview): nothing was changed")
     if not pending:
         if journal is not None:
             journal.append("done", "no-changes")
-        return result(
-            "no-changes",
-            quota,
-            "everything already exists: zero changes, nothing applied",
-            kubeconfig=str(kubeconfig) if kubeconfig else None,
-            export_line=export,
-        )
-    if not req.yes:
-        consent = interactive and confirm is not None and confirm(list(reports.values()))
-        if not consent:
-            if journal is not None:
-                journal.append("confirm", "declined" if interactive else "no-consent")
-            why = "not confirmed" if interactive else "no terminal to ask on and no --yes"
-            return result(
-                "not-applied", quota, f"nothing applied ({why}); to apply, rerun with --yes"
-            )
+        message = "everything already exists: zero changes, nothing applied"
+        return result("no-changes", quota, message, **placed)
+    why = _declined(req, reports, journal, interactive, confirm)
+    if why is not None:
+        return result("not-applied", quota, f"nothing applied ({why}); to apply, rerun with --yes")
 
     # 4. Apply, stack by stack, each step journaled before and after.
     assert journal is not None  # only --preview runs without one, and it returned above
-    for index, spec in enumerate(lay.stacks):
-        if cluster_after_cloud and index == 1:
-            document = reports[lay.stacks[0].name].outputs.get("kubeconfig")
-            if not document:
-                raise NpaError(
-                    "the nebius stack gave no kubeconfig output; the cluster stack cannot run",
-                    fix=resume,
-                )
-            spec.config["npa:kubeconfigDocument"] = str(document)
-            reports[spec.name] = _report(spec, runner.preview(spec, read_only=True))
-        report = reports[spec.name]
-        journal.append(f"up:{spec.name}", "started")
-        started = time.monotonic()
-        outcome = runner.up(spec)
-        report.applied = True
-        report.seconds = round(time.monotonic() - started, 2)
-        report.result_summary = {
-            k: v for k, v in outcome.summary.items() if k not in ("refresh", "read")
-        }
-        report.outputs = {k: v for k, v in outcome.outputs.items() if k != "kubeconfig"}
-        if spec.kind == "nebius":
-            report.outputs["kubeconfig"] = outcome.outputs.get("kubeconfig")
-        journal.append(f"up:{spec.name}", "done", summary=report.result_summary)
-    journal.append("done", "applied")
-    return result(
-        "applied",
-        quota,
-        "applied: the target's stacks are up to date",
-        kubeconfig=str(kubeconfig) if kubeconfig else None,
-        export_line=export,
-    )
+    _apply_all(lay, runner, reports, journal, resume)
+    return result("applied", quota, "applied: the target's stacks are up to date", **placed)
 
 
 # --- teardown --------------------------------------------------------------------------------
@@ -871,6 +911,52 @@ def active_runs(paths: NpaPaths, project: str) -> list[str]:
     return runs
 
 
+def _teardown_resume(req: TeardownRequest, project: str, context: str | None) -> str:
+    """The one command that resumes (or reruns) this teardown."""
+    argv = ["npa", "teardown", "--project", project, "--target", req.target]
+    if context and req.target != "local":
+        argv += ["--context", context]
+    if req.backend_url:
+        argv += ["--backend-url", req.backend_url]
+    return shlex.join([*argv, "--yes"])
+
+
+def _refuse_active_runs(paths: NpaPaths, project: str, resume: str) -> None:
+    """Teardown never pulls infrastructure from under a run that may still be active."""
+    runs = active_runs(paths, project)
+    if runs:
+        raise NpaError(
+            f"project {project} has submitted runs that may still be active: {', '.join(runs)}; "
+            "teardown would pull their infrastructure away",
+            fix="; ".join(f"npa workbench workflow cancel {r} --project {project}" for r in runs)
+            + f"; then: {resume}",
+            details={"runs": runs},
+        )
+
+
+def _destroy_all(
+    runner: InfraRunner,
+    present: list[StackSpec],
+    reports: dict[str, StackReport],
+    journal: OperationJournal,
+    resume: str,
+) -> None:
+    """Destroy each present stack (in the order given), each step journaled before and after."""
+    for spec in present:
+        if spec.kind == "kubernetes" and "npa:kubeconfigSource" not in spec.config:
+            # Destroy runs from state; the program's config only has to be well formed.
+            spec.config["npa:kubeconfigDocument"] = "(unused by destroy)"
+        report = reports[spec.name]
+        report.recovery = _recover(runner, spec, journal, resume)
+        journal.append(f"destroy:{spec.name}", "started")
+        started = time.monotonic()
+        outcome = runner.destroy(spec)
+        report.applied = True
+        report.seconds = round(time.monotonic() - started, 2)
+        report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}
+        journal.append(f"destroy:{spec.name}", "done", summary=report.result_summary)
+
+
 def teardown(
     req: TeardownRequest,
     *,
@@ -893,12 +979,7 @@ def teardown(
     )
     if req.target == "kubernetes" and lay.context is None:
         raise InvalidInput("teardown of the kubernetes target needs --context")
-    argv = ["npa", "teardown", "--project", project, "--target", req.target]
-    if lay.context and req.target != "local":
-        argv += ["--context", lay.context]
-    if req.backend_url:
-        argv += ["--backend-url", req.backend_url]
-    resume = shlex.join([*argv, "--yes"])
+    resume = _teardown_resume(req, project, lay.context)
     backend = _backend(paths, req.backend_url, create=False)
     runner = InfraRunner(backend)
     order = list(reversed(lay.stacks))
@@ -924,15 +1005,7 @@ def teardown(
     if req.preview_only:
         return result("preview", reports, "preview only (--preview): nothing was destroyed")
 
-    runs = active_runs(paths, project)
-    if runs:
-        raise NpaError(
-            f"project {project} has submitted runs that may still be active: {', '.join(runs)}; "
-            "teardown would pull their infrastructure away",
-            fix="; ".join(f"npa workbench workflow cancel {r} --project {project}" for r in runs)
-            + f"; then: {resume}",
-            details={"runs": runs},
-        )
+    _refuse_active_runs(paths, project, resume)
     if not req.yes:
         consent = interactive and confirm is not None and confirm(reports)
         if not consent:
@@ -945,20 +1018,7 @@ def teardown(
     ):
         journal = OperationJournal(paths, operation)
         resume = journal.begin("teardown", shlex.split(resume), stacks=[s.name for s in present])
-        by_name = {r.stack: r for r in reports}
-        for spec in present:
-            if spec.kind == "kubernetes" and "npa:kubeconfigSource" not in spec.config:
-                # Destroy runs from state; the program's config only has to be well formed.
-                spec.config["npa:kubeconfigDocument"] = "(unused by destroy)"
-            report = by_name[spec.name]
-            report.recovery = _recover(runner, spec, journal, resume)
-            journal.append(f"destroy:{spec.name}", "started")
-            started = time.monotonic()
-            outcome = runner.destroy(spec)
-            report.applied = True
-            report.seconds = round(time.monotonic() - started, 2)
-            report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}
-            journal.append(f"destroy:{spec.name}", "done", summary=report.result_summary)
+        _destroy_all(runner, present, {r.stack: r for r in reports}, journal, resume)
         journal.append("done", "destroyed")
     return result("destroyed", reports, f"destroyed {len(present)} stack(s) of project {project}")
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
 from npa.core.errors import InvalidInput, NpaError
 from npa.core.fsio import exclusive_lock
+from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.runs.identity import (
@@ -34,11 +35,6 @@ class Interrupted(NpaError):
 
 # How long a stager waits for another one staging the same run.
 STAGE_LOCK_WAIT_SECONDS = 600.0
-
-
-def run_prefix(workflow: str, run_id: str) -> str:
-    """The canonical prefix of a run inside its project's store."""
-    return f"{workflow}/{run_id}/npa-workflow"
 
 
 def _prepare_command(spec: Path, project: str) -> str:

@@ -27,7 +27,7 @@ from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotF
 from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
-from npa.runs.manifest import RunManifest, job_stages, read_manifest
+from npa.runs.manifest import RunManifest, StageRecord, job_stages, read_manifest
 from npa.services.locate import (
     RUN_ID_SHAPE,
     Located,
@@ -317,55 +317,75 @@ def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]
     return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
 
 
+def _recorded_view(rec: StageRecord | None) -> StageView:
+    """A stage as the manifest records it."""
+    waves = "no waves recorded"
+    if rec is not None and rec.waves:
+        done = sum(w.state == "SUCCEEDED" for w in rec.waves)
+        waves = f"{done}/{len(rec.waves)} waves succeeded"
+    return StageView(
+        state=rec.state if rec is not None else "PENDING",
+        waves=waves,
+        classification=rec.classification if rec else None,
+        detail=rec.detail if rec else None,
+    )
+
+
+def _stage_view(
+    name: str, rec: StageRecord | None, job: JobAnswer, adopted: bool, state: str
+) -> StageView:
+    """One stage: its own task's state while the backend reports per task, else the record."""
+    view = _recorded_view(rec)
+    recorded = view.state
+    record = job.record
+    task = job.stage_tasks.get(name)
+    unknown: str | None = None
+    if adopted:
+        view.source = "adopted"
+        view.detail = view.detail or "adopted from an earlier job when the run resumed"
+    elif record is not None and task is not None:
+        view.state, view.source = task.state.value, "backend"
+        view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
+        view.recorded_state = recorded if recorded != view.state else None
+        view.failure_reason = task.failure_reason
+    elif record is not None and record.tasks:
+        unknown = f"job {record.job_id} has no task npa can tell runs this stage"
+    elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
+        unknown = f"the backend could not be asked; the manifest last recorded {recorded}"
+    if unknown is not None:  # never the manifest's stale state, never absent
+        view.state, view.source, view.recorded_state = VERIFICATION_UNAVAILABLE, "unknown", recorded
+        view.detail = unknown
+    return view
+
+
 def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
     """Every stage of the run. While the job is live and its backend reports per task, each
     launched stage's state is its own task's; otherwise it is the manifest's record, unless the
     backend could not be asked about a stage the manifest holds as live."""
-    stages = job_stages(m)
-    record = job.record
-    per_task = record is not None and bool(record.tasks)
-    views: dict[str, StageView] = {}
-    for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]:
-        rec = m.stages.get(name)
-        recorded = rec.state if rec is not None else "PENDING"
-        waves = "no waves recorded"
-        if rec is not None and rec.waves:
-            done = sum(w.state == "SUCCEEDED" for w in rec.waves)
-            waves = f"{done}/{len(rec.waves)} waves succeeded"
-        view = StageView(
-            state=recorded,
-            waves=waves,
-            classification=rec.classification if rec else None,
-            detail=rec.detail if rec else None,
-        )
-        task = job.stage_tasks.get(name)
-        unknown: str | None = None
-        if name in stages.adopted:
-            view.source = "adopted"
-            view.detail = view.detail or "adopted from an earlier job when the run resumed"
-        elif record is not None and task is not None:
-            view.state, view.source = task.state.value, "backend"
-            view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
-            view.recorded_state = recorded if recorded != view.state else None
-            view.failure_reason = task.failure_reason
-        elif per_task and record is not None:
-            unknown = f"job {record.job_id} has no task npa can tell runs this stage"
-        elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
-            unknown = f"the backend could not be asked; the manifest last recorded {recorded}"
-        if unknown is not None:  # never the manifest's stale state, never absent
-            view.state, view.source, view.recorded_state = (
-                VERIFICATION_UNAVAILABLE,
-                "unknown",
-                recorded,
-            )
-            view.detail = unknown
-        views[name] = view
+    adopted = job_stages(m).adopted
+    views = {
+        name: _stage_view(name, m.stages.get(name), job, name in adopted, state)
+        for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]
+    }
     if job.stage_tasks:  # the job's task order is the plan order of the stages it runs
         position = {name: task.task_id for name, task in job.stage_tasks.items()}
         views = dict(
             sorted(views.items(), key=lambda item: (item[0] in position, position.get(item[0], 0)))
         )
     return views
+
+
+def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[str]:
+    """What to run about each reason a pod waits."""
+    wf = ("workbench", "workflow")
+    out: list[str] = []
+    for reason in pending:
+        if reason.reason in IMAGE_REASONS:
+            out.append(cmd(*wf, "preflight-images", spec, "--project", located.project, "--json"))
+        elif reason.reason == "Unschedulable":
+            context = located.kube_context or "CONTEXT"
+            out.append(cmd(*wf, "gpus", "--cluster", context, "--spec", spec))
+    return out
 
 
 def _next(
@@ -378,28 +398,19 @@ def _next(
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
     spec = located.reservation.spec if located.reservation else "SPEC"
-    out: list[str] = []
-    for reason in pending:
-        if reason.reason in IMAGE_REASONS:
-            out.append(cmd(*wf, "preflight-images", spec, "--project", project, "--json"))
-        elif reason.reason == "Unschedulable":
-            out.append(
-                cmd(*wf, "gpus", "--cluster", located.kube_context or "CONTEXT", "--spec", spec)
-            )
+    out = _pod_fixes(located, pending, spec)
     failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
+    logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
+    artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
+    resume = cmd(*wf, "submit", spec, "--project", project, "--resume-run", run)
     if state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
-        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
-        out.append(cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE"))
+        out += [artifacts, logs]
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
-        out.append(
-            controller_fix
-            or cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
-        )
-        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+        out += [controller_fix or logs, resume]
     elif state == "SUCCEEDED":
-        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
+        out.append(artifacts)
     elif state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
-        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+        out.append(resume)
     elif state == VERIFICATION_UNAVAILABLE:
         out += [s.fix for s in located.unavailable if s.fix]
         out.append(located.status_command("--cached"))
