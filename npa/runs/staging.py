@@ -104,8 +104,8 @@ class HashedFile:
 
 
 @dataclass
-class StagePlan:
-    """What a staging found; the numbers the summary reports."""
+class StagingTally:
+    """What a staging found and did; the numbers the summary reports."""
 
     files: list[HashedFile] = field(default_factory=list)
     uploaded: int = 0
@@ -384,7 +384,7 @@ def stage_source(
     step: Step | None = None,
     refuse_fix: str = "",
     index: Path | None = None,
-) -> tuple[SourceManifest, StagePlan]:
+) -> tuple[SourceManifest, StagingTally]:
     """Stage ``source`` under ``run_prefix`` and return the committed manifest and the tally.
 
     ``index`` is a local file remembering the digests of files whose stat has not changed
@@ -393,7 +393,7 @@ def stage_source(
     layout = SourceLayout(run_prefix)
     note: Step = step or (lambda _s, _d: None)
     tick: Progress = progress or (lambda _p, _n: None)
-    plan = StagePlan()
+    plan = StagingTally()
     jobs = max(1, jobs or default_jobs())
 
     files = scan_tree(source)
@@ -454,20 +454,38 @@ def stage_source(
         pool.shutdown(wait=True, cancel_futures=True)
     note("blobs", {"uploaded": plan.uploaded, "repaired": plan.repaired, "held": len(held)})
 
+    _commit(store, layout, local, committed, plan, refuse_fix)
+    note("committed", {"source_digest": local.digest(), "already": plan.already_committed})
+    _remove_orphans(store, layout, plan, held)
+    return local, plan
+
+
+def _commit(
+    store: ObjectStore,
+    layout: SourceLayout,
+    local: SourceManifest,
+    committed: SourceManifest | None,
+    tally: StagingTally,
+    refuse_fix: str,
+) -> None:
+    """Write the source manifest unless it is committed; a concurrent commit of the same tree
+    stands, one of another tree is refused."""
     if committed is None and not store.create_if_absent(layout.manifest, local.canonical_bytes()):
         # Someone committed between our look and our write: theirs stands if it differs.
         committed = load_committed(store, layout)
         if committed is None or committed.digest() != local.digest():
             raise _differs(committed or SourceManifest(files=[]), local, store, layout, refuse_fix)
-        plan.already_committed = True
-    note("committed", {"source_digest": local.digest(), "already": plan.already_committed})
+        tally.already_committed = True
 
-    wanted = {layout.blob(h.sha256) for h in plan.files}
+
+def _remove_orphans(
+    store: ObjectStore, layout: SourceLayout, tally: StagingTally, held: dict[str, ObjectInfo]
+) -> None:
+    """Delete blobs of an interrupted staging of some other tree, never named by the manifest."""
+    wanted = {layout.blob(h.sha256) for h in tally.files}
     for key in sorted(set(held) - wanted):
-        # Blobs of an interrupted staging of some other tree, never named by the manifest.
         store.delete(key)
-        plan.orphans_removed += 1
-    return local, plan
+        tally.orphans_removed += 1
 
 
 def _differs(

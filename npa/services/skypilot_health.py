@@ -476,6 +476,11 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
         fix=None if ready else f"KUBECONFIG={path} kubectl --context {context} get nodes -o wide",
         facts={"nodes": [n.name for n in found]},
     )
+    return [nodes, _gpu_check(found, context)]
+
+
+def _gpu_check(found: list[Any], context: str) -> Check:
+    """Whether any node both carries a GPU label SkyPilot reads and offers allocatable GPUs."""
     labelled = [n for n in found if n.gpu_label]
     allocatable = [n for n in found if n.allocatable_gpus > 0]
     both = [n for n in labelled if n.allocatable_gpus > 0]
@@ -490,29 +495,27 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
         }
     }
     if both:
-        gpus = Check(
+        return Check(
             name="GPUs",
             verdict="ok",
             answer=f"{sum(n.allocatable_gpus for n in both)} on {len(both)} labelled nodes",
             detail=", ".join(sorted({str(n.gpu_label) for n in both})),
             facts=facts,
         )
+    if labelled:
+        detail = "nodes carry GPU labels but no allocatable GPUs (device plugin not ready?)"
+    elif allocatable:
+        detail = "nodes offer GPUs but carry no GPU label SkyPilot reads"
     else:
-        if labelled:
-            detail = "nodes carry GPU labels but no allocatable GPUs (device plugin not ready?)"
-        elif allocatable:
-            detail = "nodes offer GPUs but carry no GPU label SkyPilot reads"
-        else:
-            detail = "no node has a GPU label or allocatable GPUs"
-        gpus = Check(
-            name="GPUs",
-            verdict="failed",
-            answer="none usable",
-            detail=detail,
-            fix=f"npa workbench workflow gpus --cluster {context}",
-            facts=facts,
-        )
-    return [nodes, gpus]
+        detail = "no node has a GPU label or allocatable GPUs"
+    return Check(
+        name="GPUs",
+        verdict="failed",
+        answer="none usable",
+        detail=detail,
+        fix=f"npa workbench workflow gpus --cluster {context}",
+        facts=facts,
+    )
 
 
 # --- bootstrap -------------------------------------------------------------------------------
