@@ -412,16 +412,3 @@ def _collect(
                 on_change(change)
 
     return handle
-
-
-def stack_names(backend: Backend, prefix: str) -> list[str]:
-    """Stacks of a file:// backend whose names start with ``prefix`` (read-only)."""
-    root = backend.local_dir
-    if root is None:
-        return []
-    directory = root / ".pulumi" / "stacks" / PROJECT
-    if not directory.is_dir():
-        return []
-    return sorted(
-        p.name[: -len(".json")] for p in directory.glob("*.json") if p.name.startswith(prefix)
-    )
