@@ -48,6 +48,8 @@ from npa.core.layout import task_name
 from npa.core.paths import NpaPaths
 
 if TYPE_CHECKING:
+    from sky.schemas.api.responses import ManagedJobRecord
+
     from npa.adapters.kube.pods import PodReason
 
 POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
@@ -311,7 +313,7 @@ class SkyPilotBackend(
         return BackendUnavailable(message, fix="npa skypilot status --project P --context CTX")
 
     # --- reading -----------------------------------------------------------------------------
-    def _records(self, name: str) -> list[Any]:
+    def _records(self, name: str) -> list[ManagedJobRecord]:
         try:
             return self.service.queue(name)
         except Exception as exc:
@@ -320,9 +322,13 @@ class SkyPilotBackend(
                 fix="npa skypilot status --project P --context CTX",
             ) from None
 
-    def _record(self, rows: list[Any]) -> JobRecord:
+    def _record(self, rows: list[ManagedJobRecord]) -> JobRecord:
         """One job from its rows (a pipeline has one row per task, all with one job id)."""
         first = rows[0]
+        if first.job_id is None:
+            raise BackendUnavailable(
+                f"the queue returned a record of {first.job_name!r} without id"
+            )
         current = next((r for r in rows if not job_state(r.status).terminal), rows[-1])
         failed = next((r for r in rows if job_state(r.status).failed), None)
         state = job_state((failed or current).status)
@@ -330,7 +336,7 @@ class SkyPilotBackend(
             state = JobState.SUCCEEDED
         return JobRecord(
             backend=BACKEND,
-            job_id=int(first.job_id),
+            job_id=first.job_id,
             job_name=str(first.job_name),
             state=state,
             submitted_at=first.submitted_at,
@@ -353,7 +359,7 @@ class SkyPilotBackend(
 
     def queue(self, job_name: str) -> QueueAnswer:
         rows = [r for r in self._records(job_name) if r.job_name == job_name]
-        by_id: dict[int, list[Any]] = {}
+        by_id: dict[int, list[ManagedJobRecord]] = {}
         for row in rows:
             if row.job_id is None:
                 raise BackendUnavailable(f"the queue returned a record of {job_name!r} without id")

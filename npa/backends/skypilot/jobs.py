@@ -6,7 +6,8 @@ SkyPilot's own ``ManagedJobRecord`` models. :class:`SkyManagedJobs` is the real 
 imported on first use, with ``KUBECONFIG`` pointing at the selected context's file).
 ``NPA_SKYPILOT_JOBS_SERVICE=module:factory`` substitutes another implementation of the same
 protocol (a test double, or a site-specific wrapper); the factory is called with
-``kubeconfig=``.
+``kubeconfig=``. The protocol is typed with SkyPilot's own models, so a double that answers
+anything else fails type checking as well as the tests.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from npa.adapters.skypilot.api import kubeconfig_env
+
+if TYPE_CHECKING:
+    from sky.schemas.api.responses import ManagedJobRecord
 
 SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
 
@@ -28,7 +32,7 @@ class ManagedJobsService(Protocol):
     def get(self, request_id: str) -> Any:
         """``sky.get``: the request's result, or the exception it raised."""
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         """The ``ManagedJobRecord``s whose name contains ``name`` (finished ones included)."""
 
     def cancel(self, job_ids: list[int]) -> None:
@@ -73,7 +77,7 @@ class SkyManagedJobs:
         with kubeconfig_env(self.kubeconfig):
             return sky.get(request_id)  # type: ignore[arg-type]
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         import sky
 
         with kubeconfig_env(self.kubeconfig):
