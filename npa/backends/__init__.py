@@ -10,20 +10,17 @@ libraries are imported inside the backends, never here.
 from __future__ import annotations
 
 from npa.backends.base import (
-    BackendUnavailable,
     ExecutionBackend,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
-    LaunchRejected,
     QueueAnswer,
     RunTasks,
     StageTask,
     TaskRecord,
-    TransientRefusal,
 )
-from npa.core.errors import InvalidInput
+from npa.core.errors import BackendUnavailable, InvalidInput, LaunchRejected, TransientRefusal
 from npa.core.paths import NpaPaths
 
 __all__ = [

@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from npa.core.errors import InvalidInput, NpaError, Unavailable
-
 if TYPE_CHECKING:
     from npa.adapters.kube.pods import PodReason
     from npa.adapters.storage import ObjectStore
@@ -166,33 +164,6 @@ class JobSubmission(BaseModel):
     # Resume: work an earlier job finished and submit validated; it is not run again.
     adopted_stages: list[str] = Field(default_factory=list)
     adopted_waves: dict[str, list[int]] = Field(default_factory=dict)
-
-
-class BackendError(NpaError):
-    """A backend refused or failed an operation."""
-
-    kind = "backend_error"
-
-
-class BackendUnavailable(Unavailable):
-    """The backend could not be asked: nothing may be concluded about existence."""
-
-    kind = "backend_unavailable"
-
-
-class TransientRefusal(BackendError):
-    """The backend refused to create its controller for a reason that may pass (API server
-    restarting, controller pod evicted, quota being released). Retrying is allowed only after
-    the job's absence is proven."""
-
-    kind = "transient_refusal"
-
-
-class LaunchRejected(BackendError):
-    """The backend rejected the job itself (bad task, unknown infra): retrying cannot help."""
-
-    exit_code = InvalidInput.exit_code
-    kind = "launch_rejected"
 
 
 # --- what a backend runs: one task per stage ---------------------------------------------------

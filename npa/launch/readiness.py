@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from npa.backends.base import ExecutionBackend, NeedsReadinessCheck
-from npa.core.errors import Unavailable
+from npa.core.errors import NotStable
 
 DEFAULT_WINDOW = 10.0
 DEFAULT_COUNT = 3
@@ -43,10 +43,6 @@ class ReadinessRecord(BaseModel):
     stable: bool
     spanned_seconds: float
     probes: list[ReadyzAnswer]
-
-
-class NotStable(Unavailable):
-    kind = "api_not_stable"
 
 
 @dataclass

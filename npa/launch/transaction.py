@@ -25,15 +25,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from npa.backends.base import (
+from npa.backends.base import ExecutionBackend, JobState, JobSubmission
+from npa.core.errors import (
+    AmbiguousExistence,
     BackendUnavailable,
-    ExecutionBackend,
-    JobState,
-    JobSubmission,
     LaunchRejected,
+    LaunchStopped,
+    NotFound,
     TransientRefusal,
 )
-from npa.core.errors import NotFound, NpaError, Unavailable
 from npa.core.fsio import exclusive_lock
 from npa.launch.readiness import ReadinessCheck, ReadinessRecord
 from npa.launch.supervision import Classification, Policy, record
@@ -83,22 +83,6 @@ class LaunchTransaction(BaseModel):
     @property
     def job_id(self) -> int | None:
         return self.launched_job_id if self.launched_job_id is not None else self.adopted_job_id
-
-
-class AmbiguousExistence(Unavailable):
-    """npa cannot tell whether the run's job exists: launching could duplicate it."""
-
-    kind = "ambiguous_existence"
-
-
-class LaunchStopped(NpaError):
-    """Supervision ended the launch (FAILED_STARTUP, recovery exhausted, or a rejection)."""
-
-    kind = "launch_stopped"
-
-    def __init__(self, message: str, *, state: JobState, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.state = state
 
 
 def _status_fix(run_id: str, project: str) -> str:

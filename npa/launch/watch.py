@@ -48,7 +48,6 @@ from npa.adapters.storage import ObjectStore, open_store
 from npa.backends import open_backend
 from npa.backends.base import (
     TERMINAL_STATES,
-    BackendUnavailable,
     ExecutionBackend,
     HostsExecutor,
     JobRecord,
@@ -57,7 +56,7 @@ from npa.backends.base import (
     PolledByWatcher,
     TaskRecord,
 )
-from npa.core.errors import LockBusy, NotFound, NpaError
+from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
     base_job_name,
@@ -81,7 +80,7 @@ from npa.launch.supervision import (
     payload_retries_of,
     record,
 )
-from npa.launch.transaction import LaunchStopped, Transaction
+from npa.launch.transaction import Transaction
 from npa.plan.model import StagePlan
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (

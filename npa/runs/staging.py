@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from npa.adapters.storage import ObjectAbsent, ObjectInfo, ObjectStore
-from npa.core.errors import InvalidInput, NpaError, StateCorrupt
+from npa.core.errors import InvalidInput, SourceChanged, SourceRefused, StateCorrupt
 from npa.core.fsio import atomic_write_json
 from npa.runs.ignore import IgnoreRules
 
@@ -52,18 +52,6 @@ def default_jobs() -> int:
     except (AttributeError, OSError):
         cpus = os.cpu_count() or 1
     return max(1, min(32, 4 * cpus))
-
-
-class SourceChanged(NpaError):
-    """A file changed while npa read it; the staged source would not be one consistent tree."""
-
-    kind = "source_changed"
-
-
-class SourceRefused(InvalidInput):
-    """The tree cannot be staged as it is (escaping symlink, committed source differs, ...)."""
-
-    kind = "source_refused"
 
 
 class ManifestEntry(BaseModel):

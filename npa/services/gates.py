@@ -33,7 +33,7 @@ from npa.backends.base import (
     ResolvesAccelerators,
     RunsOnThisMachine,
 )
-from npa.core.errors import EXIT_FAILURE, NpaError
+from npa.core.errors import GatesFailed, NpaError
 from npa.core.paths import NpaPaths
 from npa.services.configure import ProjectSettings
 
@@ -52,13 +52,6 @@ class Gate(BaseModel):
     status: GateStatus
     detail: str
     fix: str | None = None
-
-
-class GatesFailed(NpaError):
-    """At least one gate did not pass; nothing was staged or launched."""
-
-    exit_code = EXIT_FAILURE
-    kind = "gates_failed"
 
 
 @dataclass

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
-from npa.core.errors import InvalidInput, NpaError
+from npa.core.errors import Interrupted, InvalidInput, NpaError
 from npa.core.fsio import exclusive_lock
 from npa.core.layout import run_prefix
 from npa.core.output import Result
@@ -24,14 +24,6 @@ from npa.runs.journal import OperationJournal
 from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
 from npa.services.configure import ProjectSettings, resolve_project
-
-
-class Interrupted(NpaError):
-    """The user stopped a multi-step operation; its journal holds the resume command."""
-
-    exit_code = 130
-    kind = "interrupted"
-
 
 # How long a stager waits for another one staging the same run.
 STAGE_LOCK_WAIT_SECONDS = 600.0

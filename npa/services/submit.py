@@ -30,7 +30,7 @@ from pydantic import Field
 from npa.adapters.storage import ObjectStore
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
 from npa.backends.base import AdoptsPartialWaves, JobState, PullsPinnedImages
-from npa.core.errors import InvalidInput, NotFound
+from npa.core.errors import GatesFailed, InvalidInput, LaunchStopped, NotFound
 from npa.core.layout import (
     job_name as run_job_name,
 )
@@ -48,7 +48,7 @@ from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.supervision import Policy
-from npa.launch.transaction import LaunchStopped, LaunchTransaction, Observer, Transaction
+from npa.launch.transaction import LaunchTransaction, Observer, Transaction
 from npa.launch.watch import ensure_watcher
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (
@@ -61,7 +61,7 @@ from npa.runs.manifest import (
 )
 from npa.runs.receipts import JobIdentity, Receipt, write_receipt
 from npa.services.configure import ProjectSettings, resolve_project
-from npa.services.gates import Admission, Gate, GateInput, GateReport, GatesFailed, run_gates
+from npa.services.gates import Admission, Gate, GateInput, GateReport, run_gates
 
 if TYPE_CHECKING:
     from npa.plan.model import WorkflowPlan

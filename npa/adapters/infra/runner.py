@@ -27,7 +27,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
-from npa.core.errors import LockBusy, NpaError, ToolMissing, Unavailable
+from npa.core.errors import LockBusy, NpaError, StackOperationFailed, ToolMissing, Unavailable
 from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
 
@@ -35,12 +35,6 @@ from npa.core.paths import tools_cache_root
 PROJECT = "npa"
 PULUMI_VERSION = "3.260.0"
 _ORG = "organization"  # what a diy backend calls the (only) organization
-
-
-class StackOperationFailed(NpaError):
-    """The pulumi engine reported a failure for a stack operation."""
-
-    kind = "stack_operation_failed"
 
 
 def find_pulumi() -> Path:

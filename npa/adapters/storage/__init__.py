@@ -9,15 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from npa.adapters.storage.base import (
-    BucketAbsent,
-    InvalidStoreUri,
-    ListPage,
-    ObjectAbsent,
-    ObjectInfo,
-    ObjectStore,
-    StoreUnavailable,
-)
+from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
+from npa.core.errors import BucketAbsent, InvalidStoreUri, ObjectAbsent, StoreUnavailable
 from npa.core.paths import NpaPaths
 
 LOCAL = "local"

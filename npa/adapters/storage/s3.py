@@ -11,16 +11,8 @@ import threading
 import time
 from typing import Any
 
-from npa.adapters.storage.base import (
-    BucketAbsent,
-    ListPage,
-    ObjectAbsent,
-    ObjectInfo,
-    ObjectStore,
-    StoreUnavailable,
-    check_key,
-)
-from npa.core.errors import InvalidInput
+from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
+from npa.core.errors import BucketAbsent, InvalidInput, ObjectAbsent, StoreUnavailable
 
 # Error codes that mean "the thing is not there", as opposed to "you may not look".
 _ABSENT_KEY = {"NoSuchKey", "404", "NotFound"}

@@ -17,14 +17,12 @@ from collections.abc import Iterator
 
 from npa.backends.base import (
     AdoptsPartialWaves,
-    BackendUnavailable,
     ExecutionBackend,
     HostsExecutor,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
-    LaunchRejected,
     QueueAnswer,
     RunRecorder,
     RunsOnThisMachine,
@@ -32,7 +30,7 @@ from npa.backends.base import (
 )
 from npa.backends.local import tasks
 from npa.backends.local.jobs import BACKEND, LocalJobTable
-from npa.core.errors import NotFound
+from npa.core.errors import BackendUnavailable, LaunchRejected, NotFound
 from npa.core.paths import NpaPaths
 
 REQUEST_PREFIX = "local-"

@@ -23,8 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from npa.backends.base import BackendUnavailable, JobRecord, JobState, JobSubmission
-from npa.core.errors import NotFound
+from npa.backends.base import JobRecord, JobState, JobSubmission
+from npa.core.errors import BackendUnavailable, NotFound
 from npa.core.fsio import atomic_write_json, ensure_private_dir, exclusive_lock, read_json
 from npa.core.paths import NpaPaths
 

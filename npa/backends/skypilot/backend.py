@@ -20,14 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from npa.backends.base import (
-    BackendUnavailable,
     ExecutionBackend,
     HasPrerequisites,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
-    LaunchRejected,
     NeedsReadinessCheck,
     PodSource,
     PolledByWatcher,
@@ -39,11 +37,16 @@ from npa.backends.base import (
     ResolvesAccelerators,
     RunTasks,
     TaskRecord,
-    TransientRefusal,
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, load_service
-from npa.core.errors import InvalidInput, NotFound
+from npa.core.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    LaunchRejected,
+    NotFound,
+    TransientRefusal,
+)
 from npa.core.layout import task_name
 from npa.core.paths import NpaPaths
 
