@@ -5,9 +5,16 @@ the capabilities it declares), ``jobs.py`` (the job service it launches into and
 ``tasks.py`` (how it encodes a stage's task). This module is the only place that knows them by
 name: ``--infra`` and a manifest's recorded backend are turned into a backend here. Heavy
 libraries are imported inside the backends, never here.
+
+Which classes build the backends of a process is decided once, by its entry point
+(:func:`use_backends`): the CLI and the run watcher use :func:`default_backends`; a test entry
+point installs factories that pass test doubles to the backends' constructors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from npa.backends.base import (
     ExecutionBackend,
@@ -39,7 +46,48 @@ __all__ = [
     "backend_for_infra",
     "infra_context",
     "open_backend",
+    "use_backends",
 ]
+
+BackendFactory = Callable[[NpaPaths, "str | None"], ExecutionBackend]
+
+
+@dataclass(frozen=True)
+class Backends:
+    """How this process builds its backends, and how it starts a detached run watcher."""
+
+    factories: Mapping[str, BackendFactory]  # recorded name -> (paths, kube context) -> backend
+    watcher_module: str = "npa.launch.watch"  # started as ``python -m <module> DIR``
+
+
+def _local(paths: NpaPaths, context: str | None) -> ExecutionBackend:
+    from npa.backends.local.backend import LocalBackend
+
+    return LocalBackend(paths)
+
+
+def _skypilot(paths: NpaPaths, context: str | None) -> ExecutionBackend:
+    from npa.backends.skypilot.backend import SkyPilotBackend
+
+    return SkyPilotBackend(paths, context=context)
+
+
+def default_backends() -> Backends:
+    """The real backends."""
+    return Backends(factories={"local": _local, "skypilot": _skypilot})
+
+
+_installed: list[Backends] = []
+
+
+def use_backends(backends: Backends) -> None:
+    """Make ``backends`` the ones this process opens (its entry point calls this once)."""
+    _installed[:] = [backends]
+
+
+def installed_backends() -> Backends:
+    """The backends this process opens: what its entry point installed, else the real ones."""
+    return _installed[0] if _installed else default_backends()
 
 
 def infra_context(infra: str) -> str | None:
@@ -64,12 +112,7 @@ def backend_for_infra(infra: str, paths: NpaPaths) -> ExecutionBackend:
 
 def open_backend(name: str, paths: NpaPaths, *, context: str | None = None) -> ExecutionBackend:
     """The backend a manifest or receipt recorded as ``name``, for ``context``."""
-    if name == "local":
-        from npa.backends.local.backend import LocalBackend
-
-        return LocalBackend(paths)
-    if name == "skypilot":
-        from npa.backends.skypilot.backend import SkyPilotBackend
-
-        return SkyPilotBackend(paths, context=context)
-    raise ValueError(f"unknown backend {name!r}")
+    factory = installed_backends().factories.get(name)
+    if factory is None:
+        raise ValueError(f"unknown backend {name!r}")
+    return factory(paths, context)

@@ -301,8 +301,8 @@ class ExecutionBackend(abc.ABC):
 
     def observer(self) -> Callable[[str], None] | None:
         """A hook the launch transaction calls at each of its steps (``locked``,
-        ``launch_requested``, ``launch_accepted``): what the job service this backend was
-        built with offers for that (a test double stops its caller at a chosen step)."""
+        ``launch_requested``, ``launch_accepted``), given to the backend's constructor (a test
+        stops its process at a chosen step with it); None when none was given."""
         return None
 
     def controller_fix(self, project: str) -> str | None:

@@ -45,7 +45,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from npa.adapters.storage import ObjectStore, open_store
-from npa.backends import open_backend
+from npa.backends import installed_backends, open_backend
 from npa.backends.base import (
     TERMINAL_STATES,
     ExecutionBackend,
@@ -174,7 +174,8 @@ def ensure_watcher(
         pid = alive(paths, submission.project, submission.run_id)
         if pid is not None:
             return pid
-    pid = spawn_detached("npa.launch.watch", directory, directory / LOG_NAME, paths.root)
+    module = installed_backends().watcher_module
+    pid = spawn_detached(module, directory, directory / LOG_NAME, paths.root)
     if isinstance(backend, HostsExecutor):
         backend.executor_started(job_id, pid)
     return pid

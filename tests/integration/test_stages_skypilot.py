@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.fakes.managed_jobs import STATE_ENV, FakeManagedJobs, read_state, set_tasks, write_state
-from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world, wait_for
+from tests.integration.skypilot_world import make_world, run_npa, wait_for
 
 pytestmark = pytest.mark.integration
 

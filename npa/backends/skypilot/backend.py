@@ -39,7 +39,7 @@ from npa.backends.base import (
     TaskRecord,
 )
 from npa.backends.skypilot import tasks
-from npa.backends.skypilot.jobs import ManagedJobsService, load_service
+from npa.backends.skypilot.jobs import ManagedJobsService, SkyManagedJobs
 from npa.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -135,18 +135,22 @@ class SkyPilotBackend(
         *,
         context: str | None,
         service: ManagedJobsService | None = None,
+        observe: Callable[[str], None] | None = None,
     ) -> None:
+        """``service``: the managed-jobs service (the real SDK when None); ``observe``: called
+        at each step of a launch transaction (see :meth:`observer`)."""
         self.context = context
         # The file provisioning placed for the context: SkyPilot is pointed at exactly it.
         self.kubeconfig_path = paths.cluster_kubeconfig(context) if context else None
         placed = self.kubeconfig_path is not None and self.kubeconfig_path.is_file()
         self.kubeconfig = str(self.kubeconfig_path) if placed else None
         self._service = service
+        self._observe = observe
 
     @property
     def service(self) -> ManagedJobsService:
         if self._service is None:
-            self._service = load_service(self.kubeconfig)
+            self._service = SkyManagedJobs(kubeconfig=self.kubeconfig)
         return self._service
 
     @property
@@ -171,8 +175,7 @@ class SkyPilotBackend(
         return tasks.encode(run, kube_context=self.context)
 
     def observer(self) -> Callable[[str], None] | None:
-        hook: Callable[[str], None] | None = getattr(self.service, "observe", None)
-        return hook
+        return self._observe
 
     def controller_fix(self, project: str) -> str | None:
         return shlex.join(

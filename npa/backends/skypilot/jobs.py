@@ -4,16 +4,14 @@
 itself: requests are identified by a request id resolved with ``get``; the queue returns
 SkyPilot's own ``ManagedJobRecord`` models. :class:`SkyManagedJobs` is the real one (``sky`` is
 imported on first use, with ``KUBECONFIG`` pointing at the selected context's file).
-``NPA_SKYPILOT_JOBS_SERVICE=module:factory`` substitutes another implementation of the same
-protocol (a test double, or a site-specific wrapper); the factory is called with
-``kubeconfig=``. The protocol is typed with SkyPilot's own models, so a double that answers
-anything else fails type checking as well as the tests.
+Another implementation of the same protocol (a test double) is passed to the backend's
+constructor (:class:`npa.backends.skypilot.backend.SkyPilotBackend`). The protocol is typed with
+SkyPilot's own models, so a double that answers anything else fails type checking as well as
+the tests.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -21,8 +19,6 @@ from npa.adapters.skypilot.api import kubeconfig_env
 
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
-
-SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
 
 
 class ManagedJobsService(Protocol):
@@ -103,14 +99,3 @@ class SkyManagedJobs:
             for chunk in chunks:
                 if chunk:
                     yield from chunk.splitlines()
-
-
-def load_service(kubeconfig: str | None) -> ManagedJobsService:
-    """The configured service: ``$NPA_SKYPILOT_JOBS_SERVICE`` or the real SDK."""
-    target = os.environ.get(SERVICE_ENV)
-    if not target:
-        return SkyManagedJobs(kubeconfig=kubeconfig)
-    module_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr or "service")
-    service: ManagedJobsService = factory(kubeconfig=kubeconfig)
-    return service
