@@ -13,8 +13,11 @@ from typing import Any
 REQUEST_TIMEOUT = 10
 
 
-def api_client(kubeconfig: Path, context: str | None, *, impersonate: str | None = None) -> Any:
-    """A client for exactly this file and context; optionally acting as another user."""
+def api_client(
+    kubeconfig: Path | str, context: str | None, *, impersonate: str | None = None
+) -> Any:
+    """A client for exactly this file (or ``KUBECONFIG``-style list of files) and context;
+    optionally acting as another user."""
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=str(kubeconfig), context=context)
@@ -23,7 +26,7 @@ def api_client(kubeconfig: Path, context: str | None, *, impersonate: str | None
     return client
 
 
-def core_api(kubeconfig: Path, context: str | None) -> Any:
+def core_api(kubeconfig: Path | str, context: str | None) -> Any:
     """A CoreV1 client for exactly this file and context."""
     from kubernetes import client
 

@@ -25,7 +25,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from npa.backends.base import JobRecord, JobState, JobSubmission
 from npa.core.errors import BackendUnavailable, NotFound
-from npa.core.fsio import atomic_write_json, ensure_private_dir, exclusive_lock, read_json
+from npa.core.fsio import (
+    atomic_write_json,
+    ensure_private_dir,
+    exclusive_lock,
+    pid_running,
+    read_json,
+)
 from npa.core.paths import NpaPaths
 
 BACKEND = "local"
@@ -151,7 +157,7 @@ class LocalJobTable:
         (a process still starting up has not taken the lock yet)."""
         if not job.supervisor_started or self.supervisor_alive(job.job_id):
             return False
-        return job.supervisor_pid is None or not process_running(job.supervisor_pid)
+        return job.supervisor_pid is None or not pid_running(job.supervisor_pid)
 
     def record(self, job: LocalJob) -> JobRecord:
         """The job as the shared record; a live state whose executor is gone reads as
@@ -175,20 +181,3 @@ class LocalJobTable:
                 "job_dir": str(self.job_dir(job.job_id)),
             },
         )
-
-
-def process_running(pid: int) -> bool:
-    """True while process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
