@@ -51,6 +51,8 @@ TOOLS = (
     "registry",
     "skypilot-deps",
     "shellcheck",
+    "busybox",
+    "podman",
 )
 
 
@@ -135,6 +137,8 @@ def test_plan_on_a_bare_machine_names_every_tool_and_what_provides_it(tmp_path: 
         ("registry", "docker-registry"),
         ("skypilot-deps", "socat netcat-openbsd"),
         ("shellcheck", "shellcheck"),
+        ("busybox", "busybox-static"),
+        ("podman", "podman"),
     ):
         assert lines[tool].startswith("missing; will install: "), lines[tool]
         assert package in lines[tool]
