@@ -13,7 +13,8 @@ another, but the package graph has no cycle (a package is ``npa.<name>``, and ea
 ``npa.adapters.<name>`` on its own). Outside ``npa.backends`` a backend is reached through the
 registry (``npa.backends``) and the interface (``npa.backends.base``) only, never by importing a
 backend's own folder; the one exception is the ``render`` verb's SkyPilot review in
-``npa.render.tasks``.
+``npa.render.tasks``. Upward imports still owed are listed, with their reason, in
+``UPWARD_EXCEPTIONS``.
 
 Run it as ``python -m tests.import_graph [ROOT]``; it prints each violation and exits 1.
 Every import counts, also those inside functions and under ``if TYPE_CHECKING``.
@@ -45,6 +46,15 @@ LAYERS: dict[str, int] = {
 }
 # Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
 BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
+# Upward imports known and owed, each with its reason; the list may only shrink.
+UPWARD_EXCEPTIONS = {
+    # The container engine adapter still parses references and reads credentials with the
+    # images domain's grammar and types; the OCI reference grammar and the registry client
+    # belong below the domain (adapters) once the local backend runs stages in containers.
+    ("npa.adapters.containers", "npa.images.credentials"),
+    ("npa.adapters.containers", "npa.images.reference"),
+    ("npa.adapters.containers", "npa.images.registry"),
+}
 
 
 @dataclass(frozen=True)
@@ -141,7 +151,8 @@ def violations(root: Path) -> list[str]:
     edges: dict[str, set[str]] = {}
     for imp in imports(root):
         where = f"{imp.path}:{imp.line}"
-        if layer_of(imp.target) > layer_of(imp.module):
+        owed = (imp.module, imp.target) in UPWARD_EXCEPTIONS
+        if layer_of(imp.target) > layer_of(imp.module) and not owed:
             problems.append(f"{where}: upward import: {imp.module} imports {imp.target}")
         if (
             imp.target.startswith(("npa.backends.local", "npa.backends.skypilot"))
