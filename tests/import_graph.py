@@ -47,14 +47,7 @@ LAYERS: dict[str, int] = {
 # Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
 BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
 # Upward imports known and owed, each with its reason; the list may only shrink.
-UPWARD_EXCEPTIONS = {
-    # The container engine adapter still parses references and reads credentials with the
-    # images domain's grammar and types; the OCI reference grammar and the registry client
-    # belong below the domain (adapters) once the local backend runs stages in containers.
-    ("npa.adapters.containers", "npa.images.credentials"),
-    ("npa.adapters.containers", "npa.images.reference"),
-    ("npa.adapters.containers", "npa.images.registry"),
-}
+UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

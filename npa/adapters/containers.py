@@ -5,8 +5,8 @@ local run exercises the same bytes a cluster pulls. Only the engine's CLI is use
 daemon, docker's client talks to its own, and npa imports nothing heavy for either.
 
 Credentials never touch the disk: a pull that needs them hands podman a Docker-format auth file on
-its standard input (``--authfile /dev/stdin``). Loopback registries are plain HTTP, as the registry
-client in npa treats them, so only those pulls turn TLS verification off.
+its standard input (``--authfile /dev/stdin``). The caller says which registries are plain HTTP
+(npa's registry client uses plain HTTP for loopback hosts only).
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from npa.core.errors import InvalidInput, NpaError, ToolMissing, Unavailable
-from npa.images.credentials import Credential
-from npa.images.reference import parse_reference
 
 ENGINES = ("podman", "docker")
 PROBE_TIMEOUT = 30.0
@@ -61,9 +59,19 @@ class Mount:
         return text + (",readonly" if self.read_only else "")
 
 
-def _auth_document(registry: str, credential: Credential) -> str:
-    token = base64.b64encode(f"{credential.username}:{credential.secret}".encode()).decode()
-    return json.dumps({"auths": {registry: {"auth": token}}})
+@dataclass(frozen=True)
+class RegistryLogin:
+    """A registry host and the username and secret to pull from it as (never shown)."""
+
+    registry: str
+    source: str  # where the credential came from, for messages (e.g. env:VAR, file:/path)
+    username: str = field(repr=False)
+    secret: str = field(repr=False)
+
+
+def _auth_document(login: RegistryLogin) -> str:
+    token = base64.b64encode(f"{login.username}:{login.secret}".encode()).decode()
+    return json.dumps({"auths": {login.registry: {"auth": token}}})
 
 
 @dataclass(frozen=True)
@@ -94,36 +102,41 @@ class ContainerEngine:
         except OSError as exc:
             raise ToolMissing(f"cannot run {self.binary}: {exc.strerror}") from None
 
-    def pull(self, reference: str, *, credential: Credential | None = None) -> str:
-        """Pull ``reference`` (pinned by digest) and return the local image id."""
-        from npa.images.registry import is_loopback
+    def pull(
+        self, reference: str, *, plain_http: bool = False, login: RegistryLogin | None = None
+    ) -> str:
+        """Pull ``reference`` (``repository@sha256:...``) and return the local image id.
 
-        ref = parse_reference(reference)
-        if ref.digest is None:
+        ``plain_http`` is for registries served without TLS (npa's registry client uses plain
+        HTTP for loopback hosts only); ``login`` is handed to podman on its standard input.
+        """
+        if "@sha256:" not in reference:
             raise InvalidInput(
                 f"{reference} is not pinned by digest; npa runs only pinned images",
-                fix="npa workbench workflow preflight-images SPEC  (it resolves tags to digests)",
+                fix="npa workbench workflow preflight-images <your spec>  (it resolves tags)",
             )
         args = ["pull", "--quiet"]
         stdin = None
-        if is_loopback(ref.domain):
-            args.append(
-                "--tls-verify=false" if self.name == "podman" else "--disable-content-trust"
-            )
-        if credential is not None:
+        if plain_http and self.name == "podman":
+            # docker already treats loopback registries as plain HTTP; podman must be told.
+            args.append("--tls-verify=false")
+        if login is not None:
             if self.name != "podman":
                 raise InvalidInput(
                     f"docker pulls with its own login only; npa found credentials for "
-                    f"{ref.domain} in {credential.source}",
-                    fix=f"docker login {ref.domain}",
+                    f"{login.registry} in {login.source}",
+                    fix=f"docker login {login.registry}",
                 )
             args += ["--authfile", "/dev/stdin"]
-            stdin = _auth_document(ref.domain, credential)
+            stdin = _auth_document(login)
         result = self._call([*args, reference], timeout=PULL_TIMEOUT, stdin=stdin)
         if result.returncode != 0:
+            # The command to retry by hand, minus the credential plumbing (stdin is npa's).
+            shown = args[:-2] if login is not None else args
+            retry = " ".join([self.binary, *shown, reference])
             raise ContainerEngineError(
                 f"{self.name} could not pull {reference}: {_last_line(result.stderr)}",
-                fix=f"npa workbench workflow preflight-images SPEC --registry {ref.domain}",
+                fix=retry,
             )
         image_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
         return image_id or reference

@@ -19,11 +19,11 @@ from npa.adapters.containers import (
     ContainerEngine,
     ContainerEngineError,
     Mount,
+    RegistryLogin,
     find_engine,
     start_failure,
 )
 from npa.core.errors import InvalidInput, ToolMissing
-from npa.images.credentials import Credential
 from tests.harness.images import busybox_rootfs
 from tests.harness.registry import PASSWORD, USER, Registry
 from tests.harness.tools import require_tool
@@ -47,13 +47,19 @@ def busybox_image(registry: Registry) -> str:
     return f"{registry.host}/{pushed.repository}@{pushed.digest}"
 
 
-CREDENTIAL = Credential(source="env:TEST_REGISTRY_AUTH", username=USER, secret=PASSWORD)
+def login(image: str) -> RegistryLogin:
+    return RegistryLogin(
+        registry=image.split("/")[0],
+        source="env:TEST_REGISTRY_AUTH",
+        username=USER,
+        secret=PASSWORD,
+    )
 
 
 def test_pull_by_digest_with_credentials_from_stdin_and_run_a_stage(
     engine: ContainerEngine, busybox_image: str, tmp_path: Path
 ) -> None:
-    engine.pull(busybox_image, credential=CREDENTIAL)
+    engine.pull(busybox_image, plain_http=True, login=login(busybox_image))
     source = tmp_path / "source"
     source.mkdir()
     (source / "numbers.txt").write_text("1\n2\n3\n")
@@ -96,18 +102,18 @@ def test_pull_without_credentials_or_unpinned_is_refused(
     engine: ContainerEngine, busybox_image: str
 ) -> None:
     with pytest.raises(ContainerEngineError) as denied:
-        engine.pull(busybox_image)
+        engine.pull(busybox_image, plain_http=True)
     assert "could not pull" in denied.value.message
     assert denied.value.exit_code == 4
     with pytest.raises(InvalidInput) as unpinned:
-        engine.pull(busybox_image.split("@")[0] + ":1", credential=CREDENTIAL)
+        engine.pull(busybox_image.split("@")[0] + ":1", plain_http=True, login=login(busybox_image))
     assert "not pinned by digest" in unpinned.value.message
 
 
 def test_remove_labelled_stops_what_a_dead_executor_left(
     engine: ContainerEngine, busybox_image: str, tmp_path: Path
 ) -> None:
-    engine.pull(busybox_image, credential=CREDENTIAL)
+    engine.pull(busybox_image, plain_http=True, login=login(busybox_image))
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     name = f"npa-test-{uuid.uuid4().hex[:8]}"
     marker = tmp_path / "out"
