@@ -20,6 +20,7 @@ from npa import __version__
 from npa.core.errors import InvalidInput
 from npa.plan.model import StagePlan, WorkflowPlan, build_plan
 from npa.render.yamlsafe import yaml_value
+from npa.runs.staging import SHARED_SOURCE
 from npa.spec.imageref import DIGEST, parse_image_ref
 from npa.spec.model import Stage, Tool, Workflow, env_suffix
 
@@ -217,9 +218,10 @@ def task_context(
         "NPA_RUN_ID": plan.run_id,
         "NPA_STAGE": stage.name,
         "NPA_RUN_PREFIX": plan.run_prefix,
-        # The staged source as stored (blobs named by digest + manifest.json); the backend
-        # materialises the tree from the manifest.
+        # The staged source as stored: the run's manifest, and the blobs it names by digest,
+        # which every run of the workflow shares; the backend materialises the tree from both.
         "NPA_SOURCE_MANIFEST": f"{SOURCE_MOUNT}/manifest.json",
+        "NPA_SOURCE_BLOBS": f"{plan.run_prefix.rsplit('/', 1)[0]}/{SHARED_SOURCE}/blobs/",
         # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
         "NPA_WAVE": "0",
         "NPA_WAVES": str(planned.waves.waves),

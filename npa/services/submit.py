@@ -48,6 +48,7 @@ from npa.runs.manifest import (
     write_manifest,
 )
 from npa.runs.receipts import JobIdentity, Receipt, write_receipt
+from npa.runs.staging import Progress
 from npa.services.configure import ProjectSettings, resolve_project
 from npa.services.runs import run_prefix
 
@@ -534,8 +535,9 @@ def submit(
     backend: ExecutionBackend | None = None,
     readiness: ReadinessProbe | None = None,
     observe: Observer | None = None,
+    progress: Progress | None = None,
 ) -> SubmitResult:
-    """Gate, stage, render, record and launch one run."""
+    """Gate, stage, render, record and launch one run; ``progress`` shows the staging."""
     from npa.services.runs import stage_run_source
 
     paths = paths or NpaPaths.from_env()
@@ -583,7 +585,9 @@ def submit(
         )
 
     # --- stage and render ------------------------------------------------------------------
-    staged = stage_run_source(options.spec, project, run_id, None, interactive=False, paths=paths)
+    staged = stage_run_source(
+        options.spec, project, run_id, None, interactive=False, paths=paths, progress=progress
+    )
     context_model = TaskContext(
         workflow=workflow,
         plan=plan,
