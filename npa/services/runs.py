@@ -221,7 +221,7 @@ def stage_run_source(
             source=tree,
         )
         try:
-            manifest, plan = stage_source(
+            plan = stage_source(
                 store,
                 tree,
                 prefix,
@@ -244,14 +244,14 @@ def stage_run_source(
                 "same command is safe and reuses what is already stored",
                 fix=resume,
             ) from None
-        journal.append("done", "done", source_digest=manifest.digest())
+        journal.append("done", "done", source_digest=plan.digest)
     return StagedSource(
         run_id=entry.run_id,
         project=settings.project,
         workflow=workflow,
         source=str(tree),
         manifest=f"{store.uri}/{prefix}/source/manifest.json",
-        source_digest=manifest.digest(),
+        source_digest=plan.digest,
         files=len(plan.files),
         bytes=sum(h.file.size for h in plan.files),
         blobs=len({h.sha256 for h in plan.files}),

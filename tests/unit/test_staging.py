@@ -90,7 +90,9 @@ def test_a_file_changing_while_read_is_detected(tree: Path) -> None:
 
 
 def test_stage_then_rerun_uploads_nothing(tree: Path, store: ObjectStore) -> None:
-    manifest, first = stage_source(store, tree, PREFIX)
+    first = stage_source(store, tree, PREFIX)
+    manifest = first.manifest()
+    assert first.digest == manifest.digest() and first.body == manifest.canonical_bytes()
     assert not first.already_committed
     assert first.uploaded == 8  # nine files, two with the same content
     layout = SourceLayout(PREFIX)
@@ -100,21 +102,21 @@ def test_stage_then_rerun_uploads_nothing(tree: Path, store: ObjectStore) -> Non
         data = store.get(layout.blob(entry.digest.removeprefix("sha256:")))
         assert data == (tree / entry.path).read_bytes()
     assert next(e for e in manifest.files if e.path == "main.py").mode == 0o755
-    again_manifest, again = stage_source(store, tree, PREFIX)
+    again = stage_source(store, tree, PREFIX)
     assert again.already_committed and again.uploaded == 0 and again.repaired == 0
-    assert again_manifest.digest() == manifest.digest()
+    assert again.manifest() == manifest
 
 
 def test_rerun_trusts_the_commit_and_verify_repairs(tree: Path, store: ObjectStore) -> None:
-    manifest, _ = stage_source(store, tree, PREFIX)
+    manifest = stage_source(store, tree, PREFIX).manifest()
     layout = SourceLayout(PREFIX)
     digests = sorted({e.digest.removeprefix("sha256:") for e in manifest.files})
     store.delete(layout.blob(digests[0]))
     store.put(layout.blob(digests[1]), b"truncated")
     # A plain re-run confirms the commit and trusts it: it neither lists nor uploads.
-    _, trusted = stage_source(store, tree, PREFIX)
+    trusted = stage_source(store, tree, PREFIX)
     assert trusted.already_committed and not trusted.listed and trusted.uploaded == 0
-    _, plan = stage_source(store, tree, PREFIX, verify=True)
+    plan = stage_source(store, tree, PREFIX, verify=True)
     assert plan.listed and plan.uploaded == 2 and plan.repaired == 1
     for d in digests[:2]:
         assert len(store.get(layout.blob(d))) == next(
@@ -123,7 +125,7 @@ def test_rerun_trusts_the_commit_and_verify_repairs(tree: Path, store: ObjectSto
 
 
 def test_a_different_tree_under_the_same_run_is_refused(tree: Path, store: ObjectStore) -> None:
-    manifest, _ = stage_source(store, tree, PREFIX)
+    manifest = stage_source(store, tree, PREFIX).manifest()
     (tree / "pkg" / "util.py").write_text("X = 3\n")
     (tree / "new.py").write_text("")
     (tree / "other" / "same.txt").unlink()
@@ -142,11 +144,13 @@ def test_runs_of_a_workflow_share_blobs(tree: Path, store: ObjectStore) -> None:
     # Blobs of other trees (another run, or a staging killed before its commit) are shared
     # content and stay: a run's commit never deletes what other runs may name.
     store.put(layout.blob("0" * 64), b"another tree's file")
-    manifest, first = stage_source(store, tree, PREFIX)
+    first = stage_source(store, tree, PREFIX)
+    manifest = first.manifest()
     assert first.listed  # nothing vouched for any blob: the store was asked
     (tree / "pkg" / "util.py").write_text("X = 2\n")
     second_prefix = "flow/run-2/npa-workflow"
-    changed, plan = stage_source(store, tree, second_prefix)
+    plan = stage_source(store, tree, second_prefix)
+    changed = plan.manifest()
     assert plan.uploaded == 1 and not plan.already_committed
     assert {o.key for o in store.list(layout.blobs)} == {layout.blob("0" * 64)} | {
         layout.blob(e.digest.removeprefix("sha256:")) for e in manifest.files + changed.files
@@ -171,7 +175,7 @@ class Recorder:
 
 def test_progress_has_totals_before_any_work(tree: Path, store: ObjectStore) -> None:
     seen = Recorder()
-    manifest, _ = stage_source(store, tree, PREFIX, progress=seen, jobs=3)
+    manifest = stage_source(store, tree, PREFIX, progress=seen, jobs=3).manifest()
     total = sum(e.size for e in manifest.files)
     assert seen.totals["hash"] == (len(manifest.files), total)
     distinct = {e.digest: e.size for e in manifest.files}
@@ -220,12 +224,12 @@ def test_restaging_with_an_index_reads_only_what_changed(
 ) -> None:
     index = tmp_path / "idx.json"
     _wait_past_racy_window(tree)
-    manifest, first = stage_source(store, tree, PREFIX, index=index)
-    assert first.hashed == len(manifest.files)
-    again, plan = stage_source(store, tree, PREFIX, index=index)
-    assert again.digest() == manifest.digest() and plan.uploaded == 0 and plan.hashed == 0
+    first = stage_source(store, tree, PREFIX, index=index)
+    assert first.hashed == len(first.files)
+    plan = stage_source(store, tree, PREFIX, index=index)
+    assert plan.digest == first.digest and plan.uploaded == 0 and plan.hashed == 0
     (tree / "pkg" / "util.py").write_text("X = 7\n")
-    _, other = stage_source(store, tree, "flow/run-2/npa-workflow", index=index)
+    other = stage_source(store, tree, "flow/run-2/npa-workflow", index=index)
     assert other.hashed == 1 and other.uploaded == 1
 
 
