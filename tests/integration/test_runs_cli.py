@@ -430,7 +430,32 @@ def test_progress_bar_on_a_terminal_only(env: dict[str, str], tmp_path: Path) ->
     code, out, terminal = _run_on_tty(argv, env)
     assert code == 0, out + terminal
     assert "uploading" in terminal or "hashing" in terminal  # rich drew a bar on the terminal
+    assert "/201 files" in terminal  # with the total known from the start
     assert "committed for run" in out
+    quiet = prepare(tree / "spec.yaml", env)
+    code, out, terminal = _run_on_tty([*argv[:-1], quiet, "--no-progress"], env)
+    assert code == 0 and "hashing" not in terminal and "uploading" not in terminal
+
+
+def test_progress_when_asked_goes_to_stderr_with_totals(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=40, size=5000)
+    run_id = prepare(tree / "spec.yaml", env)
+    r = stage(tree / "spec.yaml", run_id, env, "--progress")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)  # stdout is nothing but the JSON result
+    lines = r.stderr.splitlines()
+    mb = f"{summary['bytes'] / 1e6:.1f} MB"
+    assert lines[0] == f"hashing: 41 files, {mb}"
+    assert any(line.startswith(f"hashing: 41/41 files, {mb[:-3]}/{mb}") for line in lines)
+    upload = f"{summary['uploaded_bytes'] / 1e6:.1f} MB"
+    assert f"uploading: {summary['uploaded']} files, {upload}" in lines
+    assert any(f"uploading: {summary['uploaded']}/{summary['uploaded']} files" in x for x in lines)
+    assert all("ETA" in line for line in lines if "/" in line.split(",")[0])
+    # Without --progress, a pipe gets nothing; --no-progress wins on a terminal too.
+    again = stage(tree / "spec.yaml", run_id, env)
+    assert again.returncode == 0 and again.stderr == ""
 
 
 def test_interactive_shell_is_asked_which_run(env: dict[str, str], tmp_path: Path) -> None:
