@@ -552,9 +552,11 @@ def stage_source(
         plan.files, plan.hashed = _hash_all(pool, files, known, report)
         body = plan.body = canonical_manifest(manifest_rows(plan.files))
         digest = plan.digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        index_dirty = plan.hashed > 0 or len(known.entries) != len(files)
-        if index_dirty:
+        if plan.hashed or len(known.entries) != len(files):
+            # Saved now, whatever the store says next: these digests are facts about files.
             known.record(plan.files, reference_ns, granularity)
+            if index is not None:
+                known.save(index)
         note("hashed", {"source_digest": digest, "hashed": plan.hashed})
 
         local = plan.manifest
@@ -564,11 +566,7 @@ def stage_source(
             if _confirm(store, layout, body, local, refuse_fix):
                 plan.already_committed = True
                 note("committed", {"source_digest": digest, "already": True})
-                if known.committed.get(location) != digest:
-                    known.committed[location] = digest
-                    index_dirty = True
-                if index is not None and index_dirty:
-                    known.save(index)
+                _remember_commit(known, index, location, digest)
                 return plan
             tree_stored, present = _trusted_blobs(
                 store, layout, body, digest, known.committed.get(location)
@@ -612,10 +610,16 @@ def stage_source(
             raise _differs(theirs or SourceManifest(files=[]), local(), store, layout, refuse_fix)
         plan.already_committed = True
     note("committed", {"source_digest": digest, "already": plan.already_committed})
-    known.committed[location] = digest
-    if index is not None:
-        known.save(index)
+    _remember_commit(known, index, location, digest)
     return plan
+
+
+def _remember_commit(known: HashIndex, index: Path | None, location: str, digest: str) -> None:
+    """Record the tree committed at ``location`` (the next run trusts its blobs)."""
+    if known.committed.get(location) != digest:
+        known.committed[location] = digest
+        if index is not None:
+            known.save(index)
 
 
 def _hash_all(
