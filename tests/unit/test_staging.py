@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from npa.adapters.storage import open_store
 from npa.adapters.storage.base import ObjectStore
@@ -16,6 +19,7 @@ from npa.runs.staging import (
     SourceChanged,
     SourceLayout,
     SourceRefused,
+    canonical_manifest,
     hash_file,
     scan_tree,
     stage_source,
@@ -256,3 +260,26 @@ def test_byte_budget_bounds_memory_but_admits_one_big_file() -> None:
     assert budget.used == 0 and len(seen) == 20
     assert all(used == 500 for n, used in seen if n == 500)  # the big file runs alone
     assert all(used <= 100 for n, used in seen if n != 500)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1),
+            st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+            st.integers(min_value=0, max_value=1 << 40),
+            st.integers(min_value=0, max_value=0o7777),
+        ),
+        max_size=20,
+    )
+)
+def test_canonical_manifest_is_byte_for_byte_json_dumps(
+    rows: list[tuple[str, str, int, int]],
+) -> None:
+    """The hand-written serialiser must give exactly the bytes every earlier manifest has, so
+    digests of committed sources never change: any path text, any sizes and modes."""
+    entries = [(p, "sha256:" + d, s, m) for p, d, s, m in rows]
+    ordered = sorted(entries, key=lambda e: e[0].encode())
+    files = [{"digest": d, "mode": m, "path": p, "size": s} for p, d, s, m in ordered]
+    reference = json.dumps({"files": files, "version": 1}, sort_keys=True, separators=(",", ":"))
+    assert canonical_manifest(entries) == (reference + "\n").encode()

@@ -15,21 +15,13 @@ from __future__ import annotations
 
 import builtins
 import os
-import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from npa.adapters.storage.base import (
-    BucketAbsent,
-    ListPage,
-    ObjectAbsent,
-    ObjectInfo,
-    ObjectStore,
-    StoreUnavailable,
-    check_key,
-)
+from npa.adapters.storage.base import ListPage, ObjectInfo, StoreUnavailable, check_key
+from npa.adapters.storage.s3 import S3Base
 from npa.core.errors import InvalidInput
 
 T = TypeVar("T")
@@ -37,7 +29,7 @@ T = TypeVar("T")
 CREDENTIAL_REFRESH = timedelta(minutes=5)
 
 
-class ObstoreS3Store(ObjectStore):
+class ObstoreS3Store(S3Base):
     """Objects under ``s3://bucket/prefix`` on one endpoint, through obstore."""
 
     def __init__(
@@ -55,12 +47,8 @@ class ObstoreS3Store(ObjectStore):
         import obstore
         from obstore.store import S3Store
 
+        super().__init__(bucket, prefix, endpoint_url, fix_hint)
         self._ob = obstore
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.endpoint_url = endpoint_url
-        self._fix_hint = fix_hint
         self._no_credentials = False
         config: dict[str, Any] = {}
         env_key = os.environ.get("AWS_ACCESS_KEY_ID")
@@ -104,18 +92,8 @@ class ObstoreS3Store(ObjectStore):
             },
             credential_provider=provider,  # type: ignore[arg-type]
         )
-        self._bucket_checked = False
-        self._bucket_lock = threading.Lock()
-        # None until a conditional write tells us whether this store honours If-None-Match.
-        self.conditional_writes: bool | None = None
 
     # --- helpers ------------------------------------------------------------------------
-    def _where(self, key: str | None = None) -> str:
-        full = f"{self.prefix}/{key}" if self.prefix and key else key
-        where = f"s3://{self.bucket}/{full}" if key else self.uri
-        if self.endpoint_url:
-            where += f" (endpoint {self.endpoint_url})"
-        return where
 
     def _unavailable(self, exc: Exception, what: str, key: str | None = None) -> StoreUnavailable:
         from obstore.exceptions import PermissionDeniedError, UnauthenticatedError
@@ -137,13 +115,6 @@ class ObstoreS3Store(ObjectStore):
             f"could not {what} {self._where(key)}: {reason}",
             fix=self._fix_hint or "npa configure --show",
             details={"store": self.uri, "code": _code(exc), "client": "obstore"},
-        )
-
-    def _bucket_absent(self) -> BucketAbsent:
-        return BucketAbsent(
-            f"bucket {self.bucket!r} does not exist at {self._where()}",
-            fix=f"aws s3api create-bucket --bucket {self.bucket}"
-            + (f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""),
         )
 
     def _call(self, what: str, key: str | None, fn: Callable[[], T]) -> T:
@@ -181,9 +152,6 @@ class ObstoreS3Store(ObjectStore):
             except FileNotFoundError:
                 raise self._bucket_absent() from None
             self._bucket_checked = True
-
-    def _absent(self, key: str) -> ObjectAbsent:
-        return ObjectAbsent(f"{self._where(key)} does not exist")
 
     # --- operations ---------------------------------------------------------------------
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
@@ -286,18 +254,7 @@ class ObstoreS3Store(ObjectStore):
                     return self._create_if_absent_fallback(key, data)
                 raise
             return True
-        raise StoreUnavailable(
-            f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
-            fix=self._fix_hint or "rerun the same command",
-        )
-
-    def _create_if_absent_fallback(self, key: str, data: bytes) -> bool:
-        """Stores without conditional writes: look, then write. Not atomic across machines;
-        npa's own writers of one run serialise on a local lock (docs/storage-layout.md)."""
-        if self.exists(key):
-            return False
-        self.put(key, data)
-        return True
+        raise self._conflicts_exhausted(key)
 
 
 def _botocore_chain(
