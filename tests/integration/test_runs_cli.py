@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from npa.adapters.storage import S3_CLIENT_ENV, S3_CLIENTS
 from npa.core.paths import NpaPaths
 from npa.runs.receipts import Receipt, write_receipt
 from npa.runs.staging import scan_tree, timestamp_granularity_ns
@@ -197,8 +198,9 @@ def test_stage_rerun_repair_and_refusal_on_s3(
     assert "prepare-run" in err["fix"]
 
 
+@pytest.mark.parametrize("client", S3_CLIENTS)
 def test_a_fault_on_the_single_request_is_verification_unavailable(
-    env: dict[str, str], s3: S3Server, tmp_path: Path
+    env: dict[str, str], s3: S3Server, tmp_path: Path, client: str
 ) -> None:
     tree = make_tree(tmp_path / "src", files=20, size=500)
     spec = tree / "spec.yaml"
@@ -207,7 +209,8 @@ def test_a_fault_on_the_single_request_is_verification_unavailable(
     for fault in ("fail_everything", "drop_connections"):
         with store_proxy(s3.endpoint_url) as (endpoint, proxy):
             setattr(proxy, fault, True)
-            r = stage(spec, run_id, {**env, "AWS_ENDPOINT_URL_S3": endpoint})
+            faulty = {**env, "AWS_ENDPOINT_URL_S3": endpoint, S3_CLIENT_ENV: client}
+            r = stage(spec, run_id, faulty)
             assert set(proxy.counts) == {"HEAD"} and not proxy.writes, fault
         assert r.returncode == 4, r.stdout + r.stderr
         err = json.loads(r.stdout)["error"]

@@ -137,14 +137,15 @@ class ObstoreS3Store(S3Base):
                 raise self._bucket_absent() from None
             raise self._unavailable(exc, what, key) from None
 
-    def _check_bucket(self) -> None:
-        """A HEAD 404 does not say whether the key or the bucket is missing: ask once."""
+    def _check_bucket(self, key: str) -> None:
+        """A HEAD 404 does not say whether the key or the bucket is missing: ask once, with a
+        listing under the missing key (empty and cheap, whatever the bucket holds)."""
         with self._bucket_lock:
             if self._bucket_checked:
                 return
 
             def probe() -> None:
-                for _ in self._ob.list(self.store, None, chunk_size=1):
+                for _ in self._ob.list(self.store, key, chunk_size=1):
                     break
 
             try:
@@ -177,7 +178,7 @@ class ObstoreS3Store(S3Base):
         try:
             meta = self._call("look up", key, lambda: self._ob.head(self.store, key))
         except FileNotFoundError:
-            self._check_bucket()
+            self._check_bucket(key)
             raise self._absent(key) from None
         return ObjectInfo(key, int(meta["size"]), _etag(meta.get("e_tag")))
 
