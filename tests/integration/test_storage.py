@@ -81,6 +81,19 @@ def test_put_get_head_delete(store: ObjectStore) -> None:
         store.head("a/b/c.txt")
 
 
+def test_the_endpoint_comes_from_the_environment_when_not_given(
+    s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both clients honour AWS_ENDPOINT_URL_S3 (as the AWS tools do) when npa passes none."""
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    s3.client().create_bucket(Bucket=BUCKET)
+    store = open_store(f"s3://{BUCKET}/env")
+    store.put("k", b"from the environment's endpoint")
+    body = s3.client().get_object(Bucket=BUCKET, Key="env/k")["Body"].read()
+    assert body == b"from the environment's endpoint"
+
+
 def test_s3_etag_is_content_md5(
     s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,6 +47,13 @@ class ObstoreS3Store(S3Base):
         import obstore
         from obstore.store import S3Store
 
+        # botocore reads these when no endpoint is given; so must this client, or the two
+        # would reach different stores from the same configuration.
+        endpoint_url = (
+            endpoint_url
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+        )
         super().__init__(bucket, prefix, endpoint_url, fix_hint)
         self._ob = obstore
         self._no_credentials = False
