@@ -276,6 +276,7 @@ def test_stat_index_reads_only_changed_and_racy_files(
     # nothing else; one blob PUT plus the two manifest writes (the tree, the run's commit).
     edited = "pkg3/mod3/f0003.py"
     (tree / edited).write_bytes(b"edited, same run of the workflow, new run id")
+    _wait_past_racy_window(tree)
     run2 = prepare(spec, env)
     changed, counts = _staged_reading(spec, run2, env, tree, log)
     assert set(log.read_text().split()) == {edited}
