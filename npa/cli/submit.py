@@ -9,6 +9,7 @@ import typer
 
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
+from npa.cli.progress import ProgressFlag, staging_progress
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -76,6 +77,7 @@ def submit(
     max_parallel: Annotated[
         int, Opt("--max-parallel", min=1, max=256, help="Local backend: processes at once.")
     ] = 4,
+    progress: ProgressFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Check every gate, stage the source, render the tasks, then launch the run once.
@@ -88,23 +90,25 @@ def submit(
         from npa.services.submit import SubmitOptions
         from npa.services.submit import submit as service
 
-        return service(
-            SubmitOptions(
-                spec=spec,
-                project=project,
-                run_id=run_id,
-                resume_run=resume_run,
-                infra=infra,
-                image_overrides=tuple(image_override or ()),
-                image=image,
-                registry_auth=tuple(registry_auth or ()),
-                retries=retries,
-                startup_failure_threshold=startup_failure_threshold,
-                max_infrastructure_recoveries=max_infrastructure_recoveries,
-                resolve_accelerators=not no_resolve_accelerators,
-                preflight_images=not no_preflight_images,
-                max_parallel=max_parallel,
+        with staging_progress(progress, as_json) as reporter:
+            return service(
+                SubmitOptions(
+                    spec=spec,
+                    project=project,
+                    run_id=run_id,
+                    resume_run=resume_run,
+                    infra=infra,
+                    image_overrides=tuple(image_override or ()),
+                    image=image,
+                    registry_auth=tuple(registry_auth or ()),
+                    retries=retries,
+                    startup_failure_threshold=startup_failure_threshold,
+                    max_infrastructure_recoveries=max_infrastructure_recoveries,
+                    resolve_accelerators=not no_resolve_accelerators,
+                    preflight_images=not no_preflight_images,
+                    max_parallel=max_parallel,
+                ),
+                progress=reporter,
             )
-        )
 
     finish(as_json, produce)

@@ -7,6 +7,7 @@ escapes its directory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 from dataclasses import dataclass
@@ -129,6 +130,12 @@ class NpaPaths:
 
     def cache(self, name: str) -> Path:
         return self.cache_dir / safe_component(name, "cache name")
+
+    def source_index(self, tree: Path) -> Path:
+        """The stat index of one source tree (digests of its files, keyed by their stat), named
+        by a hash of the tree's absolute path so two trees never share one."""
+        name = hashlib.sha256(str(tree).encode()).hexdigest()[:32]
+        return self.cache("source-index") / f"{name}.json"
 
     @property
     def locks_dir(self) -> Path:

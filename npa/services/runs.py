@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 from pathlib import Path
@@ -91,24 +90,30 @@ class StagedSource(Result):
     files: int
     bytes: int
     blobs: int
+    hashed: int  # files read and hashed; the others' digests came from the stat index
     uploaded: int
     uploaded_bytes: int
     repaired: int
-    orphans_removed: int
     already_committed: bool
+    listed: bool  # the store's blobs were listed and checked (--verify, or nothing trusted)
     seconds: float
     journal: str
     resume_command: str
     warnings: list[str]
 
     def text_lines(self) -> list[str]:
-        state = "already committed, verified" if self.already_committed else "committed"
+        if not self.already_committed:
+            state = "committed"
+        elif self.listed:
+            state = "already committed, blobs verified"
+        else:
+            state = "already committed, confirmed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs",
+            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs; "
+            f"{self.hashed} files read and hashed",
             f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
-            f"repaired {self.repaired}, removed {self.orphans_removed} orphans "
-            f"in {self.seconds:.2f}s",
+            f"repaired {self.repaired} in {self.seconds:.2f}s",
             f"  manifest: {self.manifest}",
         ]
 
@@ -127,12 +132,6 @@ def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[s
     return uri, store
 
 
-def _hash_index(paths: NpaPaths, tree: Path) -> Path:
-    """Where the digests of one source tree's files are remembered between stagings."""
-    name = hashlib.sha256(str(tree).encode()).hexdigest()[:32]
-    return paths.cache("source-index") / f"{name}.json"
-
-
 def stage_run_source(
     spec: Path,
     project: str | None,
@@ -144,8 +143,12 @@ def stage_run_source(
     ask: Ask | None = None,
     progress: Progress | None = None,
     paths: NpaPaths | None = None,
+    verify: bool = False,
 ) -> StagedSource:
-    """Stage the source of a reserved run: content-addressed, idempotent, committed once."""
+    """Stage the source of a reserved run: content-addressed, idempotent, committed once.
+
+    A run whose source is committed already is confirmed with one request; ``verify`` lists
+    the stored blobs instead and repairs missing or damaged ones."""
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
@@ -206,7 +209,7 @@ def stage_run_source(
             source=tree,
         )
         try:
-            manifest, plan = stage_source(
+            plan = stage_source(
                 store,
                 tree,
                 prefix,
@@ -214,7 +217,8 @@ def stage_run_source(
                 progress=progress,
                 step=lambda name, details: journal.append(name, "done", **details),
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
-                index=_hash_index(paths, tree),
+                index=paths.source_index(tree),
+                verify=verify,
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)
@@ -228,22 +232,23 @@ def stage_run_source(
                 "same command is safe and reuses what is already stored",
                 fix=resume,
             ) from None
-        journal.append("done", "done", source_digest=manifest.digest())
+        journal.append("done", "done", source_digest=plan.digest)
     return StagedSource(
         run_id=entry.run_id,
         project=settings.project,
         workflow=workflow,
         source=str(tree),
         manifest=f"{store.uri}/{prefix}/source/manifest.json",
-        source_digest=manifest.digest(),
-        files=len(manifest.files),
-        bytes=sum(f.size for f in manifest.files),
-        blobs=len({f.digest for f in manifest.files}),
+        source_digest=plan.digest,
+        files=len(plan.files),
+        bytes=sum(h.file.size for h in plan.files),
+        blobs=len({h.sha256 for h in plan.files}),
+        hashed=plan.hashed,
         uploaded=plan.uploaded,
         uploaded_bytes=plan.uploaded_bytes,
         repaired=plan.repaired,
-        orphans_removed=plan.orphans_removed,
         already_committed=plan.already_committed,
+        listed=plan.listed,
         seconds=round(time.monotonic() - started, 3),
         journal=str(journal.path),
         resume_command=resume,

@@ -60,6 +60,7 @@ from npa.runs.manifest import (
     write_plan,
 )
 from npa.runs.receipts import JobIdentity, Receipt, write_receipt
+from npa.runs.staging import Progress
 from npa.services.configure import ProjectSettings, resolve_project
 from npa.services.gates import Admission, Gate, GateInput, GateReport, run_gates
 
@@ -484,8 +485,9 @@ def submit(
     backend: ExecutionBackend | None = None,
     readiness: ReadinessCheck | None = None,
     observe: Observer | None = None,
+    progress: Progress | None = None,
 ) -> SubmitResult:
-    """Gate, stage, render, record and launch one run."""
+    """Gate, stage, render, record and launch one run; ``progress`` shows the staging."""
     from npa.services.runs import stage_run_source
 
     paths = paths or NpaPaths.from_env()
@@ -512,7 +514,13 @@ def submit(
         prefix=run_prefix(workflow.metadata.name, admission.entry.run_id),
     )
     staged = stage_run_source(
-        options.spec, run.project, run.run_id, None, interactive=False, paths=paths
+        options.spec,
+        run.project,
+        run.run_id,
+        None,
+        interactive=False,
+        paths=paths,
+        progress=progress,
     )
     run.source_digest = staged.source_digest
     run.tasks = _render(run)

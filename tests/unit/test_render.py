@@ -123,6 +123,7 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     assert envs["NPA_INPUT_CLIPS"] == f"{stages}/curate/outputs/curated/clips/"
     assert aug["file_mounts"]["/npa/inputs/clips"] == envs["NPA_INPUT_CLIPS"]
     assert envs["NPA_SOURCE_MANIFEST"] == "/npa/source/manifest.json"
+    assert envs["NPA_SOURCE_BLOBS"] == "s3://bucket/workflows/demo/npa-source/blobs/"
     assert (
         aug["file_mounts"]["/npa/source"] == "s3://bucket/workflows/demo/run-7/npa-workflow/source"
     )

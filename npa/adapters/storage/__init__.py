@@ -6,14 +6,23 @@ the embedded store under NPA_HOME, the default when nothing is configured.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
 from npa.core.errors import BucketAbsent, InvalidStoreUri, ObjectAbsent, StoreUnavailable
 from npa.core.paths import NpaPaths
 
+if TYPE_CHECKING:
+    from npa.adapters.storage.s3 import S3Store
+    from npa.adapters.storage.s3_obstore import ObstoreS3Store
+
 LOCAL = "local"
+# The S3 client: obstore by default; botocore where a store needs what only it does.
+S3_CLIENT_ENV = "NPA_S3_CLIENT"
+S3_CLIENTS = ("obstore", "botocore")
 
 __all__ = [
     "LOCAL",
@@ -69,9 +78,19 @@ def open_store(
     canonical = normalize_store_uri(uri, paths)
     parsed = urlparse(canonical)
     if parsed.scheme == "s3":
-        from npa.adapters.storage.s3 import S3Store
+        client = os.environ.get(S3_CLIENT_ENV) or S3_CLIENTS[0]
+        if client not in S3_CLIENTS:
+            raise InvalidStoreUri(
+                f"{S3_CLIENT_ENV}={client!r} names no S3 client npa has",
+                fix=f"export {S3_CLIENT_ENV}={S3_CLIENTS[0]}  # or {S3_CLIENTS[1]}",
+            )
+        store_class: type[ObstoreS3Store] | type[S3Store]
+        if client == "obstore":
+            from npa.adapters.storage.s3_obstore import ObstoreS3Store as store_class
+        else:
+            from npa.adapters.storage.s3 import S3Store as store_class
 
-        return S3Store(
+        return store_class(
             parsed.netloc,
             parsed.path,
             endpoint_url=endpoint_url,

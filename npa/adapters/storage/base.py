@@ -49,6 +49,8 @@ class ObjectStore(abc.ABC):
 
     #: The URI this store was opened from, without any credential.
     uri: str
+    #: The endpoint an S3 store talks to when it is not AWS's own; None otherwise.
+    endpoint_url: str | None = None
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
