@@ -15,6 +15,7 @@ The tree (exit code in brackets; a subclass keeps its parent's unless it says ot
     |   +-- BucketAbsent                     the bucket or file-store root itself
     +-- Unavailable [4]                  a source could not be asked: unknown, never absent
     |   +-- StoreUnavailable                 the object store
+    |   |   +-- VerificationUnavailable          it could not confirm a committed source
     |   +-- BackendUnavailable               an execution backend (nothing is concluded)
     |   +-- NotStable                        an API that is not stable enough to launch into
     |   +-- AmbiguousExistence               whether a run's job exists cannot be told
@@ -155,6 +156,12 @@ class StoreUnavailable(Unavailable):
     """The store could not be reached, refused us, or answered something npa cannot trust."""
 
     kind = "store_unavailable"
+
+
+class VerificationUnavailable(StoreUnavailable):
+    """The store could not confirm a run's committed source: unknown, never "changed"."""
+
+    kind = "verification_unavailable"
 
 
 # --- records and staging ------------------------------------------------------------------------

@@ -26,6 +26,8 @@ import math
 import re
 
 PREFIX_LEAF = "npa-workflow"
+# The folder, beside a workflow's runs, that holds the source blobs and trees its runs share.
+SHARED_SOURCE = "npa-source"
 MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
 
@@ -77,6 +79,12 @@ def task_key(prefix: str, stage: str, suffix: str) -> str:
 
 def source_key(prefix: str) -> str:
     return f"{prefix}/source"
+
+
+def shared_source_key(prefix: str) -> str:
+    """Where the source blobs and trees every run of a workflow shares live
+    (``<workflow>/npa-source``), from one run's prefix (``<workflow>/<run>/npa-workflow``)."""
+    return f"{prefix.rsplit('/', 2)[0]}/{SHARED_SOURCE}"
 
 
 # --- local locks and journals -------------------------------------------------------------------

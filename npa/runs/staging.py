@@ -40,6 +40,7 @@ from npa.core.errors import (
     SourceChanged,
     SourceRefused,
     StateCorrupt,
+    StoreUnavailable,
     VerificationUnavailable,
 )
 from npa.core.fsio import atomic_write_bytes

@@ -20,9 +20,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from npa.adapters.storage.base import ListPage, ObjectInfo, StoreUnavailable, check_key
+from npa.adapters.storage.base import ListPage, ObjectInfo, check_key
 from npa.adapters.storage.s3 import S3Base
-from npa.core.errors import InvalidInput
+from npa.core.errors import InvalidInput, StoreUnavailable
 
 T = TypeVar("T")
 # How long npa lets obstore keep credentials from botocore's chain before asking again.

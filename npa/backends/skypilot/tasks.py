@@ -18,7 +18,7 @@ import yaml
 from npa.backends.base import RunTasks, StageTask
 from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
-from npa.core.layout import PREFIX_LEAF, source_key
+from npa.core.layout import PREFIX_LEAF, shared_source_key, source_key
 
 TEMPLATE = "skypilot-task.yaml.j2"
 SOURCE_MOUNT = "/npa/source"
@@ -108,9 +108,10 @@ def task_values(task: StageTask, run: RunTasks, *, kube_context: str) -> dict[st
         "NPA_RUN_ID": run.run_id,
         "NPA_STAGE": task.stage,
         "NPA_RUN_PREFIX": run.run_root,
-        # The staged source as stored (blobs named by digest + manifest.json); the backend
-        # materialises the tree from the manifest.
+        # The staged source as stored: the run's manifest, and the blobs it names by digest,
+        # which every run of the workflow shares; the backend materialises the tree from both.
         "NPA_SOURCE_MANIFEST": f"{SOURCE_MOUNT}/manifest.json",
+        "NPA_SOURCE_BLOBS": f"{shared_source_key(f'{run.run_root}/{PREFIX_LEAF}')}/blobs/",
         # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
         "NPA_WAVE": "0",
         "NPA_WAVES": str(task.waves),
