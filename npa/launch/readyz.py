@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from npa.core.commands import kubectl_command as kubectl
 from npa.core.errors import Unavailable
 
 DEFAULT_WINDOW = 10.0
@@ -110,8 +111,8 @@ class ReadinessProbe:
                     f"the API server of context {self.context} did not answer /readyz ok "
                     f"{self.count} times in a row over {self.window:g}s within "
                     f"{self.deadline:g}s (last: {answer.status} {answer.detail})",
-                    fix=f"KUBECONFIG={self.kubeconfig} kubectl --context {self.context} "
-                    "get --raw /readyz  # then rerun the same submit",
+                    fix=kubectl(self.kubeconfig, self.context, "get", "--raw", "/readyz")
+                    + "  # then rerun the same submit",
                     details={"readiness": record.model_dump(mode="json")},
                 )
             # Wait so the streak can reach the window with exactly ``count`` probes.

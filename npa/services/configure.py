@@ -23,7 +23,7 @@ from npa.adapters.storage import LOCAL, normalize_store_uri
 from npa.core.errors import InvalidInput, StateCorrupt
 from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
 from npa.core.output import Result
-from npa.core.paths import NpaPaths, safe_component
+from npa.core.paths import NpaPaths, check_context_name, safe_component
 
 Source = Literal["flag", "env", "file", "default"]
 
@@ -217,7 +217,9 @@ def _check(name: str, value: str, paths: NpaPaths) -> str:
             f"--registry {value!r} is not HOST[:PORT][/NAMESPACE]",
             fix="npa configure --project PROJECT --registry registry.example.com/team",
         )
-    if name in ("context", "profile", "region"):
+    if name == "context":
+        check_context_name(value)
+    if name in ("profile", "region"):
         safe_component(value, name)
     return value
 

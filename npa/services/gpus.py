@@ -7,11 +7,13 @@ GPUs of that label; two nodes with one GPU each never run ``NAME:2``.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from npa.adapters.kube.nodes import NodeGpus
+from npa.core.commands import kubectl_command
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -41,6 +43,7 @@ class StageFit(BaseModel):
 
 class GpusResult(Result):
     cluster: str
+    kubeconfig: str | None = None  # the file(s) read, and why those
     nodes: list[NodeRow]
     labels: list[str]
     remap: dict[str, str] = Field(default_factory=dict)
@@ -74,22 +77,27 @@ def _label(labels: dict[str, str]) -> tuple[str | None, str | None]:
 
 
 def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+    from npa.adapters.kube import kubeconfig as kubeconfigs
     from npa.adapters.kube.nodes import node_gpus
 
     paths = paths or NpaPaths.from_env()
-    kubeconfig = paths.cluster_kubeconfig(cluster)
-    if not kubeconfig.is_file():
+    chosen = kubeconfigs.for_context(paths, cluster)
+    # A KUBECONFIG list is passed on as it is: the kubernetes client splits it as kubectl does.
+    kubeconfig = Path(chosen.value)
+    if chosen.origin == "placed by npa" and not kubeconfig.is_file():
         raise NotFound(
-            f"no kubeconfig for cluster {cluster} at {kubeconfig}",
-            fix=f"npa provision-if-absent --project P --target kubernetes --context {cluster} "
-            "--kubeconfig PATH",
+            f"no kubeconfig defines context {cluster!r}: not $KUBECONFIG, not ~/.kube/config, "
+            f"and npa placed none at {kubeconfig}",
+            fix=shlex.join(
+                ["npa", "provision-if-absent", "--target", "kubernetes", "--context", cluster]
+            ),
         )
     try:
         found: list[NodeGpus] = node_gpus(kubeconfig, cluster)
     except Exception as exc:
         raise Unavailable(
             f"cannot read nodes of {cluster}: {type(exc).__name__}: {exc}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {cluster} get nodes",
+            fix=kubectl_command(kubeconfig, cluster, "get", "nodes"),
         ) from None
     rows = []
     for n in found:
@@ -106,7 +114,9 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
             )
         )
     names = cluster_names([n.labels for n in found])
-    result = GpusResult(cluster=cluster, nodes=rows, labels=names)
+    result = GpusResult(
+        cluster=cluster, kubeconfig=f"{chosen.value} ({chosen.origin})", nodes=rows, labels=names
+    )
     if spec is None:
         return result
     from npa.spec.model import parse_accelerators

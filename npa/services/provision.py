@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from npa.adapters.infra.changes import MUTATING, ResourceChange
 from npa.adapters.infra.runner import (
@@ -41,7 +41,7 @@ from npa.core.errors import (
 )
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
-from npa.core.paths import NpaPaths, safe_component
+from npa.core.paths import NpaPaths, check_context_name
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -102,6 +102,7 @@ class ProvisionResult(Result):
     journal: str | None = None
     resume: str
     message: str
+    notes: list[str] = Field(default_factory=list)
 
     def exit_code(self) -> int:
         if self.mode == "blocked":
@@ -111,6 +112,7 @@ class ProvisionResult(Result):
     def text_lines(self) -> list[str]:
         lines = [f"provision-if-absent: project {self.project}, target {self.target}"]
         lines.append(f"state backend: {self.backend_url}")
+        lines += [f"note: {note}" for note in self.notes]
         lines += quota_text(self.quota)
         for report in self.stacks:
             lines += stack_text(report)
@@ -260,12 +262,13 @@ Confirm = Callable[[list[StackReport]], bool]
 # --- names -----------------------------------------------------------------------------------
 
 
-def stack_token(value: str) -> str:
-    """A name usable inside a Pulumi stack name (letters, digits, ``-_.``); a short hash is
-    added when characters had to be replaced, so two contexts never share a stack."""
+def stack_token(value: str, limit: int = 64) -> str:
+    """A name usable inside a Pulumi stack name (letters, digits, ``-_.``, at most ``limit``
+    characters); a short hash is added when characters had to be replaced or cut, so two
+    contexts never share a stack."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)
-    if cleaned != value:
-        cleaned += "-" + hashlib.sha256(value.encode()).hexdigest()[:6]
+    if cleaned != value or len(cleaned) > limit:
+        cleaned = cleaned[: limit - 7] + "-" + hashlib.sha256(value.encode()).hexdigest()[:6]
     return cleaned
 
 
@@ -285,30 +288,44 @@ class Layout:
     context: str | None
     stacks: list[StackSpec]
     operation: str
+    source: KubeSource | None = None
+    notes: list[str] = field(default_factory=list)
 
 
-def _kubeconfig_source(explicit: Path | None) -> Path:
-    if explicit is not None:
-        return explicit.expanduser().resolve()
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        return Path(env.split(os.pathsep)[0]).expanduser().resolve()
-    return Path.home() / ".kube" / "config"
+def _kubeconfig_source(paths: NpaPaths, explicit: Path | None, context: str | None) -> KubeSource:
+    """The files the context is copied from, as kubectl would read them, without npa's own
+    placed kubeconfig for the context: copying that file onto itself would say nothing."""
+    from npa.adapters.kube import kubeconfig
+
+    if explicit is not None and os.pathsep in str(explicit):
+        files = [p.absolute() for p in kubeconfig.split_list(str(explicit))]
+    else:
+        files = kubeconfig.source_files(explicit)
+    placed = paths.cluster_kubeconfig(context).absolute() if context else None
+    kept = [f for f in files if placed is None or f != placed]
+    return KubeSource(kubeconfig.join_list(kept), explicit is not None, len(kept) < len(files))
 
 
-def _current_context(source: Path) -> str | None:
-    import yaml
+@dataclass(frozen=True)
+class KubeSource:
+    """Where a kubernetes target copies its context from."""
+
+    value: str  # a path or a KUBECONFIG list; empty when only the placed file was named
+    explicit: bool  # from --kubeconfig (else $KUBECONFIG or ~/.kube/config)
+    dropped_placed: bool  # the list named npa's own placed kubeconfig, which was left out
+
+
+def _current_context(source: str) -> str | None:
+    from npa.adapters.kube import kubeconfig
 
     try:
-        data = yaml.safe_load(source.read_text("utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        return kubeconfig.merge(kubeconfig.split_list(source)).current_context
+    except kubeconfig.KubeconfigError:
         return None
-    current = data.get("current-context") if isinstance(data, dict) else None
-    return str(current) if current else None
 
 
 def _kubernetes_spec(
-    paths: NpaPaths, project: str, context: str, *, source: Path | None, document: str | None
+    paths: NpaPaths, project: str, context: str, *, source: str | None, document: str | None
 ) -> StackSpec:
     config = {
         "npa:context": context,
@@ -316,8 +333,8 @@ def _kubernetes_spec(
         "npa:namespace": namespace_for(project),
         "npa:serviceAccount": "sky-sa",
     }
-    if source is not None:
-        config["npa:kubeconfigSource"] = str(source)
+    if source:
+        config["npa:kubeconfigSource"] = source
     if document is not None:
         config["npa:kubeconfigDocument"] = document
     return StackSpec(f"{project}.kubernetes.{stack_token(context)}", "kubernetes", config)
@@ -361,25 +378,23 @@ def layout(
         )
         return Layout(project, target, None, [spec], f"provision.{project}.local")
     if target == "kubernetes":
-        source = _kubeconfig_source(kubeconfig) if need_source else None
         ctx = context or configured_context
-        if ctx is None and source is not None:
-            ctx = _current_context(source)
+        if ctx is None and need_source:
+            ctx = _current_context(_kubeconfig_source(paths, kubeconfig, None).value)
         if ctx is None:
-            raise InvalidInput(
-                "the kubernetes target needs a kube context",
-                fix=f"npa provision-if-absent --project {project} --target kubernetes "
-                "--context CONTEXT --kubeconfig PATH",
-            )
-        safe_component(ctx, "kube context")
-        if source is not None:
-            _check_context(source, ctx, project)
-        spec = _kubernetes_spec(paths, project, ctx, source=source, document=None)
+            raise _no_context(paths, project, kubeconfig)
+        check_context_name(ctx)
+        source = _kubeconfig_source(paths, kubeconfig, ctx) if need_source else None
+        if source is not None and source.value:
+            _check_context(paths, source, ctx, project)
+        spec = _kubernetes_spec(
+            paths, project, ctx, source=source.value if source else None, document=None
+        )
         op = f"provision.{project}.kubernetes.{stack_token(ctx)}"
-        return Layout(project, target, ctx, [spec], op)
+        return Layout(project, target, ctx, [spec], op, source)
     infra = infra or Infrastructure()
     ctx = context or infra.context or f"nebius-{project}"
-    safe_component(ctx, "kube context")
+    check_context_name(ctx)
     cloud_config = nebius_config(infra, project, nebius_project, nebius_region)
     cloud = StackSpec(f"{project}.nebius", "nebius", {**cloud_config, "npa:context": ctx})
     cluster = _kubernetes_spec(paths, project, ctx, source=None, document="(from the nebius stack)")
@@ -405,22 +420,61 @@ def nebius_config(
     }
 
 
-def _check_context(source: Path, context: str, project: str) -> None:
-    from stacks.localfs import minimal_kubeconfig
+def _no_context(paths: NpaPaths, project: str, explicit: Path | None) -> InvalidInput:
+    """No --context, none configured, and the kubeconfig sets no current context."""
+    from npa.adapters.kube import kubeconfig
+
+    source = _kubeconfig_source(paths, explicit, None).value
+    try:
+        names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
+    except kubeconfig.KubeconfigError:
+        names = []
+    known = f" ({source} has: {', '.join(names)})" if names else f" ({source} has none)"
+    if len(names) == 1:
+        fix = _command(
+            "provision-if-absent", "--project", project, "--target", "kubernetes",
+            "--context", names[0],
+        )  # fmt: skip
+    else:
+        fix = f"KUBECONFIG={shlex.quote(source)} kubectl config get-contexts -o name"
+    return InvalidInput(
+        "the kubernetes target needs a kube context: pass --context, or set a current "
+        f"context{known}",
+        fix=fix,
+    )
+
+
+def _command(*argv: str) -> str:
+    return shlex.join(["npa", *argv])
+
+
+def _check_context(paths: NpaPaths, source: KubeSource, context: str, project: str) -> None:
+    from npa.adapters.kube import kubeconfig
 
     try:
-        minimal_kubeconfig(str(source), context)
-    except FileNotFoundError:
+        kubeconfig.minimal_from(source.value, context)
+    except kubeconfig.KubeconfigError as exc:
+        fallback = kubeconfig.default_kubeconfig()
+        retry = [
+            "provision-if-absent", "--project", project, "--target", "kubernetes",
+            "--context", context, "--kubeconfig", str(fallback),
+        ]  # fmt: skip
+        usable = source.value != str(fallback) and _defines(fallback, context)
         raise InvalidInput(
-            f"kubeconfig {source} does not exist",
-            fix=f"npa provision-if-absent --project {project} --target kubernetes "
-            f"--context {context} --kubeconfig PATH",
+            f"cannot use context {context!r}: {exc}",
+            fix=_command(*retry)
+            if usable
+            else f"KUBECONFIG={shlex.quote(source.value)} kubectl config get-contexts -o name",
         ) from None
-    except (ValueError, KeyError, TypeError, OSError) as exc:
-        raise InvalidInput(
-            f"cannot use context {context!r} of {source}: {exc}",
-            fix=f"kubectl --kubeconfig {source} config get-contexts",
-        ) from None
+
+
+def _defines(path: Path, context: str) -> bool:
+    from npa.adapters.kube import kubeconfig
+
+    try:
+        return context in kubeconfig.merge([path]).contexts
+    except kubeconfig.KubeconfigError:
+        return False
 
 
 def _backend(paths: NpaPaths, url: str | None, *, create: bool) -> Backend:
@@ -438,6 +492,43 @@ def _backend(paths: NpaPaths, url: str | None, *, create: bool) -> Backend:
     if create and backend.local_dir is not None:
         ensure_private_dir(backend.local_dir)
     return backend
+
+
+def _source_notes(lay: Layout, runner: InfraRunner) -> list[str]:
+    """When ``$KUBECONFIG`` names only the kubeconfig npa placed for the context (as npa's
+    own ``export KUBECONFIG=...`` advice leads to), copy the context from the source the
+    stack recorded instead, and say so."""
+    source = lay.source
+    if source is None or not source.dropped_placed:
+        return []
+    [spec] = lay.stacks
+    placed = spec.config["npa:kubeconfigPath"]
+    if source.value:
+        return [f"{placed} (npa's own placed kubeconfig) is left out of the kubeconfig list"]
+    recorded = next(
+        (
+            str((r.get("inputs") or {}).get("source") or "")
+            for r in runner.resources(spec.name)
+            if str(r.get("urn", "")).endswith("::kubeconfig")
+        ),
+        "",
+    )
+    if not recorded or recorded == placed:
+        retry = [
+            "provision-if-absent", "--project", lay.project, "--target", "kubernetes",
+            "--context", str(lay.context), "--kubeconfig", str(Path.home() / ".kube" / "config"),
+        ]  # fmt: skip
+        raise InvalidInput(
+            f"$KUBECONFIG names only {placed}, the kubeconfig npa placed for context "
+            f"{lay.context!r}; npa copies that context from the kubeconfig it came from",
+            fix=_command(*retry),
+        )
+    lay.source = KubeSource(recorded, explicit=True, dropped_placed=True)
+    spec.config["npa:kubeconfigSource"] = recorded
+    return [
+        f"$KUBECONFIG names npa's placed kubeconfig {placed}; the context is copied from "
+        f"{recorded}, the source the last apply recorded"
+    ]
 
 
 def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
@@ -663,10 +754,11 @@ def provision_if_absent(
         nebius_project=req.nebius_project,
         nebius_region=req.nebius_region,
     )
-    resume = shlex.join(_resume_argv(req, project, lay))
     read_only = req.preview_only
     backend = _backend(paths, req.backend_url, create=not read_only)
     runner = InfraRunner(backend)
+    lay.notes = _source_notes(lay, runner)
+    resume = shlex.join(_resume_argv(req, project, lay))
 
     if read_only:
         return _provision(req, paths, lay, runner, infra, resume, None, interactive, confirm)
@@ -716,6 +808,7 @@ def _provision(
             journal=str(journal.path) if journal else None,
             resume=resume,
             message=message,
+            notes=lay.notes,
             **extra,
         )
 

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
 from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
+from npa.core.commands import kubectl_command as kubectl
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
@@ -313,7 +314,7 @@ def ask_pods(
             where=where,
             answer="unavailable",
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods",
+            fix=kubectl(str(kubeconfig), str(context), "get", "pods"),
         )
     return reasons, SourceAnswer(
         source="kubernetes-pods",

@@ -33,6 +33,7 @@ from npa.adapters.storage import (
 )
 from npa.backends import ExecutionBackend, JobSubmission, TaskContext, open_backend
 from npa.backends.base import JobState
+from npa.core.commands import kubectl_command as kubectl
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -443,7 +444,7 @@ def _accelerator_remap(
             "accelerators",
             "unknown",
             f"cannot read node labels: {type(exc).__name__}",
-            f"KUBECONFIG={kubeconfig} kubectl --context {context} get nodes --show-labels",
+            kubectl(kubeconfig, context, "get", "nodes", "--show-labels"),
         )
         return {}
     remap: dict[str, str] = {}
