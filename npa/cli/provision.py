@@ -25,7 +25,12 @@ ContextOpt = Annotated[
 ]
 BackendOpt = Annotated[
     str | None,
-    Opt("--backend-url", help="Pulumi state backend (default: file:// under NPA_HOME)."),
+    Opt(
+        "--backend-url",
+        help="Pulumi state backend: file://, s3://, gs://, azblob://, postgres:// or a Pulumi "
+        "Cloud URL (default: $PULUMI_BACKEND_URL, then npa configure --backend-url, then "
+        "file:// under NPA_HOME).",
+    ),
 ]
 PreviewOpt = Annotated[bool, Opt("--preview", help="Show what would change; change nothing.")]
 YesOpt = Annotated[bool, Opt("--yes", help="Apply without asking (required without a terminal).")]
@@ -57,7 +62,8 @@ def provision_if_absent(
         Path | None,
         Opt(
             "--kubeconfig",
-            help="Kubeconfig holding --context (default: $KUBECONFIG, ~/.kube/config).",
+            help="Kubeconfig holding --context, or a list like $KUBECONFIG "
+            "(default: $KUBECONFIG, then ~/.kube/config).",
         ),
     ] = None,
     preview: PreviewOpt = False,

@@ -29,8 +29,12 @@ from npa.adapters.infra.runner import (
     InfraRunner,
     Outcome,
     StackSpec,
+    check_backend_url,
+    is_service,
     plugin_installed,
+    service_login_missing,
 )
+from npa.core.commands import bootstrap_tools_command, npa_command
 from npa.core.errors import (
     EXIT_FAILURE,
     EXIT_UNAVAILABLE,
@@ -38,6 +42,7 @@ from npa.core.errors import (
     LockBusy,
     NpaError,
     ToolMissing,
+    Unavailable,
 )
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
@@ -52,7 +57,7 @@ from npa.plan.infra import (
 )
 from npa.plan.quota import ExistingDisk, QuotaAssessment, QuotaSource, assess
 from npa.runs.journal import OperationJournal
-from npa.services.configure import resolve_project
+from npa.services.configure import ProjectSettings, load_config, redact, resolve_project
 from npa.spec.model import Infrastructure
 
 Target = Literal["local", "kubernetes", "nebius"]
@@ -93,6 +98,7 @@ class ProvisionResult(Result):
     project: str
     target: str
     backend_url: str
+    backend_origin: str = "default"
     mode: Mode
     quota: QuotaAssessment
     stacks: list[StackReport]
@@ -111,7 +117,7 @@ class ProvisionResult(Result):
 
     def text_lines(self) -> list[str]:
         lines = [f"provision-if-absent: project {self.project}, target {self.target}"]
-        lines.append(f"state backend: {self.backend_url}")
+        lines.append(f"state backend: {self.backend_url} ({self.backend_origin})")
         lines += [f"note: {note}" for note in self.notes]
         lines += quota_text(self.quota)
         for report in self.stacks:
@@ -130,6 +136,7 @@ class TeardownResult(Result):
     project: str
     target: str
     backend_url: str
+    backend_origin: str = "default"
     mode: Literal["preview", "nothing", "not-applied", "destroyed"]
     stacks: list[StackReport]
     resume: str
@@ -140,7 +147,7 @@ class TeardownResult(Result):
 
     def text_lines(self) -> list[str]:
         lines = [f"teardown: project {self.project}, target {self.target}"]
-        lines.append(f"state backend: {self.backend_url}")
+        lines.append(f"state backend: {self.backend_url} ({self.backend_origin})")
         for report in self.stacks:
             lines += stack_text(report, destroy=True)
         lines.append(self.message)
@@ -477,18 +484,38 @@ def _defines(path: Path, context: str) -> bool:
         return False
 
 
-def _backend(paths: NpaPaths, url: str | None, *, create: bool) -> Backend:
-    if url is None:
-        if create:
-            ensure_private_dir(paths.pulumi_backend)
-        return Backend(f"file://{paths.pulumi_backend}")
-    if not re.match(r"^(file|s3|gs|azblob)://", url):
-        raise InvalidInput(
-            f"--backend-url {url!r} is not a self-managed state backend (file://, s3://, gs://, "
-            "azblob://); npa never uses a hosted service by default",
-            fix="npa provision-if-absent ... --backend-url s3://BUCKET/pulumi",
+def _backend(
+    paths: NpaPaths,
+    flag: str | None,
+    settings: ProjectSettings,
+    *,
+    create: bool,
+    argv: list[str],
+) -> Backend:
+    """The state backend and where the choice came from: ``--backend-url``, then
+    ``$PULUMI_BACKEND_URL``, then the project's recorded backend (``npa configure
+    --backend-url``), then ``file://`` under NPA_HOME. ``argv`` is the command being run, for
+    the fix line of a refused URL."""
+    default = f"file://{paths.pulumi_backend}"
+    recorded = settings.settings["backend_url"]
+    if flag is not None:
+        url, origin = flag, "--backend-url"
+    elif recorded.value is not None:
+        # The unredacted value: settings show a redacted one.
+        url = os.environ["PULUMI_BACKEND_URL"] if recorded.source == "env" else recorded.value
+        origin = "$PULUMI_BACKEND_URL" if recorded.source == "env" else "npa configure"
+        if recorded.source == "file":
+            url = str(load_config(paths)["projects"][settings.project]["backend_url"])
+    else:
+        url, origin = default, "default"
+    check_backend_url(url, fix_argv=[*argv, "--backend-url", default])
+    backend = Backend(url, origin)
+    if is_service(url) and service_login_missing(url):
+        raise Unavailable(
+            f"the Pulumi service {url} (from {origin}) needs a login: neither "
+            "PULUMI_ACCESS_TOKEN nor a stored `pulumi login` token for it was found",
+            fix=f"pulumi login {shlex.quote(url)}",
         )
-    backend = Backend(url)
     if create and backend.local_dir is not None:
         ensure_private_dir(backend.local_dir)
     return backend
@@ -531,7 +558,7 @@ def _source_notes(lay: Layout, runner: InfraRunner) -> list[str]:
     ]
 
 
-def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
+def _resume_argv(req: ProvisionRequest, project: str, lay: Layout, backend: Backend) -> list[str]:
     argv = ["npa", "provision-if-absent", "--project", project, "--target", lay.target]
     if lay.context and lay.target != "local":
         argv += ["--context", lay.context]
@@ -539,8 +566,9 @@ def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
         source = lay.stacks[0].config.get("npa:kubeconfigSource")
         if source:
             argv += ["--kubeconfig", source]
-    if req.backend_url:
-        argv += ["--backend-url", req.backend_url]
+    if backend.origin in ("--backend-url", "$PULUMI_BACKEND_URL"):
+        # The same backend on a resume, whatever the shell then exports.
+        argv += ["--backend-url", backend.url]
     if req.spec:
         argv += ["--spec", str(req.spec.resolve())]
     for quota_file in req.quota_files:
@@ -671,7 +699,7 @@ def _check_tools(target: str) -> None:
         install = " && ".join(f"pulumi plugin install {k} {n} {v}" for k, n, v in missing)
         raise ToolMissing(
             f"the {target} target needs the pulumi plugin(s) {names}, which are not installed",
-            fix="scripts/bootstrap-tools" if target == "kubernetes" else install,
+            fix=bootstrap_tools_command() if target == "kubernetes" else install,
         )
 
 
@@ -755,10 +783,11 @@ def provision_if_absent(
         nebius_region=req.nebius_region,
     )
     read_only = req.preview_only
-    backend = _backend(paths, req.backend_url, create=not read_only)
+    argv = ["provision-if-absent", "--project", project, "--target", lay.target]
+    backend = _backend(paths, req.backend_url, settings, create=not read_only, argv=argv)
     runner = InfraRunner(backend)
     lay.notes = _source_notes(lay, runner)
-    resume = shlex.join(_resume_argv(req, project, lay))
+    resume = shlex.join(_resume_argv(req, project, lay, backend))
 
     if read_only:
         return _provision(req, paths, lay, runner, infra, resume, None, interactive, confirm)
@@ -800,7 +829,8 @@ def _provision(
         return ProvisionResult(
             project=project,
             target=lay.target,
-            backend_url=runner.backend.url,
+            backend_url=redact(runner.backend.url) or "",
+            backend_origin=runner.backend.origin,
             mode=mode,
             quota=quota,
             stacks=[reports[s.name] for s in lay.stacks if s.name in reports],
@@ -962,6 +992,24 @@ def active_runs(paths: NpaPaths, project: str) -> list[str]:
     return runs
 
 
+def _teardown_needs_context(paths: NpaPaths, argv: list[str]) -> InvalidInput:
+    """The kubernetes teardown names no context: offer the contexts npa placed a kubeconfig
+    for (their folder names reverse to the context names)."""
+    from npa.core.paths import context_from_folder
+
+    placed = sorted(
+        name
+        for folder in (paths.clusters_dir.iterdir() if paths.clusters_dir.is_dir() else [])
+        if (name := context_from_folder(folder.name)) is not None
+    )
+    fixes = [npa_command(*argv, "--context", name) for name in placed]
+    return InvalidInput(
+        "teardown of the kubernetes target needs --context"
+        + (f" (npa placed kubeconfigs for: {', '.join(placed)})" if placed else ""),
+        fix="  or  ".join(fixes) if fixes else "kubectl config get-contexts -o name",
+    )
+
+
 def teardown(
     req: TeardownRequest,
     *,
@@ -982,15 +1030,15 @@ def teardown(
         configured_context=settings.value("context"),
         need_source=False,
     )
+    argv = ["teardown", "--project", project, "--target", req.target]
     if req.target == "kubernetes" and lay.context is None:
-        raise InvalidInput("teardown of the kubernetes target needs --context")
-    argv = ["npa", "teardown", "--project", project, "--target", req.target]
+        raise _teardown_needs_context(paths, argv)
     if lay.context and req.target != "local":
         argv += ["--context", lay.context]
-    if req.backend_url:
-        argv += ["--backend-url", req.backend_url]
-    resume = shlex.join([*argv, "--yes"])
-    backend = _backend(paths, req.backend_url, create=False)
+    backend = _backend(paths, req.backend_url, settings, create=False, argv=argv)
+    if backend.origin in ("--backend-url", "$PULUMI_BACKEND_URL"):
+        argv += ["--backend-url", backend.url]
+    resume = npa_command(*argv, "--yes")
     runner = InfraRunner(backend)
     order = list(reversed(lay.stacks))
 
@@ -998,7 +1046,8 @@ def teardown(
         return TeardownResult(
             project=project,
             target=req.target,
-            backend_url=backend.url,
+            backend_url=redact(backend.url) or "",
+            backend_origin=backend.origin,
             mode=mode,
             stacks=reports,
             resume=resume,

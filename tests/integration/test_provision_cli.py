@@ -88,16 +88,12 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     ]
     assert (npa_home / "local-jobs").is_dir()
 
-    # The plain pulumi CLI sees the stack in the same backend.
+    # The plain pulumi CLI sees the stack in the same backend: the one PULUMI_BACKEND_URL names.
     listing = subprocess.run(
         [str(pulumi_backend.pulumi_bin), "stack", "ls", "--all", "--json"],
         capture_output=True,
         text=True,
-        env={
-            **os.environ,
-            "PULUMI_BACKEND_URL": f"file://{npa_home / 'pulumi'}",
-            "PULUMI_CONFIG_PASSPHRASE": "",
-        },
+        env={**os.environ, "PULUMI_CONFIG_PASSPHRASE": ""},
         cwd=npa_home,
         check=True,
     )
@@ -112,7 +108,8 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     assert torn.json()["mode"] == "destroyed"
     assert not (npa_home / "local-jobs").exists()
     assert (npa_home / "store" / "keep.txt").read_text() == "run data"
-    assert not (npa_home / "pulumi" / ".pulumi" / "stacks" / "npa" / "demo.local.json").exists()
+    checkpoint = pulumi_backend.state_dir / ".pulumi" / "stacks" / "npa" / "demo.local.json"
+    assert not checkpoint.exists()
     again = run_npa("teardown", "--project", "demo", "--target", "local", "--yes", "--json")
     assert again.json()["mode"] == "nothing"
 
@@ -121,7 +118,9 @@ def test_local_target_resumes_after_sigkill_during_up(
     npa_home: Path, pulumi_backend: PulumiBackend
 ) -> None:
     args = ["provision-if-absent", "--project", "crash", "--target", "local", "--yes"]
-    lock_dir = npa_home / "pulumi" / ".pulumi" / "locks" / "organization" / "npa" / "crash.local"
+    lock_dir = (
+        pulumi_backend.state_dir / ".pulumi" / "locks" / "organization" / "npa" / "crash.local"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "npa", *args],
         stdout=subprocess.PIPE,
@@ -151,7 +150,10 @@ def test_local_target_resumes_after_sigkill_during_up(
     body = resumed.json()
     assert body["mode"] in ("applied", "no-changes")
     assert any("stale lock" in r for r in body["stacks"][0]["recovery"])
-    assert body["resume"] == "npa provision-if-absent --project crash --target local --yes"
+    assert body["resume"] == (
+        "npa provision-if-absent --project crash --target local "
+        f"--backend-url {pulumi_backend.url} --yes"
+    )
     assert (npa_home / "store").is_dir() and (npa_home / "local-jobs").is_dir()
     assert not any(lock_dir.glob("*.json"))
 

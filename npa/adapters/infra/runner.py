@@ -27,7 +27,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
-from npa.core.errors import LockBusy, NpaError, ToolMissing, Unavailable
+from npa.core.commands import bootstrap_tools_command
+from npa.core.errors import InvalidInput, LockBusy, NpaError, ToolMissing, Unavailable
 from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
 
@@ -58,7 +59,7 @@ def find_pulumi() -> Path:
     raise ToolMissing(
         f"the pulumi CLI {PULUMI_VERSION} is not installed where npa looks "
         "($NPA_PULUMI_BIN, the npa tools cache, PATH)",
-        fix="scripts/bootstrap-tools",
+        fix=bootstrap_tools_command(),
     )
 
 
@@ -71,17 +72,70 @@ def plugin_installed(kind: str, name: str, version: str) -> bool:
     return (pulumi_home() / "plugins" / f"{kind}-{name}-v{version}").is_dir()
 
 
+# The state backends the pulumi CLI opens itself (its "diy" backends), and the schemes of a
+# Pulumi Cloud (or self-hosted Pulumi service) address.
+DIY_SCHEMES = ("file", "s3", "gs", "azblob", "postgres")
+SERVICE_SCHEMES = ("https", "http")
+PULUMI_CLOUD = "https://api.pulumi.com"
+
+
+def check_backend_url(url: str, *, fix_argv: list[str] | None = None) -> str:
+    """``url`` if the pulumi CLI can use it as a state backend, else InvalidInput whose fix is
+    ``fix_argv`` with the default backend put in."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    ok = scheme in DIY_SCHEMES or (scheme in SERVICE_SCHEMES and bool(parsed.netloc))
+    if scheme == "file" and not (parsed.path or parsed.netloc):
+        ok = False
+    if not ok:
+        from npa.core.commands import npa_command
+
+        schemes = ", ".join(f"{s}://" for s in DIY_SCHEMES)
+        raise InvalidInput(
+            f"backend URL {url!r} is not a Pulumi state backend: use {schemes}, or a Pulumi "
+            f"Cloud address such as {PULUMI_CLOUD}",
+            fix=npa_command(*fix_argv) if fix_argv else f"pulumi login --help  # for {url}",
+        )
+    return url
+
+
+def is_service(url: str) -> bool:
+    """Whether ``url`` is a Pulumi Cloud (or self-hosted service) backend."""
+    return urlparse(url).scheme.lower() in SERVICE_SCHEMES
+
+
+def service_login_missing(url: str, env: dict[str, str] | None = None) -> bool:
+    """True when nothing can authenticate to the Pulumi service at ``url``: no
+    ``PULUMI_ACCESS_TOKEN`` and no token for it in ``$PULUMI_HOME/credentials.json`` (where
+    ``pulumi login`` keeps it). Nothing is sent anywhere to find out."""
+    env = dict(os.environ) if env is None else env
+    if env.get("PULUMI_ACCESS_TOKEN"):
+        return False
+    try:
+        stored = json.loads((pulumi_home() / "credentials.json").read_text("utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return True
+    tokens = stored.get("accessTokens") if isinstance(stored, dict) else None
+    return not (isinstance(tokens, dict) and tokens.get(url.rstrip("/")))
+
+
 @dataclass(frozen=True)
 class Backend:
-    """Where stack state lives."""
+    """Where stack state lives, and where that choice came from (for the reader)."""
 
     url: str
+    origin: str = "default"
 
     @property
     def local_dir(self) -> Path | None:
-        """The directory of a ``file://`` backend; None for object-store backends."""
+        """The directory of a ``file://`` backend (``file://~/x`` is under the home
+        directory, as the pulumi CLI reads it); None for every other backend."""
         parsed = urlparse(self.url)
-        return Path(parsed.path) if parsed.scheme == "file" else None
+        if parsed.scheme != "file":
+            return None
+        if parsed.netloc == "~":
+            return Path.home() / parsed.path.lstrip("/")
+        return Path(parsed.netloc + parsed.path) if parsed.netloc else Path(parsed.path)
 
     def checkpoint(self, stack: str) -> Path | None:
         root = self.local_dir
@@ -391,7 +445,7 @@ class InfraRunner:
             return ToolMissing(
                 f"pulumi {operation} of stack {stack} needs a provider plugin that is not "
                 f"installed:\n{tail}",
-                fix="scripts/bootstrap-tools",
+                fix=bootstrap_tools_command(),
             )
         if "failed to load checkpoint" in stderr or ("backend" in stderr and "login" in stderr):
             return Unavailable(f"the state backend {self.backend.url} cannot be read:\n{tail}")
