@@ -40,6 +40,11 @@ def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
 
 
+def _progress(line: str) -> None:
+    """Live progress goes to stderr, so stdout stays the result (text or --json)."""
+    typer.echo(line, err=True)
+
+
 def _confirm(verb: str, destroy: bool = False) -> Callable[[list[StackReport]], bool]:
     def ask(reports: list[StackReport]) -> bool:
         from npa.services.provision import stack_text
@@ -108,6 +113,7 @@ def provision_if_absent(
             nebius_project=nebius_project,
             nebius_region=nebius_region,
             nebius_endpoint=nebius_endpoint,
+            progress=_progress,
         )
         interactive = _interactive() and not as_json
         return service(request, interactive=interactive, confirm=_confirm("apply"))
@@ -138,6 +144,7 @@ def teardown(
             backend_url=backend_url,
             preview_only=preview,
             yes=yes,
+            progress=_progress,
         )
         interactive = _interactive() and not as_json
         return service(request, interactive=interactive, confirm=_confirm("destroy", True))

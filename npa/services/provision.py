@@ -23,6 +23,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from npa.adapters.infra.changes import MUTATING, ResourceChange
+from npa.adapters.infra.progress import StepProgress
 from npa.adapters.infra.runner import (
     PROJECT,
     Backend,
@@ -34,7 +35,7 @@ from npa.adapters.infra.runner import (
     plugin_installed,
     service_login_missing,
 )
-from npa.core.commands import bootstrap_tools_command, npa_command
+from npa.core.commands import bootstrap_tools_command, kubectl_command, npa_command
 from npa.core.errors import (
     EXIT_FAILURE,
     EXIT_UNAVAILABLE,
@@ -62,7 +63,7 @@ from npa.spec.model import Infrastructure
 
 Target = Literal["local", "kubernetes", "nebius"]
 TARGETS: tuple[str, ...] = ("local", "kubernetes", "nebius")
-Mode = Literal["preview", "blocked", "no-changes", "not-applied", "applied"]
+Mode = Literal["preview", "blocked", "unreachable", "no-changes", "not-applied", "applied"]
 
 K8S_PLUGIN = ("resource", "kubernetes", "4.25.0-alpha.1768448096")
 # The Nebius SDK is bridged from the Nebius Terraform provider through this plugin.
@@ -109,10 +110,13 @@ class ProvisionResult(Result):
     resume: str
     message: str
     notes: list[str] = Field(default_factory=list)
+    fix: str | None = None  # what makes an unreachable target reachable again
 
     def exit_code(self) -> int:
         if self.mode == "blocked":
             return EXIT_UNAVAILABLE if self.quota.verdict == "blocked-unknown" else EXIT_FAILURE
+        if self.mode == "unreachable":
+            return EXIT_UNAVAILABLE
         return EXIT_FAILURE if self.mode == "not-applied" else 0
 
     def text_lines(self) -> list[str]:
@@ -125,7 +129,9 @@ class ProvisionResult(Result):
         lines.append(self.message)
         if self.export_line:
             lines.append(self.export_line)
-        if self.mode in ("blocked", "not-applied"):
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        if self.mode in ("blocked", "not-applied", "unreachable"):
             lines.append(f"resume: {self.resume}")
         return lines
 
@@ -195,24 +201,13 @@ _SIGN = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
     changes = report.pending()
     what = "destroy" if destroy else "preview"
-    counts = ", ".join(f"{n} to {op}" for op, n in sorted(_counts(changes).items())) or (
-        "no changes"
-    )
-    lines = [f"stack {report.stack} ({report.kind}) {what}: {counts}"]
+    lines = [f"stack {report.stack} ({report.kind}) {what}: {_count_text(changes)}"]
     lines += [f"  recovered: {r}" for r in report.recovery]
     if report.note:
         lines.append(f"  note: {report.note}")
     for change in changes:
         lines.append(f"  {_SIGN.get(change.op, change.op)} {change.op} {change.type} {change.name}")
-        for prop in change.properties:
-            if prop.kind.startswith("add"):
-                lines.append(f"      {prop.path}: {prop.new!r}")
-            elif prop.kind.startswith("delete"):
-                lines.append(f"      {prop.path}: {prop.old!r} -> (removed)")
-            else:
-                lines.append(f"      {prop.path}: {prop.old!r} -> {prop.new!r}")
-            if prop.kind.endswith("replace"):
-                lines[-1] += "  (forces replacement)"
+        lines += [f"      {prop.text()}" for prop in change.properties]
     if report.applied:
         done = ", ".join(
             f"{n} {op}d" for op, n in sorted(report.result_summary.items()) if op in MUTATING
@@ -220,6 +215,35 @@ def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
         took = f" in {report.seconds:.1f}s" if report.seconds is not None else ""
         lines.append(f"  applied{took}: {done or 'nothing changed'}")
     return lines
+
+
+def _count_text(changes: Sequence[ResourceChange]) -> str:
+    counts = _counts(changes)
+    return ", ".join(f"{n} to {op}" for op, n in sorted(counts.items())) or "no changes"
+
+
+def _lines_to(progress: Progress | None) -> Callable[[StepProgress], None] | None:
+    """Engine step transitions as text lines for ``progress``."""
+    if progress is None:
+        return None
+    sink = progress
+    return lambda step: sink(step.text())
+
+
+def _unreachable(lay: Layout) -> tuple[str, str] | None:
+    """For an existing cluster (the kubernetes target): why its API server cannot be used, and
+    the command that shows it; None when it answers ``/readyz`` with 200."""
+    from npa.launch.readyz import kube_readyz
+
+    if lay.target != "kubernetes" or lay.source is None or not lay.source.value:
+        return None
+    context = str(lay.context)
+    status, detail = kube_readyz(Path(lay.source.value), context)()
+    if status == 200:
+        return None
+    said = f"answered HTTP {status}" if status is not None else "did not answer"
+    fix = kubectl_command(lay.source.value, context, "get", "--raw", "/readyz")
+    return f"the API server of context {context!r} {said} on /readyz ({detail})", fix
 
 
 def _counts(changes: Sequence[ResourceChange]) -> dict[str, int]:
@@ -249,6 +273,7 @@ class ProvisionRequest:
     nebius_region: str | None = None
     nebius_endpoint: str | None = None
     extra_sources: list[QuotaSource] = field(default_factory=list)
+    progress: Progress | None = None  # gets a line per resource step while a stack applies
 
 
 @dataclass
@@ -261,9 +286,11 @@ class TeardownRequest:
     backend_url: str | None = None
     preview_only: bool = False
     yes: bool = False
+    progress: Progress | None = None
 
 
 Confirm = Callable[[list[StackReport]], bool]
+Progress = Callable[[str], None]
 
 
 # --- names -----------------------------------------------------------------------------------
@@ -886,7 +913,9 @@ def _provision(
         outcome = runner.preview(spec, read_only=runner.backend.local_dir is not None)
         reports[spec.name] = _report(spec, outcome)
         reports[spec.name].recovery = recovery.get(spec.name, [])
+        lay.notes += [f"pulumi warned ({spec.name}): {w}" for w in outcome.warnings]
     pending = [r for r in reports.values() if r.pending() or r.note]
+    unreachable = _unreachable(lay)
     if journal is not None:
         journal.append(
             "preview",
@@ -899,6 +928,18 @@ def _provision(
         kubeconfig = paths.cluster_kubeconfig(lay.context)
     export = _export_line(kubeconfig) if kubeconfig is not None else None
 
+    if unreachable is not None:
+        # The engine previews an unreachable cluster as "everything to create"; no apply may
+        # start from such a preview, --yes or not.
+        why, fix = unreachable
+        if journal is not None:
+            journal.append("reachability", "unreachable", detail=why[:500])
+        return result(
+            "unreachable",
+            quota,
+            f"{why}: the preview cannot be trusted and nothing was applied or changed",
+            fix=fix,
+        )
     if req.preview_only:
         return result("preview", quota, "preview only (--preview): nothing was changed")
     if not pending:
@@ -936,7 +977,17 @@ def _provision(
         report = reports[spec.name]
         journal.append(f"up:{spec.name}", "started")
         started = time.monotonic()
-        outcome = runner.up(spec)
+        if req.progress is not None:
+            req.progress(f"applying stack {spec.name} ({_count_text(report.pending())})")
+        try:
+            outcome = runner.up(spec, progress=_lines_to(req.progress))
+        except NpaError as error:
+            completed = error.details.get("completed", [])
+            journal.append(
+                f"up:{spec.name}", "failed", completed=completed, message=error.message[:500]
+            )
+            error.fix = resume
+            raise
         report.applied = True
         report.seconds = round(time.monotonic() - started, 2)
         report.result_summary = {
@@ -1094,7 +1145,20 @@ def teardown(
             report.recovery = _recover(runner, spec, journal, resume)
             journal.append(f"destroy:{spec.name}", "started")
             started = time.monotonic()
-            outcome = runner.destroy(spec)
+            if req.progress is not None:
+                req.progress(f"destroying stack {spec.name} ({_count_text(report.pending())})")
+            try:
+                outcome = runner.destroy(spec, progress=_lines_to(req.progress))
+            except NpaError as error:
+                completed = error.details.get("completed", [])
+                journal.append(
+                    f"destroy:{spec.name}",
+                    "failed",
+                    completed=completed,
+                    message=error.message[:500],
+                )
+                error.fix = resume
+                raise
             report.applied = True
             report.seconds = round(time.monotonic() - started, 2)
             report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}

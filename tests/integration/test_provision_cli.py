@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -304,3 +305,68 @@ def _namespace_or_none(core: Any, name: str) -> Any:
         if exc.status == 404:
             return None
         raise
+
+
+def test_apply_streams_engine_progress_while_it_runs(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    args = ["provision-if-absent", "--project", "live", "--target", "local", "--yes", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npa", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines = []
+    running_when_first_step_shown = None
+    for line in proc.stderr:
+        lines.append(line.rstrip("\n"))
+        if running_when_first_step_shown is None and "create started" in line:
+            # The line arrived while pulumi up was still running, not in a summary at the end.
+            running_when_first_step_shown = proc.poll() is None
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "\n".join(lines)
+    assert json.loads(stdout)["mode"] == "applied"
+    assert running_when_first_step_shown is True, lines
+    assert lines[0] == "applying stack live.local (2 to create)"
+    for name in ("store", "executor-state"):
+        started = [x for x in lines if x.endswith(f"npa:Directory {name}: create started")]
+        done = [x for x in lines if f"npa:Directory {name}: created in " in x]
+        assert len(started) == 1 and len(done) == 1, lines
+        assert lines.index(started[0]) < lines.index(done[0])
+
+
+def test_a_failed_apply_records_what_it_did_and_resumes(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    npa_home.mkdir(parents=True)
+    (npa_home / "store").write_text("a file where the store directory goes")
+    args = ("provision-if-absent", "--project", "fail", "--target", "local", "--yes")
+    failed = run_npa(*args, "--json")
+    assert failed.code == 1, failed.stdout + failed.stderr
+    error = failed.json()["error"]
+    records = _journal(npa_home, "provision.fail.local")
+    resume = records[0]["resume"]
+    assert error["fix"] == resume
+    assert resume == (
+        f"npa provision-if-absent --project fail --target local --backend-url {pulumi_backend.url}"
+        " --yes"
+    )
+    assert "completed before the failure" in error["message"]
+    assert "created pulumi-python:dynamic/npa:Directory executor-state" in error["message"]
+    [step] = [r for r in records if r["step"] == "up:fail.local" and r["status"] == "failed"]
+    assert step["completed"] == ["created pulumi-python:dynamic/npa:Directory executor-state"]
+    # Every record carries the one resume command, and the stack state has the directory made.
+    assert {r["resume"] for r in records if "resume" in r} == {resume}
+    [shown] = [x for x in failed.stderr.splitlines() if "npa:Directory store: create FAILED" in x]
+    assert shown.endswith(f"NotADirectoryError: {npa_home / 'store'} exists and is not a directory")
+
+    (npa_home / "store").unlink()
+    resumed = run_npa(*shlex.split(resume)[1:], "--json")
+    assert resumed.code == 0, resumed.stderr
+    body = resumed.json()
+    assert [(c["op"], c["name"]) for c in body["stacks"][0]["preview"] if c["op"] != "same"] == [
+        ("create", "store")
+    ]
+    assert (npa_home / "store").is_dir()

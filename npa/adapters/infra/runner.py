@@ -27,6 +27,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
+from npa.adapters.infra.progress import EngineWatch, StepProgress
 from npa.core.commands import bootstrap_tools_command
 from npa.core.errors import InvalidInput, LockBusy, NpaError, ToolMissing, Unavailable
 from npa.core.fsio import pid_running
@@ -167,11 +168,13 @@ class StackSpec:
 
 @dataclass
 class Outcome:
-    """What one stack operation did (or, for a preview, would do)."""
+    """What one stack operation did (or, for a preview, would do), and what the engine warned
+    about while doing it."""
 
     changes: list[ResourceChange]
     summary: dict[str, int]
     outputs: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def mutating(self) -> list[ResourceChange]:
@@ -330,14 +333,18 @@ class InfraRunner:
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(name)
         try:
             stack.preview(
-                on_event=_collect(events), color="never", suppress_progress=True, refresh=True
+                on_event=_collect(events, watch),
+                color="never",
+                suppress_progress=True,
+                refresh=True,
             )
         except auto.errors.CommandError as exc:
             raise self._failure("preview", name, exc) from None
         changes = merge(events)
-        return Outcome(changes=changes, summary=count(changes))
+        return Outcome(changes=changes, summary=count(changes), warnings=watch.warnings)
 
     @contextlib.contextmanager
     def _snapshot(self, stack: str) -> Iterator[tuple[str, Path]]:
@@ -357,24 +364,29 @@ class InfraRunner:
             yield f"file://{root}", work_dir
 
     def up(
-        self, spec: StackSpec, *, on_change: Callable[[ResourceChange], None] | None = None
+        self, spec: StackSpec, *, progress: Callable[[StepProgress], None] | None = None
     ) -> Outcome:
+        """``pulumi up``: each step is reported to ``progress`` as it starts and ends. A failure
+        names the steps that completed before it (they are in the stack's state)."""
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(spec.name, progress)
         try:
             with self._open(spec) as stack:
                 result = stack.up(
-                    on_event=_collect(events, on_change),
+                    on_event=_collect(events, watch),
                     color="never",
                     suppress_progress=True,
                     refresh=True,
                 )
         except auto.errors.CommandError as exc:
-            raise self._failure("up", spec.name, exc) from None
+            raise self._failure("up", spec.name, exc, watch) from None
         changes = merge(events)
         outputs = {k: v.value for k, v in result.outputs.items() if not v.secret}
-        return Outcome(changes=changes, summary=count(changes), outputs=outputs)
+        return Outcome(
+            changes=changes, summary=count(changes), outputs=outputs, warnings=watch.warnings
+        )
 
     def refresh(self, spec: StackSpec, *, clear_pending_creates: bool = False) -> Outcome:
         """Bring the state in line with what exists. ``clear_pending_creates`` drops creates a
@@ -407,16 +419,21 @@ class InfraRunner:
         ]
         return Outcome(changes=changes, summary=count(changes))
 
-    def destroy(self, spec: StackSpec) -> Outcome:
+    def destroy(
+        self, spec: StackSpec, *, progress: Callable[[StepProgress], None] | None = None
+    ) -> Outcome:
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(spec.name, progress)
         try:
             with self._open(spec) as stack:
-                stack.destroy(on_event=_collect(events), color="never", suppress_progress=True)
+                stack.destroy(
+                    on_event=_collect(events, watch), color="never", suppress_progress=True
+                )
                 stack.workspace.remove_stack(spec.name)
         except auto.errors.CommandError as exc:
-            raise self._failure("destroy", spec.name, exc) from None
+            raise self._failure("destroy", spec.name, exc, watch) from None
         changes = merge(events)
         return Outcome(changes=changes, summary=count(changes))
 
@@ -430,9 +447,17 @@ class InfraRunner:
         except auto.errors.CommandError as exc:
             raise self._failure("cancel", spec.name, exc) from None
 
-    def _failure(self, operation: str, stack: str, exc: Exception) -> NpaError:
+    def _failure(
+        self, operation: str, stack: str, exc: Exception, watch: EngineWatch | None = None
+    ) -> NpaError:
         from pulumi import automation as auto
 
+        completed = list(watch.completed) if watch is not None else []
+        left = (
+            "\ncompleted before the failure (recorded in the stack state): " + "; ".join(completed)
+            if completed
+            else ""
+        )
         text = str(exc)
         if isinstance(exc, auto.errors.ConcurrentUpdateError):
             return LockBusy(
@@ -450,20 +475,18 @@ class InfraRunner:
         if "failed to load checkpoint" in stderr or ("backend" in stderr and "login" in stderr):
             return Unavailable(f"the state backend {self.backend.url} cannot be read:\n{tail}")
         return StackOperationFailed(
-            f"pulumi {operation} of stack {stack} failed:\n{tail}",
-            details={"stack": stack, "operation": operation},
+            f"pulumi {operation} of stack {stack} failed:\n{tail}{left}",
+            details={"stack": stack, "operation": operation, "completed": completed},
         )
 
 
-def _collect(
-    sink: list[ResourceChange], on_change: Callable[[ResourceChange], None] | None = None
-) -> Callable[[Any], None]:
+def _collect(sink: list[ResourceChange], watch: EngineWatch | None = None) -> Callable[[Any], None]:
     def handle(event: Any) -> None:
         change = change_from_event(event)
         if change is not None:
             sink.append(change)
-            if on_change is not None:
-                on_change(change)
+        if watch is not None:
+            watch(event)
 
     return handle
 
