@@ -27,7 +27,7 @@ from npa.images.contract import (
     enforce_declared_user,
     read_attestation,
 )
-from npa.images.credentials import load_store
+from npa.images.credentials import flag_fix, load_store
 from npa.images.overrides import ChosenImage, ImageSource, choose_images, parse_overrides
 from npa.images.probe import (
     DEFAULT_TIMEOUT,
@@ -358,10 +358,7 @@ class _Checker:
         if status is Status.NOT_FOUND:
             return self._build_fix(chosen, ref)
         if status is Status.FORBIDDEN:
-            return (
-                f"docker login {ref.credential_host}  # or pass --registry-auth "
-                f"{ref.credential_host}=env:VAR with VAR=USER:PASSWORD"
-            )
+            return f"docker login {ref.credential_host}  # or: {flag_fix(ref.credential_host)}"
         if status is Status.UNREACHABLE:
             scheme = "http" if is_loopback(ref.api_host) else "https"
             return f"curl -sSI {scheme}://{ref.api_host}/v2/  # check the registry answers, rerun"

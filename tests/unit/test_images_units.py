@@ -141,7 +141,9 @@ def test_docker_config_auth_forms(tmp_path: Path) -> None:
     hub = store.lookup("docker.io")
     assert hub is not None and hub.username == "u1" and hub.source == f"file:{config}"
     assert store.lookup("127.0.0.1:5000") is not None
-    assert store.lookup("ghcr.io") is None and "token" in (store.why_none("ghcr.io") or "")
+    # An identity token is kept as one, for the token service to exchange.
+    token = store.lookup("ghcr.io")
+    assert token is not None and token.identity_token and "tok-secret" not in repr(token)
     assert "ecr-login" in (store.why_none("123.dkr.ecr.us-east-1.amazonaws.com") or "")
     # Neither repr nor str of a credential shows its secret.
     assert "p1-secret" not in repr(hub) and "p1-secret" not in str(hub)
