@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
 
@@ -18,7 +19,8 @@ Opt = typer.Option
 @app.command("configure")
 def configure(
     project: Annotated[
-        str | None, Opt("--project", help="Project alias to record or show.")
+        str | None,
+        Opt("--project", help="Project alias to record or show.", autocompletion=complete.projects),
     ] = None,
     store: Annotated[
         str | None, Opt("--store", help="s3://BUCKET/PREFIX, file:///PATH or 'local'.")
@@ -31,7 +33,10 @@ def configure(
     profile: Annotated[
         str | None, Opt("--profile", help="AWS profile that holds the credentials.")
     ] = None,
-    context: Annotated[str | None, Opt("--context", help="Kube context runs launch in.")] = None,
+    context: Annotated[
+        str | None,
+        Opt("--context", help="Kube context runs launch in.", autocompletion=complete.contexts),
+    ] = None,
     backend_url: Annotated[
         str | None,
         Opt(

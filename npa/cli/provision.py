@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
 
@@ -18,10 +19,20 @@ if TYPE_CHECKING:
 
 Opt = typer.Option
 
-ProjectOpt = Annotated[str | None, Opt("--project", help="Project alias (npa configure).")]
-TargetOpt = Annotated[str, Opt("--target", help="local, kubernetes or nebius.")]
+ProjectOpt = Annotated[
+    str | None,
+    Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+]
+TargetOpt = Annotated[
+    str, Opt("--target", help="local, kubernetes or nebius.", autocompletion=complete.targets)
+]
 ContextOpt = Annotated[
-    str | None, Opt("--context", help="Kube context (its kubeconfig goes to ~/.npa/clusters/).")
+    str | None,
+    Opt(
+        "--context",
+        help="Kube context (its kubeconfig goes to ~/.npa/clusters/).",
+        autocompletion=complete.contexts,
+    ),
 ]
 BackendOpt = Annotated[
     str | None,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
 
@@ -20,7 +21,10 @@ Arg = typer.Argument
 RunArg = Annotated[
     str, Arg(help="Run id, or its prefix: s3://BUCKET/…/<workflow>/<run>[/npa-workflow].")
 ]
-ProjectOpt = Annotated[str | None, Opt("--project", help="Project alias (npa configure).")]
+ProjectOpt = Annotated[
+    str | None,
+    Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+]
 PrefixOpt = Annotated[
     str | None,
     Opt("--workflow-s3-uri", help="The run's prefix, when this shell cannot resolve the store."),
@@ -141,7 +145,14 @@ def logs(
 
 @workflow_app.command("gpus")
 def gpus(
-    cluster: Annotated[str, Opt("--cluster", help="Kube context placed by provision-if-absent.")],
+    cluster: Annotated[
+        str,
+        Opt(
+            "--cluster",
+            help="Kube context ($KUBECONFIG, or placed by provision-if-absent).",
+            autocompletion=complete.contexts,
+        ),
+    ],
     spec: Annotated[
         Path | None, Opt("--spec", help="Check which stages fit, and the remap submit applies.")
     ] = None,

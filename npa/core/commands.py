@@ -34,4 +34,4 @@ def bootstrap_tools_command() -> str:
     script = Path(__file__).resolve().parents[2] / "scripts" / "bootstrap-tools"
     if script.is_file():
         return shlex.quote(str(script))
-    return "pip install npa and run its scripts/bootstrap-tools from a source checkout"
+    return "get npa's source and run its bootstrap-tools script (npa was installed without it)"

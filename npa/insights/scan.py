@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import NotFound, StateCorrupt
 from npa.runs.secrets import CREDENTIAL_VARIABLES
 
@@ -149,8 +149,8 @@ def scan(store: ObjectStore, where: str) -> RunFacts:
     except ObjectAbsent:
         raise NotFound(
             f"{where} holds no run manifest (manifest.json)",
-            fix="npa workbench insights ingest-run --input-path "
-            "<store>/<workflow>/<run>/npa-workflow --output-path insights.db",
+            fix=inspect_command(store, "", listing=True)
+            + "  # a run prefix holds manifest.json; npa workbench workflow list --json shows them",
         ) from None
     try:
         manifest = json.loads(raw)

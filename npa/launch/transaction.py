@@ -18,6 +18,7 @@ Nothing here ever cancels or launches by name; every identity is a job id.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -102,7 +103,9 @@ class LaunchStopped(NpaError):
 
 
 def _status_fix(run_id: str, project: str) -> str:
-    return f"npa workbench workflow status {run_id} --project {project} --json"
+    return shlex.join(
+        ["npa", "workbench", "workflow", "status", run_id, "--project", project, "--json"]
+    )
 
 
 class Transaction:
@@ -135,6 +138,14 @@ class Transaction:
     # --- helpers -----------------------------------------------------------------------------
     def _fix(self) -> str:
         return _status_fix(self.submission.run_id, self.submission.project)
+
+    def _controller_fix(self) -> str:
+        """The controller side of this run: npa's SkyPilot report, else the run's status."""
+        context = self.submission.kube_context
+        if context is None:
+            return self._fix()
+        project = self.submission.project
+        return shlex.join(["npa", "skypilot", "status", "--project", project, "--context", context])
 
     def _establish(self) -> None:
         if self.readiness is not None:
@@ -287,7 +298,7 @@ class Transaction:
                     f"({self.supervisor.startup_failures} startup failures, "
                     f"{self.supervisor.infrastructure_recoveries} infrastructure recoveries)",
                     state=verdict.terminal_state,
-                    fix="npa skypilot status --project P --context CTX  # the controller side",
+                    fix=self._controller_fix(),
                 ) from None
             return None
         except LaunchRejected as rejected:

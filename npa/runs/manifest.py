@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
 from npa.runs.secrets import ensure_secret_free
@@ -134,7 +134,7 @@ def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
     except (ValueError, ValidationError) as exc:
         raise StateCorrupt(
             f"{store.uri}/{manifest_key(prefix)} is not an npa run manifest: {exc}",
-            fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
+            fix=inspect_command(store, manifest_key(prefix)) + "  # inspect before resubmitting",
         ) from None
 
 
@@ -157,7 +157,7 @@ def update_manifest(
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {store.uri}/{prefix} disappeared while the run was live",
-                fix="npa workbench workflow status RUN_ID --project P",
+                fix=inspect_command(store, prefix, listing=True),
             )
         mutate(manifest)
         write_manifest(store, manifest)

@@ -22,10 +22,11 @@ from pydantic import BaseModel
 
 from npa.adapters.storage import LOCAL, normalize_store_uri
 from npa.core.commands import npa_command
-from npa.core.errors import InvalidInput, StateCorrupt
+from npa.core.errors import InvalidInput, NotFound, StateCorrupt
 from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name, safe_component
+from npa.core.suggest import closest, unknown
 
 Source = Literal["flag", "env", "file", "default"]
 
@@ -189,6 +190,31 @@ def resolve_project(
     )
 
 
+def known_projects(paths: NpaPaths) -> list[str]:
+    """Aliases this machine knows: configured ones and those with runs reserved or submitted."""
+    names = set(load_config(paths)["projects"])
+    for folder in (paths.reservations_dir, paths.submissions_dir):
+        if folder.is_dir():
+            names.update(p.name for p in folder.iterdir() if p.is_dir())
+    return sorted(names)
+
+
+def require_known_project(settings: ProjectSettings, paths: NpaPaths, *command: str) -> None:
+    """A project named on the command line that is neither configured nor has anything on
+    this machine is a typo more often than a new project: NotFound, with the nearest alias."""
+    known = known_projects(paths)
+    if settings.configured or settings.project in known:
+        return
+    guess = closest(settings.project, known)
+    raise NotFound(
+        unknown("project", settings.project, known)
+        + " (not configured, and no run of it is recorded here)",
+        fix=npa_command(*command, "--project", guess)
+        if guess
+        else npa_command("configure", "--project", settings.project, "--store", LOCAL),
+    )
+
+
 def show(project: str | None, *, paths: NpaPaths | None = None) -> ConfigurationView:
     """``npa configure --show``: the named project, or every configured one."""
     paths = paths or NpaPaths.from_env()
@@ -220,7 +246,7 @@ def _check(name: str, value: str, paths: NpaPaths, project: str) -> str:
             + "  # credentials come from the environment (AWS_*, PGPASSWORD) or --profile",
         )
     if name == "store":
-        return value if value == LOCAL else normalize_store_uri(value, paths)
+        return value if value == LOCAL else normalize_store_uri(value, paths, project)
     if name == "endpoint_url":
         parsed = urlparse(value)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:

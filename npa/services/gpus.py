@@ -17,6 +17,7 @@ from npa.core.commands import kubectl_command
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.accelerators import GPU_LABELS, AcceleratorRemap, cluster_names, resolve
 
 
@@ -51,12 +52,17 @@ class GpusResult(Result):
     stages: list[StageFit] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
-        lines = [f"cluster {self.cluster}: {len(self.nodes)} nodes"]
-        for n in self.nodes:
-            flags = "" if n.ready and n.schedulable else " (not ready/schedulable)"
-            lines.append(
-                f"  {n.node:30} {n.gpu_label or '-':28} allocatable {n.allocatable} "
-                f"requestable {n.requestable}{flags}"
+        from npa.core.table import table
+
+        where = f" (kubeconfig {self.kubeconfig})" if self.kubeconfig else ""
+        lines = [f"cluster {self.cluster}: {plural(len(self.nodes), 'node')}{where}"]
+        if self.nodes:
+            lines += table(
+                ["NODE", "GPU LABEL", "ALLOCATABLE", "REQUESTABLE", "READY", "SCHEDULABLE"],
+                [
+                    [n.node, n.gpu_label, n.allocatable, n.requestable, n.ready, n.schedulable]
+                    for n in self.nodes
+                ],
             )
         for spec_name, label in self.remap.items():
             lines.append(f"  remap: {spec_name} -> {label}")
@@ -137,7 +143,7 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
         holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
         now = [r for r in holders if r.requestable >= count]
         if holders:
-            detail = f"{len(holders)} node(s) have {count} allocatable {target}"
+            detail = f"{plural(len(holders), 'node')} with {count} allocatable {target}"
         else:
             most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
             detail = (

@@ -48,6 +48,8 @@ from npa.core.errors import (
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name
+from npa.core.suggest import closest, unknown
+from npa.core.text import number, plural
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -186,8 +188,8 @@ def quota_text(quota: QuotaAssessment) -> list[str]:
         )
     for disk in quota.existing:
         lines.append(
-            f"  existing: {disk.count} x {disk.size_gib} GiB {disk.disk_type.value} "
-            f"{disk.role} ({disk.evidence})"
+            f"  existing: {number(disk.count)} x {number(disk.size_gib)} GiB "
+            f"{disk.disk_type.value} {disk.role} ({disk.evidence})"
         )
     lines += [f"  unknown: {p}" for p in quota.problems]
     if quota.fix:
@@ -210,7 +212,9 @@ def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
         lines += [f"      {prop.text()}" for prop in change.properties]
     if report.applied:
         done = ", ".join(
-            f"{n} {op}d" for op, n in sorted(report.result_summary.items()) if op in MUTATING
+            f"{number(n)} {op}d"
+            for op, n in sorted(report.result_summary.items())
+            if op in MUTATING
         )
         took = f" in {report.seconds:.1f}s" if report.seconds is not None else ""
         lines.append(f"  applied{took}: {done or 'nothing changed'}")
@@ -219,7 +223,7 @@ def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
 
 def _count_text(changes: Sequence[ResourceChange]) -> str:
     counts = _counts(changes)
-    return ", ".join(f"{n} to {op}" for op, n in sorted(counts.items())) or "no changes"
+    return ", ".join(f"{number(n)} to {op}" for op, n in sorted(counts.items())) or "no changes"
 
 
 def _lines_to(progress: Progress | None) -> Callable[[StepProgress], None] | None:
@@ -397,9 +401,12 @@ def layout(
 ) -> Layout:
     """The stacks a target consists of, and the operation id of provisioning it."""
     if target not in TARGETS:
+        guess = closest(target, TARGETS)
         raise InvalidInput(
-            f"--target {target!r} is not one of {', '.join(TARGETS)}",
-            fix=f"npa provision-if-absent --project {project} --target local",
+            unknown("--target", target, TARGETS),
+            fix=npa_command("provision-if-absent", "--project", project, "--target", guess)
+            if guess
+            else npa_command("provision-if-absent", "--help"),
         )
     if target == "local":
         spec = StackSpec(
@@ -659,6 +666,35 @@ def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
     return found
 
 
+def nebius_profile_project(home: Path | None = None) -> str | None:
+    """The project (``parent-id``) of the Nebius CLI's default profile, if it has one."""
+    import yaml
+
+    path = (home or Path.home()) / ".nebius" / "config.yaml"
+    try:
+        config = yaml.safe_load(path.read_text("utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    profiles = config.get("profiles") if isinstance(config, dict) else None
+    profile = profiles.get(config.get("default")) if isinstance(profiles, dict) else None
+    parent = profile.get("parent-id") if isinstance(profile, dict) else None
+    return str(parent) if parent else None
+
+
+def _nebius_quota_fix(req: ProvisionRequest, infra: Infrastructure) -> str:
+    """The same provisioning with the Nebius quota API as evidence: the project of the Nebius
+    CLI's profile, the spec's region (or npa's default)."""
+    project = req.nebius_project or nebius_profile_project()
+    if project is None:
+        return "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project"
+    argv = ["provision-if-absent", "--project", str(req.project or "default"), "--target"]
+    argv += ["nebius", "--nebius-project", project]
+    argv += ["--nebius-region", req.nebius_region or infra.region or "eu-north1"]
+    if req.spec is not None:
+        argv += ["--spec", str(req.spec)]
+    return npa_command(*argv)
+
+
 def quota_gate(
     req: ProvisionRequest,
     paths: NpaPaths,
@@ -706,8 +742,7 @@ def quota_gate(
             existing=list(existing),
             sources=[],
             problems=["no quota evidence: unknown is never permission to create"],
-            fix="add --nebius-project <project-id> --nebius-region <region> "
-            "(or --quota-file <quota.yaml> to review offline)",
+            fix=_nebius_quota_fix(req, infra),
         )
     return assess(cluster_requirements(needs), sources, needs=needs, existing=existing)
 
@@ -725,7 +760,7 @@ def _check_tools(target: str) -> None:
         names = ", ".join(f"{k}-{n} v{v}" for k, n, v in missing)
         install = " && ".join(f"pulumi plugin install {k} {n} {v}" for k, n, v in missing)
         raise ToolMissing(
-            f"the {target} target needs the pulumi plugin(s) {names}, which are not installed",
+            f"the {target} target needs pulumi plugins that are not installed: {names}",
             fix=bootstrap_tools_command() if target == "kubernetes" else install,
         )
 
@@ -758,7 +793,9 @@ def _recover(
             f"{p.get('type')} {str(p.get('resource', {}).get('urn', '')).rsplit('::', 1)[-1]}"
             for p in pending
         )
-        done.append(f"cleared {len(pending)} pending operation(s) ({ops}) and refreshed the state")
+        done.append(
+            f"cleared {plural(len(pending), 'pending operation')} ({ops}) and refreshed the state"
+        )
     if journal is not None and done:
         journal.append(f"recover:{spec.name}", "done", actions=done)
     return done
@@ -1164,7 +1201,9 @@ def teardown(
             report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}
             journal.append(f"destroy:{spec.name}", "done", summary=report.result_summary)
         journal.append("done", "destroyed")
-    return result("destroyed", reports, f"destroyed {len(present)} stack(s) of project {project}")
+    return result(
+        "destroyed", reports, f"destroyed {plural(len(present), 'stack')} of project {project}"
+    )
 
 
 __all__ = [

@@ -20,6 +20,7 @@ from npa.core.commands import npa_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
+from npa.core.text import number, plural
 
 Verdict = Literal["ok", "failed", "unknown"]
 SERVICE_ACCOUNT = "sky-sa"
@@ -46,15 +47,14 @@ def _exit(checks: list[Check]) -> int:
 
 
 def _lines(title: str, checks: list[Check]) -> list[str]:
+    from npa.core.table import table
+
     lines = [title]
-    width = max((len(c.name) for c in checks), default=0)
-    for c in checks:
-        text = f"  {c.verdict:<7} {c.name:<{width}}  {c.answer}"
-        if c.detail:
-            text += f" — {c.detail}"
-        lines.append(text)
-        if c.fix and c.verdict != "ok":
-            lines.append(f"          fix: {c.fix}")
+    lines += table(
+        ["VERDICT", "CHECK", "ANSWER", "DETAIL"],
+        [[c.verdict, c.name, c.answer, c.detail or None] for c in checks],
+    )
+    lines += [f"  fix ({c.name}): {c.fix}" for c in checks if c.fix and c.verdict != "ok"]
     return lines
 
 
@@ -490,7 +490,7 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
     nodes = Check(
         name="nodes",
         verdict="ok" if ready else "failed",
-        answer=f"{len(found)} visible, {len(ready)} ready",
+        answer=f"{plural(len(found), 'node')} visible, {number(len(ready))} ready",
         detail="" if ready else "SkyPilot cannot place a pod without a ready node",
         fix=None if ready else kubectl(path, context, "get", "nodes", "-o", "wide"),
         facts={"nodes": [n.name for n in found]},
@@ -512,7 +512,8 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
         gpus = Check(
             name="GPUs",
             verdict="ok",
-            answer=f"{sum(n.allocatable_gpus for n in both)} on {len(both)} labelled nodes",
+            answer=f"{number(sum(n.allocatable_gpus for n in both))} on "
+            f"{plural(len(both), 'labelled node')}",
             detail=", ".join(sorted({str(n.gpu_label) for n in both})),
             facts=facts,
         )

@@ -37,6 +37,7 @@ from npa.core.commands import kubectl_command as kubectl
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.readyz import DEFAULT_COUNT, DEFAULT_WINDOW, ReadinessProbe, kube_readyz
 from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchStopped, Observer, Transaction
@@ -101,7 +102,7 @@ class SubmitResult(Result):
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
         lines += [
-            f"source {self.source_digest} staged; {len(self.tasks)} tasks rendered",
+            f"source {self.source_digest} staged; {plural(len(self.tasks), 'task')} rendered",
             f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
             f"({self.job_name})",
             f"  prefix:   {self.run_prefix}",
@@ -144,9 +145,15 @@ def parse_infra(infra: str) -> tuple[str, str | None]:
     kind, _, context = infra.partition("/")
     if kind in ("k8s", "kubernetes") and context:
         return "skypilot", context
+    if kind in ("k8s", "kubernetes"):
+        raise InvalidInput(
+            f"--infra {infra!r} names no kube context after the slash",
+            fix="kubectl config get-contexts -o name  # the names --infra k8s/ takes",
+        )
     raise InvalidInput(
-        f"--infra {infra!r} is neither 'local' nor 'k8s/<context>'",
-        fix="--infra local  # or --infra k8s/<context>",
+        f"--infra {infra!r} is neither 'local' nor 'k8s/<context>'"
+        + (f"; did you mean 'k8s/{context or kind}'?" if kind != "local" else ""),
+        fix=f"--infra {shlex.quote('k8s/' + (context or kind))}  # or --infra local",
     )
 
 
@@ -218,11 +225,15 @@ def _run_gates(
         gates.add(
             "spec",
             "failed",
-            f"{len(issues)} issues: {first}{more}",
+            f"{plural(len(issues), 'issue')}: {first}{more}",
             _cmd("workbench", "workflow", "validate-spec", str(spec)),
         )
     elif workflow is not None:
-        gates.add("spec", "ok", f"workflow {workflow.metadata.name}, {len(workflow.stages)} stages")
+        gates.add(
+            "spec",
+            "ok",
+            f"workflow {workflow.metadata.name}, {plural(len(workflow.stages), 'stage')}",
+        )
     facts["workflow"] = workflow
 
     # --- the run's identity ----------------------------------------------------------------
@@ -262,7 +273,7 @@ def _run_gates(
     facts["entry"] = entry
 
     # --- the store -------------------------------------------------------------------------
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     facts["store_uri"] = store_uri
     show = _cmd("configure", "--show", "--project", project)
     if entry is not None and entry.store != store_uri:
@@ -328,13 +339,15 @@ def _run_gates(
                     plan_cmd + " --target local",
                 )
             else:
-                gates.add("quota", "ok", f"{len(plan.stages)} stages planned; local disk ok")
+                gates.add(
+                    "quota", "ok", f"{plural(len(plan.stages), 'stage')} planned; local disk ok"
+                )
         else:
             gates.add(
                 "quota",
                 "not_applicable",
-                f"{len(plan.stages)} stages planned; the cluster exists already, so its disk "
-                "quota was checked by provision-if-absent",
+                f"{plural(len(plan.stages), 'stage')} planned; the cluster exists already, so "
+                "its disk quota was checked by provision-if-absent",
             )
     else:
         gates.add("quota", "skipped", "needs a valid spec and a reserved run")
@@ -359,8 +372,6 @@ def _run_gates(
                     "kubernetes",
                     "--context",
                     context,
-                    "--kubeconfig",
-                    "PATH",
                 ),
             )
         import importlib.util
@@ -416,7 +427,7 @@ def _run_gates(
                         row.fix,
                     )
                 if result.ok:
-                    gates.add("images", "ok", f"{len(result.images)} images verified")
+                    gates.add("images", "ok", f"{plural(len(result.images), 'image')} verified")
                 images = dict(result.digests)
     facts["images"] = images
     return gates, facts
@@ -567,7 +578,7 @@ def submit(
             for g in gates.failed
         ]
         raise GatesFailed(
-            f"submit stopped before staging anything: {len(gates.failed)} gate(s) did not "
+            f"submit stopped before staging anything: {plural(len(gates.failed), 'gate')} did not "
             "pass\n" + "\n".join(lines),
             fix=gates.failed[0].fix,
             details={"gates": [g.model_dump(mode="json") for g in gates.items]},
@@ -593,7 +604,17 @@ def submit(
         kube_context=context,
         accelerators=remap,
     )
-    task_texts = backend.render_tasks(context_model)
+    try:
+        task_texts = backend.render_tasks(context_model)
+    except InvalidInput as error:
+        if error.fix is None:
+            error.fix = (
+                _cmd("workbench", "workflow", "preflight-images", str(options.spec))
+                + f" --project {shlex.quote(project)}"
+                if error.details.get("unpinned")
+                else _cmd("configure", "--show", "--project", project)
+            )
+        raise
     if backend_name == "local":
         # The record keeps the images as declared; nothing pulls them locally.
         facts["images"] = {k: t.image for k, t in workflow.tools.items()}
@@ -769,6 +790,12 @@ def submit(
 
         update_manifest(store, prefix, manifest_lock, stop)
         stopped.details["launch_transaction"] = transaction.record.model_dump(mode="json")
+        if stopped.fix is None:
+            # What the backend refused is the rendered task: show it for review.
+            stopped.fix = _cmd(
+                "workbench", "workflow", "render", str(options.spec), "--run-id", run_id,
+                "--out", f"{run_id}-render", "--context", str(context),
+            )  # fmt: skip
         raise
     job_id = record.job_id
     assert job_id is not None

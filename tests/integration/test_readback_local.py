@@ -218,6 +218,10 @@ def test_not_found_only_when_every_source_answered(env: dict[str, str], npa_home
     (junk / "manifest.json").write_text("{}")
     (npa_home / "store" / "tiny-local" / "20260101-000000-abcdef" / "other").mkdir(parents=True)
     r = npa(env, *WF, "list", "--project", "demo", "--json")
+    # Nothing of "demo" exists anywhere: a name nobody configured or ran is a typo, not 0 runs.
+    assert r.code == 3 and r.json()["error"]["kind"] == "not_found", r.stdout
+    assert npa(env, "configure", "--project", "demo", "--store", "local").code == 0
+    r = npa(env, *WF, "list", "--project", "demo", "--json")
     assert r.code == 0 and r.json()["runs"] == [], r.stdout
 
 

@@ -262,7 +262,7 @@ def test_override_precedence() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (["x=r.io/x:1"], "unknown tool"),
+        (["x=r.io/x:1"], "tool 'x' is not one of: a, b"),
         (["a=r.io/a:1", "a=r.io/a:2"], "twice"),
         (["a"], "TOOL_REF=IMAGE"),
         (["a=BAD REF"], "malformed"),
@@ -272,6 +272,13 @@ def test_override_errors(values: list[str], message: str) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_overrides(values, ["a", "b"])
     assert message in err.value.message
+
+
+def test_an_override_of_a_mistyped_tool_suggests_the_real_one() -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_overrides(["curatr=r.io/c:1"], ["curator", "augment"])
+    assert "did you mean 'curator'?" in err.value.message
+    assert err.value.fix == "--image-override curator=r.io/c:1"
 
 
 # --- cache -----------------------------------------------------------------------------------

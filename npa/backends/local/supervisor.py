@@ -34,6 +34,7 @@ from npa.backends.local.tasks import LocalTask
 from npa.core.errors import NpaError
 from npa.core.fsio import ensure_private_dir
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.supervision import Classification, Policy, classify_exit, record
 from npa.runs.manifest import RunManifest, StageRecord, WaveRecord, now_iso, update_manifest
 from npa.spec.model import env_suffix
@@ -288,7 +289,10 @@ class Supervisor:
         return env
 
     def run_stage(self, task: LocalTask) -> None:
-        self.log(f"stage {task.stage}: {task.waves} waves of up to {task.parallel} shards")
+        self.log(
+            f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
+            f"{plural(task.parallel, 'shard')}"
+        )
         self.table.update(self.job_id, current_stage=task.stage)
 
         def begin(m: RunManifest) -> None:

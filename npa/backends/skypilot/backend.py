@@ -8,6 +8,7 @@ transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`),
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,10 +143,14 @@ class SkyPilotBackend(ExecutionBackend):
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
         if kinds & _REJECTED:
-            return LaunchRejected(
-                message, fix="npa workbench workflow render SPEC --run-id RUN --out DIR  # check"
-            )
-        return BackendUnavailable(message, fix="npa skypilot status --project P --context CTX")
+            # The caller, which knows the spec and the run, says how to review the task.
+            return LaunchRejected(message)
+        return BackendUnavailable(message, fix=self._queue_fix())
+
+    def _queue_fix(self) -> str:
+        """Ask the managed-jobs controller directly, through the same kubeconfig."""
+        where = f"KUBECONFIG={shlex.quote(self.kubeconfig)} " if self.kubeconfig else ""
+        return f"{where}sky jobs queue  # does the jobs controller answer?"
 
     # --- reading -----------------------------------------------------------------------------
     def _records(self, name: str) -> list[Any]:
@@ -154,7 +159,7 @@ class SkyPilotBackend(ExecutionBackend):
         except Exception as exc:
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
-                fix="npa skypilot status --project P --context CTX",
+                fix=self._queue_fix(),
             ) from None
 
     def _record(self, rows: list[Any]) -> JobRecord:
