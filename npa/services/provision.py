@@ -1109,6 +1109,9 @@ def teardown(
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(req.project, paths=paths)
     project = settings.project
+    argv = ["teardown", "--project", project, "--target", req.target]
+    if req.target == "kubernetes" and not (req.context or settings.value("context")):
+        raise _teardown_needs_context(paths, argv)
     lay = layout(
         paths,
         project,
@@ -1118,9 +1121,6 @@ def teardown(
         configured_context=settings.value("context"),
         need_source=False,
     )
-    argv = ["teardown", "--project", project, "--target", req.target]
-    if req.target == "kubernetes" and lay.context is None:
-        raise _teardown_needs_context(paths, argv)
     if lay.context and req.target != "local":
         argv += ["--context", lay.context]
     backend = _backend(paths, req.backend_url, settings, create=False, argv=argv)
