@@ -480,22 +480,20 @@ def watch(
     interval: float = 10.0,
     timeout: float | None = None,
     workflow_uri: str | None = None,
-    on_change: Callable[[StatusResult], None] | None = None,
+    on_poll: Callable[[StatusResult], None] | None = None,
     paths: NpaPaths | None = None,
 ) -> StatusResult:
-    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes).
+    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes); every
+    answer goes to ``on_poll`` (see :mod:`npa.services.watching` for what changed).
 
     A source that is briefly unavailable does not end the watch; the last answer is returned.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    last: tuple[str, str | None, tuple[str, ...]] | None = None
     while True:
         result = status(run, project, workflow_uri=workflow_uri, paths=paths)
         result.watched = True
-        key = (result.state, result.job_state, tuple(v.state for v in result.stages.values()))
-        if on_change is not None and key != last:
-            on_change(result)
-        last = key
+        if on_poll is not None:
+            on_poll(result)
         if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
             return result
         if deadline is not None and time.monotonic() >= deadline:
