@@ -10,47 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.tools import require_tool
+from tests.integration.kubeconfigs import EKS, split_kubeconfig
 
 pytestmark = pytest.mark.integration
-
-EKS = "arn:aws:eks:us-east-1:123456789012:cluster/gpu-prod"
-
-
-def split_kubeconfig(kube: KubeCluster, directory: Path, context: str = EKS) -> str:
-    """The harness cluster as a KUBECONFIG list: credentials in one file, the context (named
-    ``context``) in another, a file that does not exist between them. Returns the list."""
-    config = yaml.safe_load(kube.kubeconfig.read_text())
-    directory.mkdir(parents=True, exist_ok=True)
-    creds, contexts = directory / "credentials.yaml", directory / "contexts.yaml"
-    creds.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": config["clusters"],
-                "users": config["users"],
-            }
-        )
-    )
-    entry = dict(config["contexts"][0], name=context)
-    contexts.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "contexts": [entry],
-                "current-context": context,
-            }
-        )
-    )
-    for path in (creds, contexts):
-        path.chmod(0o600)
-    return os.pathsep.join([str(contexts), str(directory / "absent.yaml"), str(creds)])
 
 
 def gpu_node(kube: KubeCluster) -> None:

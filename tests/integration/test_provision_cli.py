@@ -370,3 +370,75 @@ def test_a_failed_apply_records_what_it_did_and_resumes(
         ("create", "store")
     ]
     assert (npa_home / "store").is_dir()
+
+
+def test_an_arn_context_from_a_kubeconfig_list_and_npas_own_export_advice(
+    npa_home: Path, pulumi_backend: PulumiBackend, kube: KubeCluster, k8s_plugin: None,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    import yaml
+
+    from tests.harness.tools import require_tool
+    from tests.integration.kubeconfigs import EKS, split_kubeconfig
+
+    listed = split_kubeconfig(kube, tmp_path / "kube")
+    args = ("provision-if-absent", "--project", "arn", "--target", "kubernetes", "--context", EKS)
+    applied = run_npa(*args, "--yes", "--json", env={"KUBECONFIG": listed}, timeout=240)
+    assert applied.code == 0, applied.stdout + applied.stderr
+    body = applied.json()
+    assert body["mode"] == "applied"
+    folder = "arn%3Aaws%3Aeks%3Aus-east-1%3A123456789012%3Acluster%2Fgpu-prod"
+    placed = npa_home / "clusters" / folder / "kubeconfig"
+    assert body["kubeconfig"] == str(placed)
+    assert yaml.safe_load(placed.read_text())["current-context"] == EKS
+    assert body["export_line"].endswith(f"/.npa/clusters/{folder}/kubeconfig")
+
+    # Following the advice: KUBECONFIG is now npa's own file. Nothing changes, and it says why.
+    again = run_npa(*args, "--yes", "--json", env={"KUBECONFIG": str(placed)}, timeout=240)
+    assert again.code == 0, again.stdout + again.stderr
+    repeat = again.json()
+    assert repeat["mode"] == "no-changes", repeat["stacks"][0]["preview"]
+    assert any("the source the last apply recorded" in n for n in repeat["notes"]), repeat["notes"]
+
+    # The placed file alone is what kubectl (and SkyPilot) need, under the real context name.
+    kubectl = require_tool("NPA_KUBECTL_BIN", "kubectl")
+    seen = subprocess.run(
+        [str(kubectl), "--context", EKS, "get", "namespace", "npa-arn", "-o", "name"],
+        env={**os.environ, "KUBECONFIG": str(placed)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert seen.stdout.strip() == "namespace/npa-arn", seen.stderr
+
+    torn = run_npa("teardown", "--project", "arn", "--target", "kubernetes", "--context", EKS,
+                   "--yes", "--json", timeout=240)  # fmt: skip
+    assert torn.code == 0, torn.stdout + torn.stderr
+    assert not placed.exists()
+
+
+def test_an_unreachable_cluster_is_previewed_as_such_and_never_applied(
+    npa_home: Path, pulumi_backend: PulumiBackend, k8s_plugin: None, tmp_path: Path
+) -> None:
+    from tests.harness.procs import free_port
+    from tests.integration.kubeconfigs import EKS, unreachable_kubeconfig
+
+    port = free_port()
+    config = unreachable_kubeconfig(tmp_path / "kubeconfig", port)
+    args = ("provision-if-absent", "--project", "gone", "--target", "kubernetes",
+            "--context", EKS, "--kubeconfig", str(config))  # fmt: skip
+    for extra in (("--preview",), ("--yes",)):
+        out = run_npa(*args, *extra, "--json", timeout=240)
+        assert out.code == 4, out.stdout + out.stderr
+        body = out.json()
+        assert body["mode"] == "unreachable"
+        assert f"context {EKS!r} did not answer on /readyz" in body["message"]
+        assert body["fix"].startswith(f"KUBECONFIG={config} kubectl --context {EKS} get --raw")
+    # Nothing was placed, nothing was applied: the backend holds no stack.
+    assert not (npa_home / "clusters").exists()
+    assert not list((pulumi_backend.state_dir / ".pulumi" / "stacks").rglob("*.json"))
+    records = _journal(
+        npa_home, f"provision.gone.kubernetes.{body['stacks'][0]['stack'].split('.', 2)[2]}"
+    )
+    assert ("reachability", "unreachable") in [(r["step"], r["status"]) for r in records]
+    assert not any(r["step"].startswith("up:") for r in records)
