@@ -16,6 +16,12 @@ def npa_command(*argv: str) -> str:
     return shlex.join(["npa", *argv])
 
 
+def provision_command(context: str, project: str | None = None) -> str:
+    """The command that provisions ``context`` for ``project`` (npa's default without one)."""
+    argv = ["provision-if-absent", *(["--project", project] if project else [])]
+    return npa_command(*argv, "--target", "kubernetes", "--context", context)
+
+
 def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:
     """A kubectl command line for exactly this kubeconfig (a path or a KUBECONFIG list) and
     context, quoted for a shell."""

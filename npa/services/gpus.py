@@ -7,13 +7,12 @@ GPUs of that label; two nodes with one GPU each never run ``NAME:2``.
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from npa.adapters.kube.nodes import NodeGpus
-from npa.core.commands import kubectl_command
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -94,9 +93,7 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
         raise NotFound(
             f"no kubeconfig defines context {cluster!r}: not $KUBECONFIG, not ~/.kube/config, "
             f"and npa placed none at {kubeconfig}",
-            fix=shlex.join(
-                ["npa", "provision-if-absent", "--target", "kubernetes", "--context", cluster]
-            ),
+            fix=provision_command(cluster),
         )
     try:
         found: list[NodeGpus] = node_gpus(kubeconfig, cluster)

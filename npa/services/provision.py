@@ -10,6 +10,7 @@ that resumes the operation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -224,6 +225,28 @@ def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
 def _count_text(changes: Sequence[ResourceChange]) -> str:
     counts = _counts(changes)
     return ", ".join(f"{number(n)} to {op}" for op, n in sorted(counts.items())) or "no changes"
+
+
+def _stack_step(
+    journal: OperationJournal,
+    step: str,
+    resume: str,
+    progress: Progress | None,
+    heading: str,
+    run: Callable[..., Outcome],
+) -> Outcome:
+    """One ``up`` or ``destroy``: journaled before, streamed while it runs, and on failure
+    journaled with what completed, the error's fix being the journal's resume command."""
+    journal.append(step, "started")
+    if progress is not None:
+        progress(heading)
+    try:
+        return run(progress=_lines_to(progress))
+    except NpaError as error:
+        completed = error.details.get("completed", [])
+        journal.append(step, "failed", completed=completed, message=error.message[:500])
+        error.fix = resume
+        raise
 
 
 def _lines_to(progress: Progress | None) -> Callable[[StepProgress], None] | None:
@@ -1012,19 +1035,15 @@ def _provision(
             spec.config["npa:kubeconfigDocument"] = str(document)
             reports[spec.name] = _report(spec, runner.preview(spec, read_only=True))
         report = reports[spec.name]
-        journal.append(f"up:{spec.name}", "started")
         started = time.monotonic()
-        if req.progress is not None:
-            req.progress(f"applying stack {spec.name} ({_count_text(report.pending())})")
-        try:
-            outcome = runner.up(spec, progress=_lines_to(req.progress))
-        except NpaError as error:
-            completed = error.details.get("completed", [])
-            journal.append(
-                f"up:{spec.name}", "failed", completed=completed, message=error.message[:500]
-            )
-            error.fix = resume
-            raise
+        outcome = _stack_step(
+            journal,
+            f"up:{spec.name}",
+            resume,
+            req.progress,
+            f"applying stack {spec.name} ({_count_text(report.pending())})",
+            functools.partial(runner.up, spec),
+        )
         report.applied = True
         report.seconds = round(time.monotonic() - started, 2)
         report.result_summary = {
@@ -1180,22 +1199,15 @@ def teardown(
                 spec.config["npa:kubeconfigDocument"] = "(unused by destroy)"
             report = by_name[spec.name]
             report.recovery = _recover(runner, spec, journal, resume)
-            journal.append(f"destroy:{spec.name}", "started")
             started = time.monotonic()
-            if req.progress is not None:
-                req.progress(f"destroying stack {spec.name} ({_count_text(report.pending())})")
-            try:
-                outcome = runner.destroy(spec, progress=_lines_to(req.progress))
-            except NpaError as error:
-                completed = error.details.get("completed", [])
-                journal.append(
-                    f"destroy:{spec.name}",
-                    "failed",
-                    completed=completed,
-                    message=error.message[:500],
-                )
-                error.fix = resume
-                raise
+            outcome = _stack_step(
+                journal,
+                f"destroy:{spec.name}",
+                resume,
+                req.progress,
+                f"destroying stack {spec.name} ({_count_text(report.pending())})",
+                functools.partial(runner.destroy, spec),
+            )
             report.applied = True
             report.seconds = round(time.monotonic() - started, 2)
             report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from npa.adapters.skypilot import environment as env
 from npa.core.commands import kubectl_command as kubectl
-from npa.core.commands import npa_command
+from npa.core.commands import provision_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
@@ -193,9 +193,7 @@ def _kubeconfig(
         path, origin = Path(chosen.value), chosen.origin
     else:
         path, origin = paths.cluster_kubeconfig(context), "placed by npa"
-    argv = ["npa", "provision-if-absent"]
-    argv += ["--project", project] if project else []
-    provision = shlex.join([*argv, "--target", "kubernetes", "--context", context])
+    provision = provision_command(context, project)
     name = "kube context"
     if origin == "placed by npa" and not path.is_file():
         return path, Check(
@@ -353,9 +351,7 @@ def skypilot_status(project: str, context: str, *, paths: NpaPaths | None = None
     checks = _server_checks()
     path, resolved = _kubeconfig(paths, context, project)
     checks.append(resolved)
-    provision = npa_command(
-        "provision-if-absent", "--project", project, "--target", "kubernetes", "--context", context
-    )
+    provision = provision_command(context, project)
     if resolved.verdict == "ok":
         checks.append(_readyz(path, context))
         client = kubeaccess.api_client(path, context)
@@ -432,15 +428,7 @@ def verify(
     checks.append(_identity(client))
     checks += _node_checks(client, path, cluster)
     fix = (
-        npa_command(
-            "provision-if-absent",
-            "--project",
-            project,
-            "--target",
-            "kubernetes",
-            "--context",
-            cluster,
-        )
+        provision_command(cluster, project)
         if project
         else kubectl(path, cluster, "auth", "can-i", "--list", "-n", ns)
         + "  # then grant create/delete pods"

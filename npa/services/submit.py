@@ -34,6 +34,7 @@ from npa.adapters.storage import (
 from npa.backends import ExecutionBackend, JobSubmission, TaskContext, open_backend
 from npa.backends.base import JobState
 from npa.core.commands import kubectl_command as kubectl
+from npa.core.commands import provision_command
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -364,15 +365,7 @@ def _run_gates(
                 "kubeconfig",
                 "failed",
                 f"no kubeconfig for context {context} at {kubeconfig}",
-                _cmd(
-                    "provision-if-absent",
-                    "--project",
-                    project,
-                    "--target",
-                    "kubernetes",
-                    "--context",
-                    context,
-                ),
+                provision_command(context, project),
             )
         import importlib.util
 

@@ -15,18 +15,9 @@ from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.tools import require_tool
 from tests.integration.kubeconfigs import EKS, split_kubeconfig
+from tests.integration.test_skypilot_health import gpu_node
 
 pytestmark = pytest.mark.integration
-
-
-def gpu_node(kube: KubeCluster) -> None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        kube.create_node("ctx-gpu-1", labels={"nvidia.com/gpu.product": "H100-80GB"}, gpus=8)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
 
 
 def test_kubectl_itself_reads_the_list(kube: KubeCluster, tmp_path: Path) -> None:
@@ -45,14 +36,14 @@ def test_kubectl_itself_reads_the_list(kube: KubeCluster, tmp_path: Path) -> Non
 def test_gpus_and_verify_honour_a_kubeconfig_list_with_an_arn_context(
     kube: KubeCluster, npa_home: Path, tmp_path: Path
 ) -> None:
-    gpu_node(kube)
+    gpu_node(kube)  # gpu-1 with 8 H100s
     listed = split_kubeconfig(kube, tmp_path / "kube")
     env = {"KUBECONFIG": listed}
     gpus = run_npa("workbench", "workflow", "gpus", "--cluster", EKS, "--json", env=env)
     assert gpus.code == 0, gpus.stdout + gpus.stderr
     body: dict[str, Any] = gpus.json()
     assert body["kubeconfig"] == f"{listed} ($KUBECONFIG)"
-    assert any(n["node"] == "ctx-gpu-1" and n["allocatable"] == 8 for n in body["nodes"])
+    assert any(n["node"] == "gpu-1" and n["allocatable"] == 8 for n in body["nodes"])
 
     verify = run_npa("skypilot", "verify", "--cluster", EKS, "--json", env=env)
     checks = {c["name"]: c for c in verify.json()["checks"]}

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -54,17 +53,11 @@ def test_file_backend_from_the_environment_and_per_project(
     assert recorded.code == 0, recorded.stderr
     shown = run_npa("configure", "--show", "--project", "teamb", "--json")
     assert shown.json()["projects"][0]["settings"]["backend_url"]["value"] == pulumi_backend.url
-    without_env = {k: v for k, v in os.environ.items() if k != "PULUMI_BACKEND_URL"}
+    # An empty PULUMI_BACKEND_URL counts as unset, as it does for the pulumi CLI.
     tb = ("provision-if-absent", "--project", "teamb", "--target", "local", "--yes", "--json")
-    proc = subprocess.run(
-        [sys.executable, "-m", "npa", *tb],
-        capture_output=True,
-        text=True,
-        env=without_env,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+    proc = run_npa(*tb, env={"PULUMI_BACKEND_URL": ""})
+    assert proc.code == 0, proc.stderr
+    out = proc.json()
     assert (out["backend_url"], out["backend_origin"]) == (f"file://{team}", "npa configure")
     assert (team / ".pulumi" / "stacks" / "npa" / "teamb.local.json").is_file()
     assert _stacks(pulumi_backend.pulumi_bin, f"file://{team}", {}, tmp_path) == [

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from npa.images.credentials import load_store
+from npa.images.credentials import CredentialStore, load_store
 from npa.images.reference import parse_reference
 from npa.images.registry import RegistryClient, Status, retry_after
 from tests.harness.cli import run_npa
@@ -50,6 +50,12 @@ def _docker_config(directory: Path, body: dict[str, object]) -> dict[str, str]:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_text(json.dumps(body))
     return {"DOCKER_CONFIG": str(directory)}
+
+
+def _token_store(host: str) -> CredentialStore:
+    return load_store(
+        [f"{host}=env:TOK"], env={"TOK": f"{PROXY_USER}:{PROXY_PASSWORD}"}, use_docker_config=False
+    )
 
 
 def _repo(registry: Registry) -> str:
@@ -142,12 +148,7 @@ def test_429_then_200_waits_as_long_as_retry_after_says(registry: Registry) -> N
     with token_proxy(registry) as proxy:
         proxy.later.append((429, {"Retry-After": "1"}))
         proxy.later.append((503, {}))
-        store = load_store(
-            [f"{proxy.host}=env:TOK"],
-            env={"TOK": f"{PROXY_USER}:{PROXY_PASSWORD}"},
-            use_docker_config=False,
-        )
-        answer = RegistryClient(store, timeout=10).check_manifest(
+        answer = RegistryClient(_token_store(proxy.host), timeout=10).check_manifest(
             parse_reference(f"{proxy.host}/{repo}:v1")
         )
         assert answer.status is Status.OK, answer.detail
@@ -161,12 +162,7 @@ def test_a_retry_after_beyond_the_budget_is_reported_not_waited_for(registry: Re
     repo = _repo(registry)
     with token_proxy(registry) as proxy:
         proxy.later += [(429, {"Retry-After": "3600"})] * 3
-        store = load_store(
-            [f"{proxy.host}=env:TOK"],
-            env={"TOK": f"{PROXY_USER}:{PROXY_PASSWORD}"},
-            use_docker_config=False,
-        )
-        answer = RegistryClient(store, timeout=10).check_manifest(
+        answer = RegistryClient(_token_store(proxy.host), timeout=10).check_manifest(
             parse_reference(f"{proxy.host}/{repo}:v1")
         )
     assert answer.status is Status.UNREACHABLE
