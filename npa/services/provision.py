@@ -642,9 +642,10 @@ def _resume_argv(req: ProvisionRequest, project: str, lay: Layout, backend: Back
 def _export_line(path: Path) -> str:
     home = Path.home()
     try:
-        shown = "~/" + str(path.relative_to(home))
+        # ~ stays outside the quotes so the shell expands it.
+        shown = "~/" + shlex.quote(str(path.relative_to(home)))
     except ValueError:
-        shown = str(path)
+        shown = shlex.quote(str(path))
     return f"export KUBECONFIG={shown}"
 
 
