@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from npa.core.errors import InvalidInput
-from npa.core.suggest import closest, unknown
+from npa.core.suggest import closest
 from npa.images.reference import parse_reference
 
 ImageSource = Literal["override", "image", "spec"]
@@ -42,7 +42,9 @@ def parse_overrides(values: Iterable[str], tools: Iterable[str]) -> dict[str, st
         if tool not in known:
             guess = closest(tool, known)
             raise InvalidInput(
-                "--image-override names " + unknown("tool", tool, known),
+                f"--image-override names unknown tool {tool!r}; the spec declares: "
+                f"{', '.join(known) or 'none'}"
+                + (f"; did you mean {guess!r}?" if guess else ""),
                 fix=f"--image-override {guess}={image}"
                 if guess
                 else "remove the override: no tool of the spec is close to that name",

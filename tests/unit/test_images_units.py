@@ -262,7 +262,7 @@ def test_override_precedence() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (["x=r.io/x:1"], "tool 'x' is not one of: a, b"),
+        (["x=r.io/x:1"], "unknown tool 'x'; the spec declares: a, b"),
         (["a=r.io/a:1", "a=r.io/a:2"], "twice"),
         (["a"], "TOOL_REF=IMAGE"),
         (["a=BAD REF"], "malformed"),
