@@ -43,8 +43,7 @@ def parse_overrides(values: Iterable[str], tools: Iterable[str]) -> dict[str, st
             guess = closest(tool, known)
             raise InvalidInput(
                 f"--image-override names unknown tool {tool!r}; the spec declares: "
-                f"{', '.join(known) or 'none'}"
-                + (f"; did you mean {guess!r}?" if guess else ""),
+                f"{', '.join(known) or 'none'}" + (f"; did you mean {guess!r}?" if guess else ""),
                 fix=f"--image-override {guess}={image}"
                 if guess
                 else "remove the override: no tool of the spec is close to that name",
