@@ -5,10 +5,15 @@ front of it on a free loopback port and behaves like a registry behind a token s
 
 - ``/token``: the token service. Basic credentials, when sent, must be the proxy's own; without
   them it hands out an anonymous token.
+  ``POST /token`` with ``grant_type=refresh_token`` exchanges :data:`REFRESH_TOKEN` (an
+  identity token, as docker and credential helpers hold them) for a user token.
 - ``/v2/...``: needs ``Authorization: Bearer <token>``; without it answers 401 with a
   ``WWW-Authenticate: Bearer realm=...,service=...,scope=...`` challenge. Anonymous tokens may
   pull only repositories listed in ``public``. Repositories in ``denied`` answer 403 DENIED,
-  in ``broken`` 500. Everything else is forwarded to the real registry with its credentials.
+  in ``broken`` 500. Answers queued in ``later`` (status and headers, e.g. 429 with
+  ``Retry-After``) are given first, one per request, as a rate-limited registry would. Every
+  other request is forwarded to the real registry with its credentials. ``hits`` records when
+  each authorised ``/v2/`` request arrived and what it was answered.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from tests.harness.registry import Registry
 
 PROXY_USER = "token-user"
 PROXY_PASSWORD = "token-proxy-secret-value-7f3a"
+REFRESH_TOKEN = "npa-test-identity-token-5c1e"
 SERVICE = "npa-test-registry"
 
 
@@ -45,6 +51,8 @@ class TokenProxy:
     host: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     delay: float = 0.0  # seconds added to every answer, to stand in for a distant registry
+    later: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    hits: list[tuple[float, str, int]] = field(default_factory=list)  # (monotonic, method, code)
 
     @property
     def realm(self) -> str:
@@ -77,6 +85,22 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
             if url.path == "/token":
                 return self._token(url.query)
             return self._registry(url.path)
+
+        def do_POST(self) -> None:
+            url = urlparse(self.path)
+            length = int(self.headers.get("Content-Length", "0"))
+            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+            with proxy.lock:
+                proxy.token_requests.append(form)
+            if url.path != "/token" or form.get("grant_type") != "refresh_token":
+                return self._error(400, "UNSUPPORTED")
+            if form.get("refresh_token") != REFRESH_TOKEN:
+                return self._error(401, "UNAUTHORIZED")
+            token = secrets.token_hex(16)
+            with proxy.lock:
+                proxy.tokens[token] = "user"
+            body = json.dumps({"access_token": token, "expires_in": 300}).encode()
+            self._reply(200, body, {"Content-Type": "application/json"})
 
         def do_HEAD(self) -> None:
             time.sleep(proxy.delay)
@@ -116,6 +140,11 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
                 return self._error(403, "DENIED")
             if name in proxy.broken:
                 return self._reply(500, b"internal error")
+            with proxy.lock:
+                queued = proxy.later.pop(0) if proxy.later else None
+                proxy.hits.append((time.monotonic(), self.command, queued[0] if queued else 200))
+            if queued is not None:
+                return self._error(queued[0], "TOOMANYREQUESTS", queued[1])
             headers = {"Accept": self.headers.get("Accept", "*/*")}
             resp = requests.request(
                 self.command,

@@ -35,6 +35,7 @@ from npa.core.errors import NpaError
 from npa.core.fsio import ensure_private_dir
 from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 
 POLL_SECONDS = 0.05
 
@@ -244,7 +245,10 @@ class Executor:
         return env
 
     def run_stage(self, task: LocalTask) -> None:
-        self.log(f"stage {task.stage}: {task.waves} waves of up to {task.parallel} shards")
+        self.log(
+            f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
+            f"{plural(task.parallel, 'shard')}"
+        )
         self.table.update(self.job_id, current_stage=task.stage)
         self.recorder.stage_started(task.stage)
         env = self.stage_env(task)
