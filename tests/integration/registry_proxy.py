@@ -59,6 +59,42 @@ class TokenProxy:
         return f"http://{self.host}/token"
 
 
+def _refusal(
+    proxy: TokenProxy, command: str, name: str, auth: str
+) -> tuple[int, str | None, dict[str, str]] | None:
+    """What a ``/v2/`` request for repository ``name`` is answered instead of the registry's
+    answer (status, error code or None for a bare 500, headers); None to forward it."""
+    challenge = f'Bearer realm="{proxy.realm}",service="{SERVICE}",scope="repository:{name}:pull"'
+    bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+    who = proxy.tokens.get(bearer)
+    if who is None or (who == "anonymous" and name not in proxy.public):
+        return 401, "UNAUTHORIZED", {"WWW-Authenticate": challenge}
+    if name in proxy.denied:
+        return 403, "DENIED", {}
+    if name in proxy.broken:
+        return 500, None, {}
+    with proxy.lock:
+        queued = proxy.later.pop(0) if proxy.later else None
+        proxy.hits.append((time.monotonic(), command, queued[0] if queued else 200))
+    if queued is not None:
+        return queued[0], "TOOMANYREQUESTS", queued[1]
+    return None
+
+
+def _exchange(proxy: TokenProxy, form: dict[str, str]) -> tuple[int, str | None]:
+    """``POST /token``: a refresh (identity) token for a user token (status, token or None)."""
+    with proxy.lock:
+        proxy.token_requests.append(form)
+    if form.get("grant_type") != "refresh_token":
+        return 400, None
+    if form.get("refresh_token") != REFRESH_TOKEN:
+        return 401, None
+    token = secrets.token_hex(16)
+    with proxy.lock:
+        proxy.tokens[token] = "user"
+    return 200, token
+
+
 def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -90,15 +126,11 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
             url = urlparse(self.path)
             length = int(self.headers.get("Content-Length", "0"))
             form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
-            with proxy.lock:
-                proxy.token_requests.append(form)
-            if url.path != "/token" or form.get("grant_type") != "refresh_token":
+            if url.path != "/token":
                 return self._error(400, "UNSUPPORTED")
-            if form.get("refresh_token") != REFRESH_TOKEN:
-                return self._error(401, "UNAUTHORIZED")
-            token = secrets.token_hex(16)
-            with proxy.lock:
-                proxy.tokens[token] = "user"
+            code, token = _exchange(proxy, form)
+            if token is None:
+                return self._error(code, "UNSUPPORTED" if code == 400 else "UNAUTHORIZED")
             body = json.dumps({"access_token": token, "expires_in": 300}).encode()
             self._reply(200, body, {"Content-Type": "application/json"})
 
@@ -126,25 +158,12 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
         def _registry(self, path: str) -> None:
             match = re.match(r"^/v2/(?P<name>.+?)/(manifests|blobs|tags)/", path)
             name = match.group("name") if match else ""
-            challenge = (
-                f'Bearer realm="{proxy.realm}",service="{SERVICE}",scope="repository:{name}:pull"'
-            )
-            auth = self.headers.get("Authorization", "")
-            bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
-            who = proxy.tokens.get(bearer)
-            if who is None:
-                return self._error(401, "UNAUTHORIZED", {"WWW-Authenticate": challenge})
-            if who == "anonymous" and name not in proxy.public:
-                return self._error(401, "UNAUTHORIZED", {"WWW-Authenticate": challenge})
-            if name in proxy.denied:
-                return self._error(403, "DENIED")
-            if name in proxy.broken:
-                return self._reply(500, b"internal error")
-            with proxy.lock:
-                queued = proxy.later.pop(0) if proxy.later else None
-                proxy.hits.append((time.monotonic(), self.command, queued[0] if queued else 200))
-            if queued is not None:
-                return self._error(queued[0], "TOOMANYREQUESTS", queued[1])
+            refused = _refusal(proxy, self.command, name, self.headers.get("Authorization", ""))
+            if refused is not None:
+                code, err, extra = refused
+                if err is None:
+                    return self._reply(code, b"internal error")
+                return self._error(code, err, extra)
             headers = {"Accept": self.headers.get("Accept", "*/*")}
             resp = requests.request(
                 self.command,
