@@ -25,6 +25,16 @@ def wait_gone(npa_home: Path, project: str, run_id: str, timeout: float = 20.0) 
     return False
 
 
+def wait_alive(npa_home: Path, project: str, run_id: str, timeout: float = 120.0) -> bool:
+    """True once the run's supervisor holds its lock; False if none did within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if live_pid(npa_home, project, run_id) is not None:
+            return True
+        time.sleep(0.05)
+    return False
+
+
 def stop_all(npa_home: Path) -> None:
     """SIGKILL every supervisor still holding a run's lock under ``npa_home``."""
     locks = npa_home / "locks"

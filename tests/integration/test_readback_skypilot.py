@@ -18,6 +18,7 @@ from tests.harness.procs import free_port
 from tests.harness.s3 import S3Server
 from tests.integration.skypilot_world import make_world, run_npa
 from tests.integration.store_proxy import ProxyState, store_proxy
+from tests.integration.supervisors import stop_all, wait_alive
 
 pytestmark = pytest.mark.integration
 
@@ -282,6 +283,11 @@ def test_resume_of_a_failed_managed_job_launches_one_new_job_by_its_own_name(
     # While the job is live, a resume adopts it: nothing new is launched.
     r = run_npa(*argv, env=world["env"])
     assert r.code == 0 and r.json()["outcome"] == "adopted", r.stdout + r.stderr
+    # The run's watcher would relaunch a FAILED_NO_RESOURCE job itself (attempt "-a1"), racing
+    # the resume below; this test is about the resume, so the watcher is stopped first, as if it
+    # had died. Wait for it to hold its lock, or it could start after the kill.
+    assert wait_alive(world["home"], "team", world["run_id"]), "the run's watcher never started"
+    stop_all(world["home"])
     state = read_state(world["state"])
     state["jobs"][0]["status"] = "FAILED_NO_RESOURCE"
     write_state(world["state"], state)
