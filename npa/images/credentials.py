@@ -24,6 +24,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from npa.core.errors import InvalidInput
+from npa.core.userfiles import read_user_text
 from npa.images.reference import DEFAULT_DOMAIN, LEGACY_HUB_DOMAINS
 
 FLAG_FIX = "--registry-auth HOST=env:VAR  (VAR holds USER:PASSWORD) or --registry-auth FILE"
@@ -121,19 +122,18 @@ def _add_spec(
             fix=FLAG_FIX,
         )
     path = Path(spec[len("file:") :] if spec.startswith("file:") else spec).expanduser()
-    if not path.is_file():
-        raise InvalidInput(f"--registry-auth file {path} does not exist", fix=FLAG_FIX)
     for host, cred in _read_docker_config(path, f"file:{path}", unusable).items():
         found.setdefault(host, cred)
 
 
 def _read_docker_config(path: Path, source: str, unusable: dict[str, str]) -> dict[str, Credential]:
+    what = "--registry-auth file" if source.startswith("file:") else "Docker config"
+    text = read_user_text(path, what)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "it is not valid JSON"
+        data = json.loads(text)
+    except json.JSONDecodeError:
         raise InvalidInput(
-            f"cannot read registry credentials from {path}: {reason}",
+            f"cannot read registry credentials from {path}: it is not valid JSON",
             fix=f"python3 -m json.tool {path} >/dev/null  # then fix or replace the file",
         ) from None
     if not isinstance(data, dict):

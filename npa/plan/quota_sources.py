@@ -15,6 +15,7 @@ from typing import Any
 
 from npa import __version__
 from npa.core.errors import InvalidInput, Unavailable
+from npa.core.userfiles import read_user_text
 from npa.plan.infra import LOCAL_STORE_SIZE
 from npa.plan.quota import ExistingDisk, QuotaReading
 from npa.spec.loader import load_text
@@ -22,11 +23,7 @@ from npa.spec.validate import format_path
 
 
 def _read_yaml(path: Path, what: str) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read {what} {path}: {exc}", fix=f"ls -l {path}") from None
-    doc, problems = load_text(text)
+    doc, problems = load_text(read_user_text(path, what))
     if doc is None:
         p = problems[0]
         where = f" at {p.line}:{p.column}" if p.line else ""

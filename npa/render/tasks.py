@@ -100,13 +100,10 @@ class RenderedTask:
 
 def load_digests(path: Path) -> dict[str, str]:
     """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``)."""
+    from npa.core.userfiles import read_user_text
     from npa.spec.loader import load_text
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read digests file {path}: {exc}") from None
-    doc, problems = load_text(text)
+    doc, problems = load_text(read_user_text(path, "digests file"))
     if doc is None:
         raise InvalidInput(f"digests file {path} is not valid YAML: {problems[0].message}")
     data = doc.data

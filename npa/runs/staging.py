@@ -118,9 +118,12 @@ class StagePlan:
 # --- walking the tree -----------------------------------------------------------------------
 
 
-def scan_tree(root: Path) -> list[LocalFile]:
-    """Every file to stage under ``root``, honouring ignore files; refuses escaping symlinks."""
+def scan_tree(root: Path, rules: IgnoreRules | None = None) -> list[LocalFile]:
+    """Every file to stage under ``root``, honouring ignore files (``rules``: what is left out
+    at the top, see :mod:`npa.runs.ignore`); refuses escaping symlinks and unchosen
+    credentials."""
     root = root.resolve()
+    top = rules or IgnoreRules.for_tree(root)
     if not root.is_dir():
         raise InvalidInput(f"source {root} is not a directory")
     out: list[LocalFile] = []
@@ -158,7 +161,8 @@ def scan_tree(root: Path) -> list[LocalFile]:
                 out.append(_local(rel, Path(entry.path), st))
             # Sockets, fifos and devices are not source.
 
-    walk("", IgnoreRules())
+    walk("", top)
+    top.check(root)
     if refused:
         raise SourceRefused(
             f"source {root} has symlinks npa will not stage: " + "; ".join(refused[:20]),
@@ -384,6 +388,7 @@ def stage_source(
     step: Step | None = None,
     refuse_fix: str = "",
     index: Path | None = None,
+    rules: IgnoreRules | None = None,
 ) -> tuple[SourceManifest, StagePlan]:
     """Stage ``source`` under ``run_prefix`` and return the committed manifest and the tally.
 
@@ -396,7 +401,7 @@ def stage_source(
     plan = StagePlan()
     jobs = max(1, jobs or default_jobs())
 
-    files = scan_tree(source)
+    files = scan_tree(source, rules)
     note("scanned", {"files": len(files), "bytes": sum(f.size for f in files)})
 
     pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="npa-stage")

@@ -75,8 +75,12 @@ def _label(labels: dict[str, str]) -> tuple[str | None, str | None]:
 
 def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
     from npa.adapters.kube.nodes import node_gpus
+    from npa.spec.model import parse_accelerators
+    from npa.spec.validate import load_workflow
 
     paths = paths or NpaPaths.from_env()
+    # The input first: a bad spec is the user's to fix before any cluster is asked.
+    workflow = load_workflow(spec) if spec is not None else None
     kubeconfig = paths.cluster_kubeconfig(cluster)
     if not kubeconfig.is_file():
         raise NotFound(
@@ -107,12 +111,8 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
         )
     names = cluster_names([n.labels for n in found])
     result = GpusResult(cluster=cluster, nodes=rows, labels=names)
-    if spec is None:
+    if workflow is None:
         return result
-    from npa.spec.model import parse_accelerators
-    from npa.spec.validate import load_workflow
-
-    workflow = load_workflow(spec)
     for stage in workflow.stages:
         parsed = parse_accelerators(stage.resources.accelerators or "")
         if parsed is None:

@@ -406,8 +406,11 @@ def nebius_config(
 
 
 def _check_context(source: Path, context: str, project: str) -> None:
+    from npa.core.userfiles import read_user_bytes
     from stacks.localfs import minimal_kubeconfig
 
+    if source.exists():  # a missing file gets its own message below
+        read_user_bytes(source, "kubeconfig")
     try:
         minimal_kubeconfig(str(source), context)
     except FileNotFoundError:

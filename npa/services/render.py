@@ -17,7 +17,8 @@ from npa import __version__
 from npa.core.errors import InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
-from npa.spec.validate import load_workflow
+from npa.core.userfiles import read_user_text
+from npa.spec.validate import load_workflow, read_spec_text
 
 INDEX = "render.json"
 
@@ -61,10 +62,7 @@ def _read_render(directory: Path) -> dict[str, str]:
         )
     files = {}
     for path in sorted(directory.glob("*.yaml")):
-        try:
-            files[path.name] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput(f"cannot read {path}: {exc}") from None
+        files[path.name] = read_user_text(path, "rendered task")
     return files
 
 
@@ -178,7 +176,7 @@ def render_spec(
         "npa_version": __version__,
         "workflow": workflow.metadata.name,
         "run_id": run_id,
-        "spec_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "spec_sha256": hashlib.sha256(read_spec_text(path).encode("utf-8")).hexdigest(),
         "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
     }
     files[INDEX] = json.dumps(index, indent=2, sort_keys=True) + "\n"

@@ -6,6 +6,9 @@ import hashlib
 import shlex
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
 from npa.core.errors import InvalidInput, NpaError
@@ -19,6 +22,7 @@ from npa.runs.identity import (
     remember_source,
     reserve_run,
 )
+from npa.runs.ignore import IgnoreRules
 from npa.runs.journal import OperationJournal
 from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
@@ -97,11 +101,12 @@ class StagedSource(Result):
     run_id: str
     project: str
     workflow: str
-    source: str
+    source: str  # the directory that was staged
     manifest: str
     source_digest: str
     files: int
     bytes: int
+    left_out: list[str] = Field(default_factory=list)  # npa state inside the tree, never staged
     blobs: int
     uploaded: int
     uploaded_bytes: int
@@ -117,7 +122,13 @@ class StagedSource(Result):
         state = "already committed, verified" if self.already_committed else "committed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs",
+            f"  staged {self.source}: {self.files} files, {self.bytes} bytes, "
+            f"{self.blobs} distinct blobs",
+            *(
+                [f"  left out (npa state, never staged): {', '.join(self.left_out)}"]
+                if self.left_out
+                else []
+            ),
             f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
             f"repaired {self.repaired}, removed {self.orphans_removed} orphans "
             f"in {self.seconds:.2f}s",
@@ -137,6 +148,16 @@ def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[s
         paths=paths,
     )
     return uri, store
+
+
+def _state_dirs(paths: NpaPaths, store_uri: str) -> list[Path]:
+    """npa's own state, which a source tree may contain but must never stage: NPA_HOME, and a
+    file:// store kept elsewhere."""
+    dirs = [paths.root]
+    parsed = urlparse(store_uri)
+    if parsed.scheme == "file":
+        dirs.append(Path(unquote(parsed.path)))
+    return dirs
 
 
 def _hash_index(paths: NpaPaths, tree: Path) -> Path:
@@ -198,6 +219,7 @@ def stage_run_source(
     ]  # fmt: skip
     journal = OperationJournal(paths, f"stage-source.{settings.project}.{entry.run_id}")
     prefix = run_prefix(workflow, entry.run_id)
+    rules = IgnoreRules.for_tree(tree, _state_dirs(paths, uri))
     started = time.monotonic()
     # Staging is idempotent, so a second stager (e.g. a concurrent submit of the same run)
     # waits for the first and then finds everything in place instead of failing.
@@ -227,6 +249,7 @@ def stage_run_source(
                 step=lambda name, details: journal.append(name, "done", **details),
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
                 index=_hash_index(paths, tree),
+                rules=rules,
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)
@@ -250,6 +273,7 @@ def stage_run_source(
         source_digest=manifest.digest(),
         files=len(manifest.files),
         bytes=sum(f.size for f in manifest.files),
+        left_out=sorted(rules.found.left_out),
         blobs=len({f.digest for f in manifest.files}),
         uploaded=plan.uploaded,
         uploaded_bytes=plan.uploaded_bytes,

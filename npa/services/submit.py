@@ -84,6 +84,9 @@ class SubmitResult(Result):
     outcome: str  # launched | adopted
     gates: list[Gate]
     source_digest: str
+    source_dir: str  # the directory staged, and what it held
+    source_files: int
+    source_bytes: int
     run_prefix: str
     manifest: str
     receipt: str
@@ -100,7 +103,8 @@ class SubmitResult(Result):
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
         lines += [
-            f"source {self.source_digest} staged; {len(self.tasks)} tasks rendered",
+            f"source {self.source_dir} staged: {self.source_files} files, {self.source_bytes} "
+            f"bytes ({self.source_digest}); {len(self.tasks)} tasks rendered",
             f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
             f"({self.job_name})",
             f"  prefix:   {self.run_prefix}",
@@ -806,6 +810,9 @@ def submit(
         outcome=record.outcome or "launched",
         gates=gates.items,
         source_digest=staged.source_digest,
+        source_dir=staged.source,
+        source_files=staged.files,
+        source_bytes=staged.bytes,
         run_prefix=f"{store_uri}/{prefix}",
         manifest=f"{store_uri}/{prefix}/manifest.json",
         receipt=str(receipt_path),
