@@ -58,6 +58,10 @@ def plan_spec(
     local_quota: Annotated[
         bool, typer.Option("--local-quota", help="Also check the local store's free disk.")
     ] = False,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", help="Project alias whose store the local target measures."),
+    ] = None,
     skip_quota: Annotated[
         bool, typer.Option("--skip-quota", help="Show the plan only; the quota is not checked.")
     ] = False,
@@ -83,6 +87,7 @@ def plan_spec(
             nebius_endpoint=nebius_endpoint,
             local=local_quota,
             skip=skip_quota,
+            project=project,
         )
         return run(spec, run_id, target=target, quota=options)  # type: ignore[arg-type]
 

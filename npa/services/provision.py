@@ -31,6 +31,7 @@ from npa.adapters.infra.runner import (
     StackSpec,
     plugin_installed,
 )
+from npa.adapters.storage import normalize_store_uri
 from npa.core.errors import (
     EXIT_FAILURE,
     EXIT_UNAVAILABLE,
@@ -46,13 +47,22 @@ from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
     QuotaRequirement,
+    build_region,
     cluster_requirements,
     disk_needs,
     local_requirements,
 )
-from npa.plan.quota import ExistingDisk, QuotaAssessment, QuotaSource, assess
+from npa.plan.quota import (
+    ExistingCheck,
+    ExistingDisk,
+    QuotaAssessment,
+    QuotaScope,
+    QuotaSource,
+    assess,
+)
 from npa.runs.journal import OperationJournal
 from npa.services.configure import resolve_project
+from npa.services.plan import existing_text
 from npa.spec.model import Infrastructure
 
 Target = Literal["local", "kubernetes", "nebius"]
@@ -169,11 +179,7 @@ def quota_text(quota: QuotaAssessment) -> list[str]:
             f"{fig(line.existing)}, new {fig(line.required_new)}, available {available}, "
             f"shortfall {fig(line.shortfall)}"
         )
-    for disk in quota.existing:
-        lines.append(
-            f"  existing: {disk.count} x {disk.size_gib} GiB {disk.disk_type.value} "
-            f"{disk.role} ({disk.evidence})"
-        )
+    lines += existing_text(quota.existing)
     lines += [f"  unknown: {p}" for p in quota.problems]
     if quota.fix:
         lines.append(f"  fix: {quota.fix}")
@@ -393,7 +399,7 @@ def nebius_config(
     return {
         "npa:project": project,
         "npa:parentId": parent_id or "",
-        "npa:region": region or infra.region or "eu-north1",
+        "npa:region": build_region(infra, region),
         "npa:agentDiskGib": str(infra.agent.disk_gib),
         "npa:agentDiskType": infra.agent.disk_type.value,
         "npa:cpuNodeCount": str(infra.cpu_nodes.count),
@@ -478,11 +484,12 @@ def _export_line(path: Path) -> str:
 # --- quota -----------------------------------------------------------------------------------
 
 
-def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
-    """Disks the nebius stack's state proves exist: node-group boot disks and the agent disk."""
+def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingCheck]:
+    """Disks the nebius stack's state proves exist: node-group boot disks and the agent disk.
+    npa read the state itself (after a refresh), so these are proven."""
     from npa.spec.model import DiskType
 
-    found: list[ExistingDisk] = []
+    found: list[ExistingCheck] = []
     for resource in resources:
         outputs = resource.get("outputs") or {}
         urn = str(resource.get("urn", ""))
@@ -493,27 +500,31 @@ def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
             size = disk.get("sizeGibibytes")
             count = outputs.get("fixedNodeCount")
             if size and count:
-                found.append(
-                    ExistingDisk(
-                        role="cpu_node" if name == "cpu-nodes" else "gpu_node",
-                        disk_type=DiskType(disk.get("type", "NETWORK_SSD")),
-                        size_gib=int(size),
-                        count=int(count),
-                        evidence=f"stack state {urn} (id {resource.get('id')})",
-                    )
+                claim = ExistingDisk(
+                    role="cpu_node" if name == "cpu-nodes" else "gpu_node",
+                    disk_type=DiskType(disk.get("type", "NETWORK_SSD")),
+                    size_gib=int(size),
+                    count=int(count),
+                    evidence=f"stack state {urn} (id {resource.get('id')})",
                 )
+                found.append(_read_back(claim))
         elif kind.endswith("computeV1Disk:ComputeV1Disk") and name == "agent-boot-disk":
             size = outputs.get("sizeGibibytes")
             if size:
-                found.append(
-                    ExistingDisk(
-                        role="agent",
-                        disk_type=DiskType(outputs.get("type", "NETWORK_SSD")),
-                        size_gib=int(size),
-                        evidence=f"stack state {urn} (id {resource.get('id')})",
-                    )
+                claim = ExistingDisk(
+                    role="agent",
+                    disk_type=DiskType(outputs.get("type", "NETWORK_SSD")),
+                    size_gib=int(size),
+                    evidence=f"stack state {urn} (id {resource.get('id')})",
                 )
+                found.append(_read_back(claim))
     return found
+
+
+def _read_back(claim: ExistingDisk) -> ExistingCheck:
+    return ExistingCheck(
+        disk=claim, status="proven", detail=f"read back from the refreshed {claim.evidence}"
+    )
 
 
 def quota_gate(
@@ -521,10 +532,10 @@ def quota_gate(
     paths: NpaPaths,
     infra: Infrastructure,
     *,
-    existing: Sequence[ExistingDisk] = (),
+    existing: Sequence[ExistingCheck] = (),
 ) -> QuotaAssessment:
     """The quota arithmetic of the target against its quota sources."""
-    from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, NebiusQuotaSource
+    from npa.plan.quota_sources import FileQuotaSource, NebiusQuotaSource, local_store_source
 
     sources: list[QuotaSource] = [FileQuotaSource(f) for f in req.quota_files]
     sources += req.extra_sources
@@ -545,17 +556,17 @@ def quota_gate(
             requirements = local_requirements(load_workflow(req.spec))
         else:
             requirements = [QuotaRequirement(name=LOCAL_STORE_SIZE, unit="bytes", required=0)]
-        sources.append(LocalStoreSource(paths.local_store))
+        settings = resolve_project(req.project, paths=paths)
+        store = normalize_store_uri(settings.value("store") or "local", paths)
+        sources.append(local_store_source(store, paths.local_jobs))
         return assess(requirements, sources)
     needs = disk_needs(infra)
+    scope = QuotaScope(region=build_region(infra, req.nebius_region), project=req.nebius_project)
     if req.nebius_project:
-        region = req.nebius_region or infra.region
-        if not region:
-            raise InvalidInput(
-                "--nebius-project needs the region of its quotas",
-                fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
-            )
-        sources.append(NebiusQuotaSource(req.nebius_project, region, endpoint=req.nebius_endpoint))
+        assert scope.region is not None
+        sources.append(
+            NebiusQuotaSource(req.nebius_project, scope.region, endpoint=req.nebius_endpoint)
+        )
     if not sources:
         return QuotaAssessment(
             verdict="blocked-unknown",
@@ -566,7 +577,7 @@ def quota_gate(
             fix="add --nebius-project <project-id> --nebius-region <region> "
             "(or --quota-file <quota.yaml> to review offline)",
         )
-    return assess(cluster_requirements(needs), sources, needs=needs, existing=existing)
+    return assess(cluster_requirements(needs), sources, needs=needs, existing=existing, scope=scope)
 
 
 # --- provisioning ----------------------------------------------------------------------------
@@ -735,7 +746,7 @@ def _provision(
                     )
 
     # 2. Quota gate, with what the (refreshed) state proves exists deducted.
-    existing: list[ExistingDisk] = []
+    existing: list[ExistingCheck] = []
     cloud = lay.stacks[0] if lay.target == "nebius" else None
     if cloud is not None and runner.exists(cloud.name):
         if journal is not None:

@@ -193,7 +193,7 @@ def _run_gates(
     from npa.plan.infra import local_requirements
     from npa.plan.model import build_plan
     from npa.plan.quota import assess
-    from npa.plan.quota_sources import LocalStoreSource
+    from npa.plan.quota_sources import local_store_source
     from npa.runs.identity import load_record, read_spec_identity
     from npa.runs.selection import choose_run
     from npa.spec.validate import read_spec_text, validate_text
@@ -315,20 +315,22 @@ def _run_gates(
         facts["plan"] = plan
         plan_cmd = _cmd("workbench", "workflow", "plan-spec", str(spec), "--run-id", entry.run_id)
         if backend_name == "local":
-            quota = assess(local_requirements(workflow), [LocalStoreSource(paths.local_store)])
+            # The disk the run's data goes to: the configured store's, and the executor's.
+            local = local_store_source(store_uri, paths.local_jobs)
+            quota = assess(local_requirements(workflow), [local])
             if quota.verdict == "blocked":
                 gates.add(
                     "quota",
                     "failed",
                     "the local disk cannot hold the run's outputs",
-                    plan_cmd + " --target local",
+                    plan_cmd + f" --target local --project {project}",
                 )
             elif quota.verdict == "blocked-unknown":
                 gates.add(
                     "quota",
                     "unknown",
                     "; ".join(quota.problems) or "quota evidence unknown",
-                    plan_cmd + " --target local",
+                    plan_cmd + f" --target local --project {project}",
                 )
             else:
                 gates.add("quota", "ok", f"{len(plan.stages)} stages planned; local disk ok")
