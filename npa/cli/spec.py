@@ -101,7 +101,24 @@ def render(
     out: Annotated[Path, typer.Option("--out", help="Directory for the task files.")],
     digests: Annotated[
         Path | None,
-        typer.Option("--digests", help="TOOL_REF: sha256:<digest> file (before preflight)."),
+        typer.Option(
+            "--digests",
+            help="TOOL_REF: sha256:<digest> file, or the output of preflight-images --json "
+            "(pinned exactly as it verified).",
+        ),
+    ] = None,
+    image_override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image-override",
+            metavar="TOOL_REF=IMAGE",
+            help="TOOL_REF=IMAGE: render IMAGE for that tool, as preflight-images does. "
+            "Repeatable.",
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", metavar="IMAGE", help="IMAGE for every tool without an override."),
     ] = None,
     context: Annotated[
         str | None, typer.Option("--context", help="Kube context (default: the spec's).")
@@ -127,5 +144,7 @@ def render(
             kube_context=context,
             store_uri=store_uri,
             diff_against=diff,
+            image_overrides=image_override or [],
+            image=image,
         ),
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -21,7 +22,7 @@ from npa.core.errors import InvalidInput
 from npa.plan.model import StagePlan, WorkflowPlan, build_plan
 from npa.render.yamlsafe import yaml_value
 from npa.spec.imageref import DIGEST, parse_image_ref
-from npa.spec.model import Stage, Tool, Workflow, env_suffix
+from npa.spec.model import CONTEXT, Stage, Tool, Workflow, env_suffix, store_uri_problem
 
 TEMPLATE = "skypilot-task.yaml.j2"
 SOURCE_MOUNT = "/npa/source"
@@ -98,8 +99,20 @@ class RenderedTask:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
-def load_digests(path: Path) -> dict[str, str]:
-    """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``)."""
+@dataclass(frozen=True)
+class DigestFile:
+    """A ``--digests`` file. ``pins`` maps TOOL_REF to ``sha256:<hex>`` or a pinned reference;
+    ``chosen`` is set when the file is ``preflight-images --json`` output: the image preflight
+    chose for each tool (after its --image-override/--image), whose pins were verified and are
+    rendered exactly as they are."""
+
+    pins: dict[str, str]
+    chosen: dict[str, str] | None = None
+
+
+def load_digests(path: Path) -> DigestFile:
+    """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``),
+    optionally under ``digests:``, or the JSON ``preflight-images --json`` printed."""
     from npa.core.userfiles import read_user_text
     from npa.spec.loader import load_text
 
@@ -107,16 +120,45 @@ def load_digests(path: Path) -> dict[str, str]:
     if doc is None:
         raise InvalidInput(f"digests file {path} is not valid YAML: {problems[0].message}")
     data = doc.data
-    if isinstance(data, dict) and set(data) == {"digests"}:
+    chosen: dict[str, str] | None = None
+    if isinstance(data, dict) and {"images", "digests"} <= set(data):
+        rows = data["images"]
+        if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("tool"), str) for r in rows
+        ):
+            raise InvalidInput(f"{path} is not preflight-images --json output (images rows)")
+        chosen = {r["tool"]: str(r.get("reference")) for r in rows}
+        data = data["digests"]
+    elif isinstance(data, dict) and set(data) == {"digests"}:
         data = data["digests"]
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in data.items()
     ):
         raise InvalidInput(
             f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
-            fix=f"printf 'curator: sha256:<64 hex>\\n' > {path}",
+            fix=f"npa workbench workflow preflight-images SPEC --json > {path}",
         )
-    return dict(data)
+    return DigestFile(dict(data), chosen)
+
+
+def same_repository(chosen: str, pinned: str) -> bool:
+    """Whether ``pinned`` (a repository name from a digests file) is the repository of the
+    chosen image ``chosen``: the same name, or, for a name without a registry host, that name
+    resolved under a registry (what preflight-images does with --registry)."""
+    if chosen == pinned:
+        return True
+    from npa.images.reference import names_registry, parse_reference
+
+    try:
+        ours = parse_reference(chosen)
+        theirs = parse_reference(pinned)
+    except InvalidInput:
+        return False
+    if ours.name == theirs.name:
+        return True
+    return not names_registry(chosen) and (
+        theirs.path == chosen or theirs.path.endswith("/" + chosen)
+    )
 
 
 def resolve_images(
@@ -171,13 +213,21 @@ def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | Non
     if image is None:
         return f"tool {ref!r}: {tool.image!r} is not a valid image reference", None
     digest = given
+    # The repository written in the digests file where it names one: for a name without a
+    # registry host it says which registry the name resolved under.
+    name = image.name
     if given is not None and not DIGEST.fullmatch(given):
         other = parse_image_ref(given)
         if other is None or other.digest is None:
             return f"tool {ref!r}: {given!r} is not sha256:<64 hex> or repo@sha256:<64 hex>", None
-        if other.name != image.name:
-            return f"tool {ref!r}: digest is for {other.name!r}, the spec uses {image.name!r}", None
-        digest = other.digest
+        if not same_repository(image.name, other.name):
+            return (
+                f"tool {ref!r}: digest is for {other.name!r}, the image is {image.name!r} "
+                "(pass the same --image-override/--image you gave preflight-images, or its "
+                "--json output as --digests)",
+                None,
+            )
+        digest, name = other.digest, other.name
     if image.digest and digest and image.digest != digest:
         return (
             f"tool {ref!r}: the spec pins {image.digest} but the digests file says {digest}",
@@ -189,7 +239,7 @@ def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | Non
             f"tool {ref!r}: {tool.image} is not pinned by digest and no digest was given",
             None,
         )
-    return None, image.pinned(digest)
+    return None, f"{name}@{digest}"
 
 
 def _number(value: float) -> int | float:
@@ -281,8 +331,17 @@ def render_workflow(
     problems = []
     if context is None:
         problems.append("no kube context: set infrastructure.context or pass --context")
+    elif not re.fullmatch(CONTEXT, context):
+        # The same rule as infrastructure.context: a name, never a path or several lines.
+        problems.append(
+            f"kube context {context!r} cannot be used as a name: use letters, digits and "
+            ". _ @ : + -, with no '/', spaces or newlines"
+        )
     if store is None:
         problems.append("no object store: set storage.uri or pass --store-uri")
+    elif problem := store_uri_problem(store):
+        # The same rule as storage.uri.
+        problems.append(f"store {store!r} {problem}")
     elif not store.startswith(MOUNTABLE):
         problems.append(f"store {store!r} is not an object store SkyPilot can mount (s3://, gs://)")
     for stage in workflow.stages:
@@ -294,8 +353,8 @@ def render_workflow(
     if problems:
         raise InvalidInput(
             "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            fix="npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
-            "--context <kube-context> --store-uri s3://<bucket>/<prefix>",
+            fix=f"npa workbench workflow render SPEC --run-id {run_id} --out DIR "
+            "--context CONTEXT --store-uri s3://BUCKET/PREFIX",
             details={"problems": problems},
         )
     assert context is not None

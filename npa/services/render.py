@@ -8,8 +8,10 @@ import hashlib
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,6 +21,10 @@ from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
 from npa.core.userfiles import read_user_text
 from npa.spec.validate import load_workflow, read_spec_text
+
+if TYPE_CHECKING:
+    from npa.render.tasks import DigestFile
+    from npa.spec.model import Workflow
 
 INDEX = "render.json"
 
@@ -152,6 +158,38 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         shutil.rmtree(old)
 
 
+def _chosen_images(
+    workflow: Workflow, overrides: Sequence[str], image: str | None, digests: DigestFile
+) -> Workflow:
+    """The workflow with each tool's image as --image-override/--image choose it (the same
+    rules as preflight-images), checked against what preflight chose when ``digests`` is its
+    --json output."""
+    from npa.images.overrides import choose_images, parse_overrides
+
+    spec_images = {ref: tool.image for ref, tool in workflow.tools.items()}
+    picked = parse_overrides(overrides, workflow.tools)
+    chosen = {c.tool: c.image for c in choose_images(spec_images, picked, image)}
+    if digests.chosen is not None and (picked or image):
+        differ = [
+            f"{tool}: preflight verified {digests.chosen[tool]}, render was asked for "
+            f"{chosen[tool]}"
+            for tool in sorted(digests.chosen)
+            if tool in chosen and digests.chosen[tool] != chosen[tool]
+        ]
+        if differ:
+            raise InvalidInput(
+                "the --digests file is preflight output for other images: " + "; ".join(differ),
+                fix="pass render the same --image-override/--image as preflight-images "
+                "(or none: its output already says which image each tool runs)",
+            )
+    if chosen == spec_images:
+        return workflow
+    tools = {
+        ref: tool.model_copy(update={"image": chosen[ref]}) for ref, tool in workflow.tools.items()
+    }
+    return workflow.model_copy(update={"tools": tools})
+
+
 def render_spec(
     path: Path,
     run_id: str,
@@ -161,14 +199,27 @@ def render_spec(
     kube_context: str | None = None,
     store_uri: str | None = None,
     diff_against: Path | None = None,
+    image_overrides: Sequence[str] = (),
+    image: str | None = None,
 ) -> RenderResult:
-    """Render a spec into ``out`` (replacing an earlier render there atomically)."""
-    from npa.render.tasks import load_digests, render_workflow
+    """Render a spec into ``out`` (replacing an earlier render there atomically).
+
+    Images are chosen as preflight-images chooses them (``image_overrides``, then ``image``,
+    then the spec) and pinned from ``digests_file``; preflight's --json output is pinned
+    exactly as it verified it."""
+    from npa.render.tasks import DigestFile, load_digests, render_workflow
 
     workflow = load_workflow(path)
-    digests = load_digests(digests_file) if digests_file else {}
+    digests = load_digests(digests_file) if digests_file else DigestFile({})
+    workflow = _chosen_images(workflow, image_overrides, image, digests)
+    verified = digests.pins if digests.chosen is not None else None
     tasks = render_workflow(
-        workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
+        workflow,
+        run_id,
+        kube_context=kube_context,
+        digests={} if verified is not None else digests.pins,
+        verified=verified,
+        store_uri=store_uri,
     )
     previous = _read_render(diff_against) if diff_against is not None else None
     files = {t.filename: t.text for t in tasks}

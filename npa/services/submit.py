@@ -382,6 +382,16 @@ def _run_gates(
 
     # --- images ----------------------------------------------------------------------------
     images: dict[str, str] = {}
+    if workflow is not None and (options.image_overrides or options.image):
+        # Checked on every backend: an override the run cannot use is a mistake in the
+        # command line, whether or not this backend pulls images.
+        from npa.images.overrides import choose_images, parse_overrides
+
+        try:
+            picked = parse_overrides(options.image_overrides, workflow.tools)
+            choose_images({k: t.image for k, t in workflow.tools.items()}, picked, options.image)
+        except NpaError as error:
+            gates.add("image-overrides", "failed", error.message, error.fix)
     if workflow is not None:
         if backend_name == "local":
             images = {k: t.image for k, t in workflow.tools.items()}
