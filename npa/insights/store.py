@@ -8,6 +8,7 @@ is updated rather than duplicated. Runs are keyed by ``<workflow>/<run id>``.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -64,7 +65,7 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
             fix=f"npa workbench insights ingest-run --input-path RUN_PREFIX --output-path {path}",
         )
     if create:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(db)
     try:
         conn = sqlite3.connect(db if create else f"file:{db}?mode=ro", uri=not create)
     except sqlite3.Error as exc:
@@ -80,6 +81,22 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
         raise InvalidInput(f"{db} is not an npa insights store: {exc}") from None
     finally:
         conn.close()
+
+
+def _create_private(db: Path) -> None:
+    """The store holds log tails: owner-only from its first byte (SQLite gives its journal the
+    same mode), and tightened if an earlier version left it readable by others."""
+    db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise InvalidInput(f"cannot create the insights store {db}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
 
 
 def run_key(facts: RunFacts) -> str:
