@@ -12,6 +12,7 @@ says so: CACHED is evidence, not truth. Both commands only read.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -192,6 +193,11 @@ def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]
         return PLAN_ONLY, "objects exist under the run prefix but nothing was submitted"
     if located.reservation is not None:
         return NOT_SUBMITTED, "the run id is reserved; nothing was staged or submitted"
+    bucket = next(
+        (s for s in located.sources if s.detail == "the bucket itself does not exist"), None
+    )
+    if bucket is not None:
+        return NOT_FOUND, f"{bucket.error}: so no run can be there"
     return NOT_FOUND, "every applicable source answered that this run does not exist"
 
 
@@ -330,15 +336,33 @@ def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]
     return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
 
 
-def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
-    """Every stage of the run. While the job is live and its backend reports per task, each
-    launched stage's state is its own task's; otherwise it is the manifest's record, unless the
-    backend could not be asked about a stage the manifest holds as live."""
+def plan_order(m: RunManifest, located: Located) -> list[str]:
+    """The run's stages in plan order: the manifest's record of it, else the run's plan.json
+    (manifests written before the order was recorded); what neither names comes last."""
+    order = list(m.order)
+    if not order and located.store is not None and located.prefix is not None:
+        try:
+            plan = json.loads(located.store.get(f"{located.prefix}/plan.json"))
+            order = [str(s) for s in plan.get("order") or []]
+        except (NpaError, ValueError, AttributeError):
+            order = []  # the manifest's own (sorted) order is all there is
+    known = set(order)
+    for name in [*m.stages, *m.tasks]:
+        if name not in known:
+            known.add(name)
+            order.append(name)
+    return order
+
+
+def _stages(m: RunManifest, job: JobAnswer, state: str, order: list[str]) -> dict[str, StageView]:
+    """Every stage of the run, in plan order. While the job is live and its backend reports per
+    task, each launched stage's state is its own task's; otherwise it is the manifest's record,
+    unless the backend could not be asked about a stage the manifest holds as live."""
     stages = JobStages.of_run(m)
     record = job.record
     per_task = record is not None and bool(record.tasks)
     views: dict[str, StageView] = {}
-    for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]:
+    for name in order:
         rec = m.stages.get(name)
         recorded = rec.state if rec is not None else "PENDING"
         waves = "no waves recorded"
@@ -373,11 +397,6 @@ def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
             )
             view.detail = unknown
         views[name] = view
-    if job.stage_tasks:  # the job's task order is the plan order of the stages it runs
-        position = {name: task.task_id for name, task in job.stage_tasks.items()}
-        views = dict(
-            sorted(views.items(), key=lambda item: (item[0] in position, position.get(item[0], 0)))
-        )
     return views
 
 
@@ -414,6 +433,7 @@ def _next(
         out += [s.fix for s in located.unavailable if s.fix]
         out.append(located.status_command("--cached"))
     elif state == NOT_FOUND:
+        out += [s.fix for s in located.sources if s.answer == "absent" and s.fix]
         out.append(cmd(*wf, "list", "--project", project, "--limit", "50"))
     elif state not in TERMINAL and state != CACHED:
         out.append(located.status_command("--watch"))
@@ -445,7 +465,7 @@ def status(
         pending, pods = ask_pods(located, record, paths)
         located.sources.append(pods)
     m = located.manifest
-    stages = _stages(m, job, state) if m else {}
+    stages = _stages(m, job, state, plan_order(m, located)) if m else {}
     return StatusResult(
         project=located.project,
         run_id=located.run_id,

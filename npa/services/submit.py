@@ -690,6 +690,7 @@ def submit(
             source_digest=staged.source_digest,
             plan_digest=_digest(plan_json),
             tasks=task_digests,
+            order=plan.order,
             images=facts["images"],
             accelerator_remap=remap,
             policy={
