@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -87,16 +88,30 @@ def _create_private(db: Path) -> None:
     """The store holds log tails: owner-only from its first byte (SQLite gives its journal the
     same mode), and tightened if an earlier version left it readable by others."""
     db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if db.exists() and not db.is_file():
+        raise _not_a_file(db)
     try:
-        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        # Non-blocking: a FIFO that appears meanwhile is refused, not waited on.
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
     except OSError as exc:
-        raise InvalidInput(f"cannot create the insights store {db}: {exc.strerror}") from None
+        raise InvalidInput(
+            f"cannot create the insights store {db}: {exc.strerror}", fix=f"ls -l {db}"
+        ) from None
     try:
         info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_a_file(db)
         if info.st_uid == os.getuid() and info.st_mode & 0o077:
             os.fchmod(fd, 0o600)
     finally:
         os.close(fd)
+
+
+def _not_a_file(db: Path) -> InvalidInput:
+    return InvalidInput(
+        f"--output-path {db} is not a regular file; the insights store is a SQLite file",
+        fix=f"pass a new file or a directory, e.g. --output-path {db.parent / 'insights.db'}",
+    )
 
 
 def run_key(facts: RunFacts) -> str:

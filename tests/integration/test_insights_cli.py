@@ -233,3 +233,10 @@ def test_a_stage_that_echoes_credentials_leaves_none_in_the_store(
     out.chmod(0o644)
     ingest(str(prefix), out, env=env)
     assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    # What is not a regular file is refused as a store, without waiting on a FIFO's reader.
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    for target in (fifo, Path("/dev/zero")):
+        r = run_npa("workbench", "insights", "ingest-run", "--input-path", str(prefix),
+                    "--output-path", str(target), env=env, timeout=60)  # fmt: skip
+        assert r.code == 2 and "not a regular file" in r.stderr, r.stderr
