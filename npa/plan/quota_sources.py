@@ -200,6 +200,12 @@ def _is_loopback(endpoint: str) -> bool:
         return False
 
 
+def _status(error: Exception) -> str:
+    """The gRPC status name of a Nebius SDK RequestError (``NOT_FOUND``...)."""
+    code = getattr(getattr(error, "status", None), "code", None)
+    return str(getattr(code, "name", code))
+
+
 def nebius_sdk(endpoint: str | None, credentials: str | None) -> Any:
     """A Nebius SDK client. Credentials are found the way the SDK finds them unless given;
     ``endpoint`` overrides the API address (a loopback test server is reached without TLS)."""
@@ -277,9 +283,7 @@ class NebiusQuotaSource:
                         request, timeout=self.timeout, per_retry_timeout=self.timeout / 3
                     ).wait()
                 except RequestError as exc:
-                    code = getattr(getattr(exc, "status", None), "code", None)
-                    code_name = getattr(code, "name", str(code))
-                    readings.append(self._failed(name, f"quota API answered {code_name}"))
+                    readings.append(self._failed(name, f"quota API answered {_status(exc)}"))
                     continue
                 except Exception as exc:
                     readings.append(self._failed(name, f"quota API call failed: {exc}"))
@@ -347,8 +351,7 @@ class NebiusDiskLookup:
                 .wait()
             )
         except RequestError as exc:
-            code = getattr(getattr(exc, "status", None), "code", None)
-            code_name = getattr(code, "name", str(code))
+            code_name = _status(exc)
             if code_name == "NOT_FOUND":
                 return None
             raise Unavailable(f"the compute API answered {code_name} for disk {disk_id}") from None

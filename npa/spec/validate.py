@@ -276,17 +276,9 @@ def _check_stage(
             + (_known(index.tools) if index.tools else "none declared"),
         )
 
-    seen_inputs: set[str] = set()
-    for j, inp in _mappings(stage.get("inputs")):
-        name = inp.get("name")
-        if isinstance(name, str):
-            if name in seen_inputs:
-                out.add(
-                    (*at, "inputs", j, "name"),
-                    f"duplicate input name {name!r}",
-                    "name each input once",
-                )
-            seen_inputs.add(name)
+    inputs = _mappings(stage.get("inputs"))
+    _unique_names(at, "input", inputs, out)
+    for j, inp in inputs:
         ref = inp.get("from")
         if "uri" in inp or not isinstance(ref, str):
             continue
@@ -313,19 +305,11 @@ def _check_stage(
                 f"(declared: {_known(index.outputs[src])})",
             )
 
-    seen_outputs: set[str] = set()
+    outputs = _mappings(stage.get("outputs"))
+    _unique_names(at, "output", outputs, out)
     # Each stage writes under its own outputs prefix, so only paths within a stage can clash.
     output_paths: dict[str, int] = {}
-    for j, output_decl in _mappings(stage.get("outputs")):
-        name = output_decl.get("name")
-        if isinstance(name, str):
-            if name in seen_outputs:
-                out.add(
-                    (*at, "outputs", j, "name"),
-                    f"duplicate output name {name!r}",
-                    "name each once",
-                )
-            seen_outputs.add(name)
+    for j, output_decl in outputs:
         path = output_decl.get("path")
         if not isinstance(path, str) or not path or relative_path_problem(path):
             continue
@@ -370,6 +354,24 @@ def _check_stage(
                 f"{accel} does not fit a GPU node ({infra.gpu_nodes.accelerators})",
                 "request at most the GPUs of one node, of the node's model",
             )
+
+
+def _unique_names(
+    at: Path, kind: str, items: list[tuple[int, dict[str, Any]]], out: _Collector
+) -> None:
+    """Every ``name`` among a stage's inputs (or outputs) used once."""
+    seen: set[str] = set()
+    for j, item in items:
+        name = item.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            out.add(
+                (*at, f"{kind}s", j, "name"),
+                f"duplicate {kind} name {name!r}",
+                f"name each {kind} once",
+            )
+        seen.add(name)
 
 
 def _upstream_names(stage: dict[str, Any]) -> set[str]:

@@ -26,7 +26,7 @@ from npa.plan.infra import GIB, cluster_requirements, disk_needs, known_quotas
 from npa.spec.model import Workflow
 from npa.spec.validate import validate_text
 from tests.harness.cli import run_npa
-from tests.unit.specdata import base_spec
+from tests.unit.specdata import base_spec, doc_paths
 
 pytestmark = pytest.mark.unit
 
@@ -84,22 +84,11 @@ values = st.recursive(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            found += _paths(value, (*prefix, i))
-    return found
-
-
 @st.composite
 def mutated(draw: st.DrawFn, original: dict[str, Any], most: int = 3) -> dict[str, Any]:
     doc = copy.deepcopy(original)
     for _ in range(draw(st.integers(min_value=0, max_value=most))):
-        path = draw(st.sampled_from(_paths(doc)))
+        path = draw(st.sampled_from(doc_paths(doc)))
         parent: Any = doc
         for part in path[:-1]:
             parent = parent[part]

@@ -21,7 +21,7 @@ from npa.plan.quota import assess
 from npa.render.tasks import render_workflow
 from npa.spec.loader import load_text
 from npa.spec.validate import validate_text
-from tests.unit.specdata import DIGEST_A, base_spec
+from tests.unit.specdata import DIGEST_A, base_spec, doc_paths
 
 pytestmark = pytest.mark.unit
 
@@ -81,22 +81,11 @@ def test_random_yaml_never_raises(fragments: list[str], noise: str) -> None:
             assert issue.message and issue.hint
 
 
-def _paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
     spec = base_spec()
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
-        paths = [p for p in _paths(spec) if p]
+        paths = [p for p in doc_paths(spec) if p]
         path = draw(st.sampled_from(paths))
         parent = spec
         for part in path[:-1]:

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from npa.spec.model import RULE_ERROR, Workflow
 from npa.spec.schema import workflow_json_schema
 from npa.spec.validate import validate_text
-from tests.unit.specdata import base_spec, dump
+from tests.unit.specdata import base_spec, doc_paths, dump
 
 pytestmark = pytest.mark.unit
 
@@ -54,17 +54,6 @@ values = st.recursive(
 )
 
 
-def _paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix]
-    if isinstance(node, dict):
-        for key, value in node.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            found += _paths(value, (*prefix, i))
-    return found
-
-
 def _parent(doc: Any, path: tuple[Any, ...]) -> Any:
     for part in path[:-1]:
         doc = doc[part]
@@ -75,7 +64,7 @@ def _parent(doc: Any, path: tuple[Any, ...]) -> Any:
 def mutated_specs(draw: st.DrawFn) -> Any:
     spec = base_spec()
     for _ in range(draw(st.integers(min_value=1, max_value=3))):
-        paths = [p for p in _paths(spec) if p]
+        paths = [p for p in doc_paths(spec) if p]
         path = draw(st.sampled_from(paths))
         parent = _parent(spec, path)
         action = draw(st.sampled_from(["replace", "retype", "delete", "add"]))
