@@ -15,7 +15,6 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Any
@@ -477,30 +476,30 @@ def validate_document(doc: LoadedDocument) -> tuple[Workflow | None, list[SpecIs
     return (workflow if not issues else None), issues
 
 
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    """Parsing and validating allocate millions of objects that all stay alive until the end;
+def validate_text(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
+    """Parse and validate spec text, in time linear in its size.
+
+    Parsing and validating allocate millions of objects that all stay alive until the end;
     the cyclic garbage collector would rescan them over and over (time growing faster than
-    the document) with nothing to free. It runs again, once, afterwards."""
+    the document) with nothing to free, so it is paused, and resumed only once the parse tree
+    is gone (``_validate`` has returned): what it then sees is the result alone."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield
+        return _validate(text)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def validate_text(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
-    """Parse and validate spec text, in time linear in its size."""
-    with _collector_paused():
-        doc, problems = load_text(text)
-        if doc is None:
-            return None, [
-                SpecIssue(path="", message=p.message, hint=p.hint, line=p.line, column=p.column)
-                for p in problems
-            ]
-        return validate_document(doc)
+def _validate(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
+    doc, problems = load_text(text)
+    if doc is None:
+        return None, [
+            SpecIssue(path="", message=p.message, hint=p.hint, line=p.line, column=p.column)
+            for p in problems
+        ]
+    return validate_document(doc)
 
 
 def read_spec_text(path: FsPath) -> str:
