@@ -382,6 +382,7 @@ def _run_gates(
 
     # --- images ----------------------------------------------------------------------------
     images: dict[str, str] = {}
+    choice_ok = True
     if workflow is not None and (options.image_overrides or options.image):
         # Checked on every backend: an override the run cannot use is a mistake in the
         # command line, whether or not this backend pulls images.
@@ -391,6 +392,7 @@ def _run_gates(
             picked = parse_overrides(options.image_overrides, workflow.tools)
             choose_images({k: t.image for k, t in workflow.tools.items()}, picked, options.image)
         except NpaError as error:
+            choice_ok = False
             gates.add("image-overrides", "failed", error.message, error.fix)
     if workflow is not None:
         if backend_name == "local":
@@ -402,6 +404,8 @@ def _run_gates(
             )
         elif not options.preflight_images:
             gates.add("images", "skipped", "--no-preflight-images: render needs pinned digests")
+        elif not choice_ok:
+            gates.add("images", "skipped", "needs a valid --image-override/--image")
         else:
             from npa.services.images import preflight
 
