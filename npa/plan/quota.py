@@ -295,21 +295,13 @@ def _consensus(readings: list[QuotaReading]) -> tuple[int | None, bool, str | No
     return available, unlimited, None
 
 
-def assess(
-    requirements: Sequence[QuotaRequirement],
-    sources: Sequence[QuotaSource],
-    *,
-    needs: Sequence[DiskNeed] = (),
-    existing: Sequence[ExistingCheck] = (),
-    scope: QuotaScope | None = None,
-) -> QuotaAssessment:
-    """Compare what the plan needs with what the sources say is available for ``scope``
-    (default: no region, the local target's), deducting the existing disks that were proven."""
-    scope = scope or QuotaScope()
-    names = [r.name for r in requirements]
+def _readings(
+    sources: Sequence[QuotaSource], names: list[str], scope: QuotaScope
+) -> tuple[dict[str, list[QuotaReading]], dict[str, list[str]]]:
+    """Every source's answer for each quota that counts for ``scope`` (a source that fails
+    answers "unavailable"), and why each answer that does not count was set aside."""
     readings: dict[str, list[QuotaReading]] = {n: [] for n in names}
     off_scope: dict[str, list[str]] = {n: [] for n in names}
-    problems: list[str] = []
     for source in sources:
         try:
             got = source.read(names)
@@ -332,55 +324,79 @@ def assess(
                 readings[reading.name].append(reading)
             else:
                 off_scope[reading.name].append(why)
+    return readings, off_scope
 
-    claims = [c.disk for c in existing]
-    existing_problems = _existing_problems(needs, claims)
-    problems.extend(existing_problems)
+
+def _line(
+    req: QuotaRequirement,
+    readings: list[QuotaReading],
+    off_scope: list[str],
+    proven: Sequence[ExistingDisk],
+    existing_problems: list[str],
+) -> QuotaLine:
+    """One requirement against its readings, after the proven existing disks are deducted."""
+    deducted = _deduction(req.name, proven) if not existing_problems else 0
+    new = max(req.required - deducted, 0)
+    available, unlimited, problem = _consensus(readings)
+    if problem is not None and not readings and off_scope:
+        problem = f"no evidence for this plan's scope ({'; '.join(off_scope)})"
+    if existing_problems:
+        problem = "existing-resource evidence does not match the plan"
+    shortfall: int | None = None
+    if problem is not None:
+        verdict: LineVerdict = "unknown"
+        reason = problem
+    elif unlimited:
+        verdict, reason, shortfall = "ok", "the source reports no limit", 0
+    else:
+        assert available is not None
+        shortfall = max(new - available, 0)
+        verdict = "ok" if shortfall == 0 else "blocked"
+        reason = "enough is available" if verdict == "ok" else "not enough is available"
+    line = QuotaLine(
+        name=req.name,
+        unit=req.unit,
+        required=req.required,
+        existing=deducted,
+        required_new=new,
+        available=available,
+        shortfall=shortfall,
+        unlimited=unlimited,
+        verdict=verdict,
+        reason=reason,
+        sources=[r.source for r in readings],
+        not_counted=off_scope,
+    )
+    if req.unit == "bytes":
+        line.required_gib = _ceil_gib(req.required)
+        line.existing_gib = deducted // GIB
+        line.required_new_gib = _ceil_gib(new)
+        line.available_gib = None if available is None else available // GIB
+        line.shortfall_gib = None if shortfall is None else _ceil_gib(shortfall)
+    return line
+
+
+def assess(
+    requirements: Sequence[QuotaRequirement],
+    sources: Sequence[QuotaSource],
+    *,
+    needs: Sequence[DiskNeed] = (),
+    existing: Sequence[ExistingCheck] = (),
+    scope: QuotaScope | None = None,
+) -> QuotaAssessment:
+    """Compare what the plan needs with what the sources say is available for ``scope``
+    (default: no region, the local target's), deducting the existing disks that were proven."""
+    scope = scope or QuotaScope()
+    readings, off_scope = _readings(sources, [r.name for r in requirements], scope)
+    existing_problems = _existing_problems(needs, [c.disk for c in existing])
+    problems: list[str] = list(existing_problems)
     proven = [c.disk for c in existing if c.status == "proven"]
-
     lines = []
     for req in requirements:
-        deducted = _deduction(req.name, proven) if not existing_problems else 0
-        new = max(req.required - deducted, 0)
-        available, unlimited, problem = _consensus(readings[req.name])
-        if problem is not None and not readings[req.name] and off_scope[req.name]:
-            problem = f"no evidence for this plan's scope ({'; '.join(off_scope[req.name])})"
-        if existing_problems:
-            problem = "existing-resource evidence does not match the plan"
-        shortfall: int | None = None
-        if problem is not None:
-            verdict: LineVerdict = "unknown"
-            reason = problem
-        elif unlimited:
-            verdict, reason, shortfall = "ok", "the source reports no limit", 0
-        else:
-            assert available is not None
-            shortfall = max(new - available, 0)
-            verdict = "ok" if shortfall == 0 else "blocked"
-            reason = "enough is available" if verdict == "ok" else "not enough is available"
-        line = QuotaLine(
-            name=req.name,
-            unit=req.unit,
-            required=req.required,
-            existing=deducted,
-            required_new=new,
-            available=available,
-            shortfall=shortfall,
-            unlimited=unlimited,
-            verdict=verdict,
-            reason=reason,
-            sources=[r.source for r in readings[req.name]],
-            not_counted=off_scope[req.name],
-        )
-        if req.unit == "bytes":
-            line.required_gib = _ceil_gib(req.required)
-            line.existing_gib = deducted // GIB
-            line.required_new_gib = _ceil_gib(new)
-            line.available_gib = None if available is None else available // GIB
-            line.shortfall_gib = None if shortfall is None else _ceil_gib(shortfall)
+        line = _line(req, readings[req.name], off_scope[req.name], proven, existing_problems)
         lines.append(line)
-        if verdict == "unknown":
-            problems.append(f"{req.name}: {reason}")
+        if line.verdict == "unknown":
+            problems.append(f"{req.name}: {line.reason}")
 
     if any(line.verdict == "blocked" for line in lines):
         overall: Verdict = "blocked"

@@ -10,6 +10,7 @@ import contextlib
 import difflib
 import ipaddress
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from npa.core.errors import InvalidInput, Unavailable
 from npa.core.userfiles import read_user_text
 from npa.plan.evidence import DiskFacts
 from npa.plan.infra import LOCAL_STORE_SIZE, known_quotas
-from npa.plan.quota import ExistingDisk, QuotaReading
+from npa.plan.quota import ExistingDisk, QuotaReading, QuotaSource
 from npa.spec.loader import load_text
 from npa.spec.validate import format_path
 
@@ -75,7 +76,7 @@ class FileQuotaSource:
         if not isinstance(data, dict) or not isinstance(data.get("quotas"), dict):
             raise InvalidInput(
                 f"quota file {path} must be a mapping with a 'quotas' mapping",
-                fix="see docs/spec.md#quota-sources",
+                fix=f"cat {shlex.quote(str(path))}  # quotas: {{NAME: {{limit: N, usage: N}}}}",
             )
         unknown = set(data) - {"source", "quotas", "region", "project"}
         if unknown:
@@ -401,3 +402,22 @@ def load_existing(path: Path) -> list[ExistingDisk]:
             details={"problems": problems},
         )
     return disks
+
+
+def quota_sources(
+    files: Sequence[Path] = (),
+    *,
+    nebius: tuple[str, str, str | None] | None = None,
+    local: LocalStoreSource | None = None,
+    extra: Sequence[QuotaSource] = (),
+) -> list[QuotaSource]:
+    """Every source a quota check asks, in one order: reviewed files, the Nebius API
+    (``nebius``: parent id, region, endpoint), the local target's disks, then any given."""
+    sources: list[QuotaSource] = [FileQuotaSource(f) for f in files]
+    if nebius is not None:
+        parent, region, endpoint = nebius
+        sources.append(NebiusQuotaSource(parent, region, endpoint=endpoint))
+    if local is not None:
+        sources.append(local)
+    sources.extend(extra)
+    return sources

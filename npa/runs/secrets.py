@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from npa.core.errors import NpaError
+from npa.core.errors import SecretLeak
 
 # Variables whose values are credentials. Their names may be written; their values never.
 CREDENTIAL_VARIABLES = (
@@ -39,10 +39,6 @@ MIN_LENGTH = 6
 _AWS_KEYS = ("aws_secret_access_key", "aws_session_token", "aws_access_key_id")
 _KUBE_KEYS = ("token", "password", "client-key-data")
 _DOCKER_KEYS = ("identitytoken", "registrytoken", "password")
-
-
-class SecretLeak(NpaError):
-    kind = "secret_leak"
 
 
 def ensure_secret_free(text: str, where: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.plan.evidence import OutputReader
 from npa.plan.infra import GIB, cluster_requirements, local_requirements
 from npa.plan.model import WorkflowPlan, build_plan
@@ -64,16 +65,16 @@ class PlanResult(Result):
                 res.append(f"{s.resources.disk_gib} GiB disk")
             after = f" after {', '.join(s.depends_on)}" if s.depends_on else ""
             lines.append(
-                f"  {s.level}. {s.name} [{s.tool}]{after}: {s.waves.shards} shards, "
-                f"{s.waves.parallel} at once = {s.waves.waves} waves; {', '.join(res)}; "
-                f"retries {s.retries}"
+                f"  {s.level}. {s.name} [{s.tool}]{after}: {plural(s.waves.shards, 'shard')}, "
+                f"{number(s.waves.parallel)} at once = {plural(s.waves.waves, 'wave')}; "
+                f"{', '.join(res)}; retries {s.retries}"
             )
             for o in s.outputs:
                 lines.append(f"       out {o.name}: {o.uri or o.path}")
         lines += ["", "infrastructure needed:"]
         for d in p.disks:
             lines.append(
-                f"  {d.role}: {d.count} x {d.size_gib} GiB {d.disk_type.value} "
+                f"  {d.role}: {number(d.count)} x {number(d.size_gib)} GiB {d.disk_type.value} "
                 f"({d.count * d.size_gib * GIB} bytes)"
             )
         q = self.quota
@@ -162,11 +163,10 @@ def plan_spec(
     from npa.plan.evidence import check_existing
     from npa.plan.infra import build_region, disk_needs
     from npa.plan.quota_sources import (
-        FileQuotaSource,
         NebiusDiskLookup,
-        NebiusQuotaSource,
         load_existing,
         local_store_source,
+        quota_sources,
     )
     from npa.services.configure import resolve_project
 
@@ -181,26 +181,25 @@ def plan_spec(
     claims = load_existing(options.existing_file) if options.existing_file else []
     if claims and target == "local":
         raise InvalidInput("--existing describes cluster disks; the local target has none")
-    sources: list[QuotaSource] = [FileQuotaSource(f) for f in options.quota_files]
     scope = QuotaScope()
     if target == "nebius":
         scope = QuotaScope(
             region=build_region(workflow.infrastructure, options.nebius_region),
             project=options.nebius_parent_id,
         )
+    nebius = None
     if options.nebius_parent_id:
         assert scope.region is not None
-        sources.append(
-            NebiusQuotaSource(
-                options.nebius_parent_id, scope.region, endpoint=options.nebius_endpoint
-            )
-        )
+        nebius = (options.nebius_parent_id, scope.region, options.nebius_endpoint)
     store: str | None = None
+    local = None
     if target == "local" or options.local:
         settings = resolve_project(options.project, paths=paths)
         store = normalize_store_uri(settings.value("store") or "local", paths)
-        sources.append(local_store_source(store, paths.local_jobs))
-    sources.extend(options.extra_sources)
+        local = local_store_source(store, paths.local_jobs)
+    sources = quota_sources(
+        options.quota_files, nebius=nebius, local=local, extra=options.extra_sources
+    )
 
     existing = check_existing(
         claims,

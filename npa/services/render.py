@@ -7,6 +7,8 @@ import difflib
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,6 +21,7 @@ from npa import __version__
 from npa.core.errors import InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
+from npa.core.text import plural
 from npa.core.userfiles import read_user_text
 from npa.spec.validate import load_workflow, read_spec_text
 
@@ -49,7 +52,8 @@ class RenderResult(Result):
     diff: str | None = None
 
     def text_lines(self) -> list[str]:
-        lines = [f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}"]
+        files = plural(len(self.files), "task file")
+        lines = [f"rendered {files} for run {self.run_id} into {self.out_dir}"]
         lines += [f"  {f.file}  sha256:{f.sha256[:12]}  ({f.stage})" for f in self.files]
         if self.diff_against is not None:
             if not self.changed:
@@ -190,6 +194,46 @@ def _chosen_images(
     return workflow.model_copy(update={"tools": tools})
 
 
+def _render_fix(
+    error: InvalidInput, path: Path, run_id: str, out: Path, digests_file: Path | None
+) -> str:
+    """The command that renders after all: the same one with the values npa can find."""
+    from npa.adapters.kube import kubeconfig
+    from npa.services.configure import resolve_project
+
+    if error.details.get("unpinned"):
+        return (
+            shlex.join(["npa", "workbench", "workflow", "preflight-images", str(path)])
+            + "  # resolves each image to its digest; render then pins them"
+        )
+    argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
+    argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
+    from npa.spec.model import CONTEXT, store_uri_problem
+
+    context = error.details.get("context")
+    if context is not None and not re.fullmatch(CONTEXT, str(context)):
+        context = None  # refused as a name: the fix offers the kubeconfig's current one
+    if context is None:
+        try:
+            context = kubeconfig.merge(kubeconfig.source_files()).current_context
+        except kubeconfig.KubeconfigError:
+            context = None
+        if context is None:
+            return "kubectl config get-contexts -o name  # a context for render --context"
+        argv += ["--context", str(context)]
+    store = error.details.get("store")
+    if (
+        store is None
+        or store_uri_problem(str(store))
+        or not str(store).startswith(("s3://", "gs://"))
+    ):
+        configured = resolve_project(None).value("store") or ""
+        if not configured.startswith(("s3://", "gs://")):
+            return "npa configure --show  # render needs an s3:// or gs:// store (--store-uri)"
+        argv += ["--store-uri", configured]
+    return shlex.join(argv)
+
+
 def render_spec(
     path: Path,
     run_id: str,
@@ -213,14 +257,18 @@ def render_spec(
     digests = load_digests(digests_file) if digests_file else DigestFile({})
     workflow = _chosen_images(workflow, image_overrides, image, digests)
     verified = digests.pins if digests.chosen is not None else None
-    tasks = render_workflow(
-        workflow,
-        run_id,
-        kube_context=kube_context,
-        digests={} if verified is not None else digests.pins,
-        verified=verified,
-        store_uri=store_uri,
-    )
+    try:
+        tasks = render_workflow(
+            workflow,
+            run_id,
+            kube_context=kube_context,
+            digests={} if verified is not None else digests.pins,
+            verified=verified,
+            store_uri=store_uri,
+        )
+    except InvalidInput as error:
+        error.fix = _render_fix(error, path, run_id, out, digests_file)
+        raise
     previous = _read_render(diff_against) if diff_against is not None else None
     files = {t.filename: t.text for t in tasks}
     index = {

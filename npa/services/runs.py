@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 from pathlib import Path
@@ -11,10 +10,12 @@ from urllib.parse import unquote, urlparse
 from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
-from npa.core.errors import InvalidInput, NpaError
+from npa.core.errors import Interrupted, InvalidInput, NpaError
 from npa.core.fsio import exclusive_lock
+from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.runs.identity import (
     legacy_run_id_warning,
     load_record,
@@ -28,21 +29,8 @@ from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
 from npa.services.configure import ProjectSettings, resolve_project
 
-
-class Interrupted(NpaError):
-    """The user stopped a multi-step operation; its journal holds the resume command."""
-
-    exit_code = 130
-    kind = "interrupted"
-
-
 # How long a stager waits for another one staging the same run.
 STAGE_LOCK_WAIT_SECONDS = 600.0
-
-
-def run_prefix(workflow: str, run_id: str) -> str:
-    """The canonical prefix of a run inside its project's store."""
-    return f"{workflow}/{run_id}/npa-workflow"
 
 
 def _prepare_command(spec: Path, project: str) -> str:
@@ -72,7 +60,7 @@ def prepare_run(spec: Path, project: str | None, *, paths: NpaPaths | None = Non
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
-    store = normalize_store_uri(settings.value("store") or "local", paths)
+    store = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     warnings = [w for w in [legacy_run_id_warning(paths)] if w]
     entry = reserve_run(
         paths,
@@ -108,36 +96,41 @@ class StagedSource(Result):
     bytes: int
     left_out: list[str] = Field(default_factory=list)  # npa state inside the tree, never staged
     blobs: int
+    hashed: int  # files read and hashed; the others' digests came from the stat index
     uploaded: int
     uploaded_bytes: int
     repaired: int
-    orphans_removed: int
     already_committed: bool
+    listed: bool  # the store's blobs were listed and checked (--verify, or nothing trusted)
     seconds: float
     journal: str
     resume_command: str
     warnings: list[str]
 
     def text_lines(self) -> list[str]:
-        state = "already committed, verified" if self.already_committed else "committed"
+        if not self.already_committed:
+            state = "committed"
+        elif self.listed:
+            state = "already committed, blobs verified"
+        else:
+            state = "already committed, confirmed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  staged {self.source}: {self.files} files, {self.bytes} bytes, "
-            f"{self.blobs} distinct blobs",
+            f"  staged {self.source}: {plural(self.files, 'file')}, {plural(self.bytes, 'byte')}, "
+            f"{plural(self.blobs, 'distinct blob')}; {plural(self.hashed, 'file')} read and hashed",
             *(
                 [f"  left out (npa state, never staged): {', '.join(self.left_out)}"]
                 if self.left_out
                 else []
             ),
-            f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
-            f"repaired {self.repaired}, removed {self.orphans_removed} orphans "
-            f"in {self.seconds:.2f}s",
+            f"  uploaded {plural(self.uploaded, 'blob')} ({plural(self.uploaded_bytes, 'byte')}), "
+            f"repaired {number(self.repaired)} in {self.seconds:.2f}s",
             f"  manifest: {self.manifest}",
         ]
 
 
 def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[str, ObjectStore]:
-    uri = normalize_store_uri(settings.value("store") or "local", paths)
+    uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     store = open_store(
         uri,
         endpoint_url=settings.value("endpoint_url"),
@@ -160,12 +153,6 @@ def _state_dirs(paths: NpaPaths, store_uri: str) -> list[Path]:
     return dirs
 
 
-def _hash_index(paths: NpaPaths, tree: Path) -> Path:
-    """Where the digests of one source tree's files are remembered between stagings."""
-    name = hashlib.sha256(str(tree).encode()).hexdigest()[:32]
-    return paths.cache("source-index") / f"{name}.json"
-
-
 def stage_run_source(
     spec: Path,
     project: str | None,
@@ -177,8 +164,12 @@ def stage_run_source(
     ask: Ask | None = None,
     progress: Progress | None = None,
     paths: NpaPaths | None = None,
+    verify: bool = False,
 ) -> StagedSource:
-    """Stage the source of a reserved run: content-addressed, idempotent, committed once."""
+    """Stage the source of a reserved run: content-addressed, idempotent, committed once.
+
+    A run whose source is committed already is confirmed with one request; ``verify`` lists
+    the stored blobs instead and repairs missing or damaged ones."""
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
@@ -240,7 +231,7 @@ def stage_run_source(
             source=tree,
         )
         try:
-            manifest, plan = stage_source(
+            plan = stage_source(
                 store,
                 tree,
                 prefix,
@@ -248,7 +239,8 @@ def stage_run_source(
                 progress=progress,
                 step=lambda name, details: journal.append(name, "done", **details),
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
-                index=_hash_index(paths, tree),
+                index=paths.source_index(tree),
+                verify=verify,
                 rules=rules,
             )
         except NpaError as error:
@@ -263,23 +255,24 @@ def stage_run_source(
                 "same command is safe and reuses what is already stored",
                 fix=resume,
             ) from None
-        journal.append("done", "done", source_digest=manifest.digest())
+        journal.append("done", "done", source_digest=plan.digest)
     return StagedSource(
         run_id=entry.run_id,
         project=settings.project,
         workflow=workflow,
         source=str(tree),
         manifest=f"{store.uri}/{prefix}/source/manifest.json",
-        source_digest=manifest.digest(),
-        files=len(manifest.files),
-        bytes=sum(f.size for f in manifest.files),
+        source_digest=plan.digest,
+        files=len(plan.files),
+        bytes=sum(h.file.size for h in plan.files),
         left_out=sorted(rules.found.left_out),
-        blobs=len({f.digest for f in manifest.files}),
+        blobs=len({h.sha256 for h in plan.files}),
+        hashed=plan.hashed,
         uploaded=plan.uploaded,
         uploaded_bytes=plan.uploaded_bytes,
         repaired=plan.repaired,
-        orphans_removed=plan.orphans_removed,
         already_committed=plan.already_committed,
+        listed=plan.listed,
         seconds=round(time.monotonic() - started, 3),
         journal=str(journal.path),
         resume_command=resume,

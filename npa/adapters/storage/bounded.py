@@ -21,8 +21,8 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, StoreUnavailable
-from npa.core.errors import InvalidInput
+from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
+from npa.core.errors import InvalidInput, StoreUnavailable
 
 READ_TIMEOUT_ENV = "NPA_READ_TIMEOUT"
 DEFAULT_READ_TIMEOUT = 15.0

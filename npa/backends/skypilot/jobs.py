@@ -4,21 +4,21 @@
 itself: requests are identified by a request id resolved with ``get``; the queue returns
 SkyPilot's own ``ManagedJobRecord`` models. :class:`SkyManagedJobs` is the real one (``sky`` is
 imported on first use, with ``KUBECONFIG`` pointing at the selected context's file).
-``NPA_SKYPILOT_JOBS_SERVICE=module:factory`` substitutes another implementation of the same
-protocol (a test double, or a site-specific wrapper); the factory is called with
-``kubeconfig=``.
+Another implementation of the same protocol (a test double) is passed to the backend's
+constructor (:class:`npa.backends.skypilot.backend.SkyPilotBackend`). The protocol is typed with
+SkyPilot's own models, so a double that answers anything else fails type checking as well as
+the tests.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from npa.adapters.skypilot.api import kubeconfig_env
 
-SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
+if TYPE_CHECKING:
+    from sky.schemas.api.responses import ManagedJobRecord
 
 
 class ManagedJobsService(Protocol):
@@ -28,7 +28,7 @@ class ManagedJobsService(Protocol):
     def get(self, request_id: str) -> Any:
         """``sky.get``: the request's result, or the exception it raised."""
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         """The ``ManagedJobRecord``s whose name contains ``name`` (finished ones included)."""
 
     def cancel(self, job_ids: list[int]) -> None:
@@ -73,7 +73,7 @@ class SkyManagedJobs:
         with kubeconfig_env(self.kubeconfig):
             return sky.get(request_id)  # type: ignore[arg-type]
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         import sky
 
         with kubeconfig_env(self.kubeconfig):
@@ -99,14 +99,3 @@ class SkyManagedJobs:
             for chunk in chunks:
                 if chunk:
                     yield from chunk.splitlines()
-
-
-def load_service(kubeconfig: str | None) -> ManagedJobsService:
-    """The configured service: ``$NPA_SKYPILOT_JOBS_SERVICE`` or the real SDK."""
-    target = os.environ.get(SERVICE_ENV)
-    if not target:
-        return SkyManagedJobs(kubeconfig=kubeconfig)
-    module_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr or "service")
-    service: ManagedJobsService = factory(kubeconfig=kubeconfig)
-    return service
