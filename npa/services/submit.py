@@ -506,6 +506,7 @@ def _admit(
     )
     report = run_gates(asked, paths, settings, backend)
     report.raise_if_failed()
+    report.admission.commit()
     return settings, report
 
 

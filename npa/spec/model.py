@@ -174,6 +174,10 @@ class Tool(_Strict):
     )
 
 
+# The spec's tools section, by TOOL_REF; also validated alone where the rest of a spec is not.
+ToolMap = dict[Annotated[str, StringConstraints(pattern=TOOL_REF)], Tool]
+
+
 class Input(_Strict):
     """Data a stage reads: an object-store URI, or another stage's declared output."""
 
@@ -381,9 +385,7 @@ class Workflow(_Strict):
     kind: Literal["Workflow"] = Field(description="Always Workflow.")
     metadata: Metadata
     storage: Storage | None = Field(default=None, description="Where run data lives.")
-    tools: dict[Annotated[str, StringConstraints(pattern=TOOL_REF)], Tool] = Field(
-        description="Images by TOOL_REF."
-    )
+    tools: ToolMap = Field(description="Images by TOOL_REF.")
     stages: list[Stage] = Field(min_length=1, description="The steps, in any order.")
     infrastructure: Infrastructure = Field(default_factory=Infrastructure)
 
