@@ -332,6 +332,7 @@ def _new_manifest(run: _Run, digests: dict[str, str], now: str) -> RunManifest:
         source_digest=run.source_digest,
         plan_digest=_plan_digest(run.plan.model_dump(mode="json")),
         tasks=digests,
+        order=run.plan.order,
         images=run.admission.images,
         accelerator_remap=run.admission.accelerators,
         policy={

@@ -201,16 +201,27 @@ def test_status_lists_stages_in_plan_order_even_for_old_manifests(
     assert list(res.json()["stages"]) == ["make", "double", "add"]
 
 
-def test_artifacts_fails_when_a_failed_stage_left_its_outputs_missing(
-    env: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("status", ["missing", "empty"])
+def test_artifacts_fails_when_a_failed_stage_left_its_outputs_missing_or_empty(
+    env: dict[str, str], npa_home: Path, tmp_path: Path, status: str
 ) -> None:
     doc = tiny()
     doc["stages"][1]["command"] = "echo no squares today >&2; exit 4"
     run_id = finished_run(env, tmp_path / "wf", doc)
+    if status == "empty":
+        # What a backend writing straight into the store (a mounted bucket) leaves behind
+        # when the stage dies after creating its file.
+        outputs = npa_home / "store" / "tiny-local" / run_id / "npa-workflow" / "stages"
+        planted = outputs / "square" / "outputs" / "squares" / "squares.txt"
+        planted.parent.mkdir(parents=True)
+        planted.write_bytes(b"")
     res = run_npa(*WF, "artifacts", run_id, "--project", "demo", "--json", env=env)
     assert res.code == 1, res.stdout + res.stderr
     body = res.json()
-    assert any("square is FAILED and output squares is missing" in f for f in body["failures"])
+    wanted = f"square is FAILED and output squares is {status}"
+    assert any(wanted in f for f in body["failures"]), body["failures"]
+    text = run_npa(*WF, "artifacts", run_id, "--project", "demo", env=env)
+    assert text.code == 1 and wanted in text.stdout + text.stderr
     # total never ran: it is not judged on outputs it was never asked to write.
     assert not any("total" in f for f in body["failures"])
 

@@ -97,7 +97,9 @@ class ObstoreS3Store(S3Base):
             },
             retry_config={
                 "max_retries": max(0, max_attempts - 1),
-                "retry_timeout": timedelta(seconds=min(60, timeout) if timeout else 60),
+                # Retries go on past a read timeout: the BoundedStore around a reading
+                # command is what gives up, with its own answer.
+                "retry_timeout": timedelta(seconds=60),
             },
             credential_provider=provider,  # type: ignore[arg-type]
         )
