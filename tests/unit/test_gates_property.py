@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -138,8 +138,8 @@ def quota_mutations(draw: st.DrawFn) -> dict[str, Any]:
     return draw(mutated(doc, most=2))
 
 
-def spec_mutations() -> st.SearchStrategy[dict[str, Any]]:
-    """The spec with its cluster shape (what the quota is computed from) changed."""
+def cluster_spec() -> dict[str, Any]:
+    """A valid spec with a cluster shape (what the quota is computed from)."""
     spec = base_spec()
     spec["infrastructure"] = {
         "context": "test-ctx",
@@ -148,7 +148,12 @@ def spec_mutations() -> st.SearchStrategy[dict[str, Any]]:
         "cpu_nodes": {"count": 1, "disk_gib": 128},
         "gpu_nodes": {"count": 1, "disk_gib": 1023},
     }
-    return mutated(spec, most=2)
+    return spec
+
+
+def spec_mutations() -> st.SearchStrategy[dict[str, Any]]:
+    """The spec with its cluster shape changed."""
+    return mutated(cluster_spec(), most=2)
 
 
 # --- the oracles ------------------------------------------------------------------------------
@@ -325,3 +330,44 @@ def test_the_same_holds_for_the_console_script(
         res = run_npa(*write_inputs(Path(tmp), spec, quota, existing))
     assert "Traceback" not in res.stderr, res.stderr
     expect(spec, quota, existing, res.code, res.stdout)
+
+
+# --- the same evidence through provision-if-absent's gate -------------------------------------
+
+
+@settings(
+    max_examples=200,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+# Half the specs valid as written: the gate's verdicts are the point here.
+@given(spec=st.one_of(st.just(cluster_spec()), spec_mutations()), quota=quota_mutations())
+def test_provision_never_creates_on_evidence_that_is_not_evidence(
+    spec: dict[str, Any], quota: Any, npa_home: Path
+) -> None:
+    """provision-if-absent's quota gate reads the same files: malformed ones are an input
+    error (exit 2), and it never says ok unless the evidence alone supports it."""
+    from npa.core.errors import InvalidInput
+    from npa.core.paths import NpaPaths
+    from npa.services.provision import ProvisionRequest, quota_gate
+
+    workflow = validate_text(yaml.safe_dump(spec, sort_keys=False))[0]
+    if workflow is None:
+        return  # a spec provision would refuse before its gate (the property above covers it)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "quota.yaml"
+        path.write_text(yaml.safe_dump(quota, sort_keys=False))
+        req = ProvisionRequest(project=None, target="nebius", quota_files=[path])
+        try:
+            assessment = quota_gate(req, NpaPaths(npa_home), workflow.infrastructure)
+        except InvalidInput as error:
+            assert not quota_input_ok(quota), error.message
+            assert error.exit_code == 2
+            event("input error")
+            return
+    assert quota_input_ok(quota), quota
+    assert assessment.verdict in ("ok", "blocked", "blocked-unknown")
+    event(assessment.verdict)  # --hypothesis-show-statistics: every outcome is reached
+    if assessment.verdict == "ok":
+        assert quota_supports_ok(quota, spec), (quota, assessment)
+    assert all(line.existing == 0 for line in assessment.lines)
