@@ -150,5 +150,7 @@ def program() -> None:
     pulumi.export("cpu_node_group_id", cpu.id)
     pulumi.export("gpu_node_group_id", gpu.id)
     pulumi.export("agent_id", agent.id)
+    # Evidence for plan-spec --existing: the agent boot disk exists once this output does.
+    pulumi.export("agent_boot_disk_id", agent_disk.id)
     pulumi.export("bucket", bucket.bucket)
     pulumi.export("kubeconfig", kubeconfig)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -29,6 +30,28 @@ PrefixOpt = Annotated[
     str | None,
     Opt("--workflow-s3-uri", help="The run's prefix, when this shell cannot resolve the store."),
 ]
+ReadTimeoutOpt = Annotated[
+    float | None,
+    Opt(
+        "--read-timeout",
+        min=0.1,
+        max=3600,
+        help="Seconds the store may take to answer before the run is reported unavailable "
+        "(default: $NPA_READ_TIMEOUT, else 15).",
+    ),
+]
+
+
+def bounded(seconds: float | None, produce: Callable[[], Result]) -> Callable[[], Result]:
+    """``produce`` with every store read bounded by ``seconds`` (see BoundedStore)."""
+
+    def run() -> Result:
+        from npa.adapters.storage.bounded import read_budget
+
+        with read_budget(seconds):
+            return produce()
+
+    return run
 
 
 @workflow_app.command("status")
@@ -48,6 +71,7 @@ def status(
         bool, Opt("--cached", help="Store and local records only; marked CACHED, not live.")
     ] = False,
     workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """The run's state from every source that knows it (each listed with its answer).
@@ -89,13 +113,14 @@ def status(
             on_poll=progress,
         )
 
-    finish(as_json, produce, compact=watch)
+    finish(as_json, bounded(read_timeout, produce), compact=watch)
 
 
 @workflow_app.command("list")
 def list_runs(
     project: ProjectOpt = None,
     limit: Annotated[int, Opt("--limit", min=1, max=10_000, help="Newest N runs.")] = 50,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """The project's runs from its store, newest first (no controller or cluster needed)."""
@@ -105,7 +130,7 @@ def list_runs(
 
         return service(project, limit=limit)
 
-    finish(as_json, produce)
+    finish(as_json, bounded(read_timeout, produce))
 
 
 @workflow_app.command("artifacts")
@@ -114,6 +139,7 @@ def artifacts(
     project: ProjectOpt = None,
     stage: Annotated[str | None, Opt("--stage", help="Only this stage.")] = None,
     workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Declared outputs against what the store holds; missing or zero-byte ones fail (exit 1)."""
@@ -123,7 +149,7 @@ def artifacts(
 
         return service(run, project, stage=stage, workflow_uri=workflow_s3_uri)
 
-    finish(as_json, produce)
+    finish(as_json, bounded(read_timeout, produce))
 
 
 @workflow_app.command("logs")
@@ -138,6 +164,7 @@ def logs(
         bool, Opt("--cached", help="The store only; never contact the backend.")
     ] = False,
     workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """A stage's logs; --json states which sources were tried and what "empty" means."""
@@ -155,7 +182,7 @@ def logs(
             emit=None if as_json else typer.echo,
         )
 
-    finish(as_json, produce)
+    finish(as_json, bounded(read_timeout, produce))
 
 
 @workflow_app.command("gpus")
@@ -188,6 +215,7 @@ def cancel(
     run: RunArg,
     project: ProjectOpt = None,
     workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Cancel the run's job by its id (never by name). Repeat-safe."""
@@ -197,7 +225,7 @@ def cancel(
 
         return service(run, project, workflow_uri=workflow_s3_uri)
 
-    finish(as_json, produce)
+    finish(as_json, bounded(read_timeout, produce))
 
 
 @workflow_app.command("load-artifact")
@@ -208,6 +236,7 @@ def load_artifact(
     ],
     project: ProjectOpt = None,
     workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Copy the final stages' outputs of a fully succeeded run. Never relaunches anything."""
@@ -217,4 +246,4 @@ def load_artifact(
 
         return service(run, project, destination=destination, workflow_uri=workflow_s3_uri)
 
-    finish(as_json, produce)
+    finish(as_json, bounded(read_timeout, produce))

@@ -64,6 +64,10 @@ def plan_spec(
     local_quota: Annotated[
         bool, typer.Option("--local-quota", help="Also check the local store's free disk.")
     ] = False,
+    project: Annotated[
+        str | None,
+        typer.Option("--project", help="Project alias whose store the local target measures."),
+    ] = None,
     skip_quota: Annotated[
         bool, typer.Option("--skip-quota", help="Show the plan only; the quota is not checked.")
     ] = False,
@@ -89,6 +93,7 @@ def plan_spec(
             nebius_endpoint=nebius_endpoint,
             local=local_quota,
             skip=skip_quota,
+            project=project,
         )
         return run(spec, run_id, target=target, quota=options)  # type: ignore[arg-type]
 
@@ -102,7 +107,24 @@ def render(
     out: Annotated[Path, typer.Option("--out", help="Directory for the task files.")],
     digests: Annotated[
         Path | None,
-        typer.Option("--digests", help="TOOL_REF: sha256:<digest> file (before preflight)."),
+        typer.Option(
+            "--digests",
+            help="TOOL_REF: sha256:<digest> file, or the output of preflight-images --json "
+            "(pinned exactly as it verified).",
+        ),
+    ] = None,
+    image_override: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--image-override",
+            metavar="TOOL_REF=IMAGE",
+            help="TOOL_REF=IMAGE: render IMAGE for that tool, as preflight-images does. "
+            "Repeatable.",
+        ),
+    ] = None,
+    image: Annotated[
+        str | None,
+        typer.Option("--image", metavar="IMAGE", help="IMAGE for every tool without an override."),
     ] = None,
     context: Annotated[
         str | None, typer.Option("--context", help="Kube context (default: the spec's).")
@@ -128,5 +150,7 @@ def render(
             kube_context=context,
             store_uri=store_uri,
             diff_against=diff,
+            image_overrides=image_override or [],
+            image=image,
         ),
     )

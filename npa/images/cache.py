@@ -35,10 +35,15 @@ class CacheEntry(BaseModel):
 
 
 class VerificationCache:
-    """Owner-only cache of verified digests."""
+    """Owner-only cache of verified digests.
 
-    def __init__(self, paths: NpaPaths) -> None:
+    With ``defer``, verifications are kept in memory until :meth:`commit`: a check whose
+    caller may still refuse (submit's gates) writes nothing unless the caller goes on."""
+
+    def __init__(self, paths: NpaPaths, *, defer: bool = False) -> None:
         self.dir = paths.cache("images")
+        self.defer = defer
+        self.pending: dict[Path, CacheEntry] = {}
 
     def _file(self, digest: str) -> Path:
         algorithm, _, hexpart = digest.partition(":")
@@ -47,12 +52,14 @@ class VerificationCache:
     def lookup(self, digest: str, run_as_user: int) -> CacheEntry | None:
         """The entry for ``digest`` when it holds for this contract version and user."""
         path = self._file(digest)
-        if not path.is_file():
-            return None
-        try:
-            entry = CacheEntry.model_validate(read_json(path))
-        except (StateCorrupt, ValidationError, OSError):
-            return None  # rewritten by the next verification
+        entry = self.pending.get(path)
+        if entry is None:
+            if not path.is_file():
+                return None
+            try:
+                entry = CacheEntry.model_validate(read_json(path))
+            except (StateCorrupt, ValidationError, OSError):
+                return None  # rewritten by the next verification
         if entry.digest != digest or entry.contract_version != CONTRACT_VERSION:
             return None
         if entry.verified_by == "probe" and entry.probe_run_as_user != run_as_user:
@@ -71,7 +78,20 @@ class VerificationCache:
             probe_run_as_user=probe_run_as_user,
             checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
+        if self.defer:
+            self.pending[self._file(digest)] = entry
+            return True
+        return self._write(self._file(digest), entry)
+
+    def commit(self) -> None:
+        """Write the verifications a deferring cache kept back."""
+        for path, entry in self.pending.items():
+            self._write(path, entry)
+        self.pending.clear()
+
+    @staticmethod
+    def _write(path: Path, entry: CacheEntry) -> bool:
         with contextlib.suppress(OSError):
-            atomic_write_json(self._file(digest), entry.model_dump(mode="json"))
+            atomic_write_json(path, entry.model_dump(mode="json"))
             return True
         return False

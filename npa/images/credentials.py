@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from npa.core.errors import InvalidInput
+from npa.core.userfiles import read_user_text
 from npa.images.reference import DEFAULT_DOMAIN, LEGACY_HUB_DOMAINS
 
 
@@ -237,12 +238,12 @@ def _add_spec(
             fix=flag_fix(host),
         )
     path = Path(spec[len("file:") :] if spec.startswith("file:") else spec).expanduser()
-    if not path.is_file():
+    if not path.exists():
         raise InvalidInput(
             f"--registry-auth file {path} does not exist",
             fix=f"ls -l {shlex.quote(str(path.parent))}  # a docker config.json or pull secret",
         )
-    data = _read_json_object(path)
+    data = _read_json_object(path, "--registry-auth file")
     for host, cred in _auths(data, f"file:{path}").items():
         found.setdefault(host, cred)
     for host, helper in _helpers(data).items():
@@ -255,7 +256,7 @@ def _add_spec(
 
 
 def _docker_client_config(path: Path) -> DockerConfig:
-    data = _read_json_object(path)
+    data = _read_json_object(path, "Docker config")
     store = data.get("credsStore")
     return DockerConfig(
         path=path,
@@ -272,13 +273,13 @@ def _helpers(data: Mapping[str, object]) -> dict[str, str]:
     return {normalize_host(str(k)): str(v) for k, v in helpers.items() if isinstance(v, str) and v}
 
 
-def _read_json_object(path: Path) -> dict[str, object]:
+def _read_json_object(path: Path, what: str) -> dict[str, object]:
+    text = read_user_text(path, what)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else "it is not valid JSON"
+        data = json.loads(text)
+    except json.JSONDecodeError:
         raise InvalidInput(
-            f"cannot read registry credentials from {path}: {reason}",
+            f"cannot read registry credentials from {path}: it is not valid JSON",
             fix=f"python3 -m json.tool {path} >/dev/null  # then fix or replace the file",
         ) from None
     if not isinstance(data, dict):

@@ -81,6 +81,12 @@ def _is_domain(component: str) -> bool:
     )
 
 
+def names_registry(name: str) -> bool:
+    """Whether a repository name starts with a registry host (``ghcr.io/x``, ``h:5000/x``)."""
+    first, sep, _ = name.partition("/")
+    return bool(sep) and _is_domain(first)
+
+
 def parse_reference(value: str, *, default_registry: str | None = None) -> ImageReference:
     """Parse ``value``; a reference with no registry host resolves under ``default_registry``
     (``HOST[:PORT][/NAMESPACE]``) when given, else under Docker Hub.

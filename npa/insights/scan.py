@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +20,7 @@ from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import NotFound
 from npa.core.layout import MANIFEST_NAME, PLAN_NAME
 from npa.runs.manifest import RunManifest, parse_manifest, parse_plan
-from npa.runs.secrets import CREDENTIAL_VARIABLES
+from npa.runs.secrets import KnownSecrets
 
 TAIL_LINES = 20
 TAIL_BYTES = 4096
@@ -85,19 +84,40 @@ def _seconds(start: str | None, end: str | None) -> float | None:
         return None
 
 
-def redact(text: str) -> str:
-    """Replace the value of any credential variable in this environment by its name: a stage
-    may have printed one, and the store must not keep it."""
-    for name in CREDENTIAL_VARIABLES:
-        value = os.environ.get(name, "")
-        if len(value) >= 8:
-            text = text.replace(value, f"[{name}]")
-    return text
-
-
 def _tail(data: bytes) -> str:
     text = data[-TAIL_BYTES:].decode("utf-8", errors="replace")
-    return redact("\n".join(text.splitlines()[-TAIL_LINES:]))
+    return "\n".join(text.splitlines()[-TAIL_LINES:])
+
+
+def _scrub(value: Any, secrets: KnownSecrets) -> Any:
+    if isinstance(value, str):
+        return secrets.redact(value)
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {_scrub(k, secrets): _scrub(v, secrets) for k, v in value.items()}
+    return value
+
+
+def redact_facts(facts: RunFacts, secrets: KnownSecrets) -> RunFacts:
+    """``facts`` with every known credential value replaced by the name of its source, in
+    every text copied out of the run (a stage may have echoed one into its log)."""
+    stages = [
+        replace(
+            s,
+            classification=_scrub(s.classification, secrets),
+            detail=_scrub(s.detail, secrets),
+            metrics=_scrub(s.metrics, secrets),
+            log_tails=_scrub(s.log_tails, secrets),
+        )
+        for s in facts.stages
+    ]
+    return replace(
+        facts,
+        stages=stages,
+        supervisor=_scrub(facts.supervisor, secrets),
+        run_logs=_scrub(facts.run_logs, secrets),
+    )
 
 
 def _numeric_leaves(value: Any, prefix: str = "") -> dict[str, float]:

@@ -8,8 +8,10 @@ is updated rather than duplicated. Runs are keyed by ``<workflow>/<run id>``.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sqlite3
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -67,7 +69,7 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
             f"with --output-path {shlex.quote(str(path))}",
         )
     if create:
-        db.parent.mkdir(parents=True, exist_ok=True)
+        _create_private(db)
     try:
         conn = sqlite3.connect(db if create else f"file:{db}?mode=ro", uri=not create)
     except sqlite3.Error as exc:
@@ -83,6 +85,36 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
         raise InvalidInput(f"{db} is not an npa insights store: {exc}") from None
     finally:
         conn.close()
+
+
+def _create_private(db: Path) -> None:
+    """The store holds log tails: owner-only from its first byte (SQLite gives its journal the
+    same mode), and tightened if an earlier version left it readable by others."""
+    db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if db.exists() and not db.is_file():
+        raise _not_a_file(db)
+    try:
+        # Non-blocking: a FIFO that appears meanwhile is refused, not waited on.
+        fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot create the insights store {db}: {exc.strerror}", fix=f"ls -l {db}"
+        ) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _not_a_file(db)
+        if info.st_uid == os.getuid() and info.st_mode & 0o077:
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _not_a_file(db: Path) -> InvalidInput:
+    return InvalidInput(
+        f"--output-path {db} is not a regular file; the insights store is a SQLite file",
+        fix=f"pass a new file or a directory, e.g. --output-path {db.parent / 'insights.db'}",
+    )
 
 
 def run_key(facts: RunFacts) -> str:

@@ -16,6 +16,8 @@ from npa.spec.model import DiskType, Infrastructure, NodeGroup, Workflow
 GIB = 2**30
 DISK_COUNT = "compute.disk.count"
 LOCAL_STORE_SIZE = "local.store.size"
+# Where the nebius target builds when neither --nebius-region nor infrastructure.region says.
+DEFAULT_REGION = "eu-north1"
 
 Role = Literal["agent", "cpu_node", "gpu_node"]
 Unit = Literal["bytes", "count"]
@@ -49,6 +51,17 @@ class QuotaRequirement(BaseModel):
 def disk_size_quota(disk_type: DiskType) -> str:
     """``NETWORK_SSD`` -> ``compute.disk.size.network-ssd``."""
     return "compute.disk.size." + disk_type.value.lower().replace("_", "-")
+
+
+def known_quotas() -> list[str]:
+    """Every quota name npa can require: evidence naming anything else is misspelt."""
+    return sorted({disk_size_quota(t) for t in DiskType} | {DISK_COUNT, LOCAL_STORE_SIZE})
+
+
+def build_region(infra: Infrastructure, flag: str | None = None) -> str:
+    """The region the nebius target builds in (``--nebius-region``, else the spec's, else the
+    default): quota evidence counts only for this region."""
+    return flag or infra.region or DEFAULT_REGION
 
 
 def disk_needs(infra: Infrastructure) -> list[DiskNeed]:

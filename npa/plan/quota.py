@@ -1,18 +1,26 @@
 """Quota arithmetic: required vs available, in exact bytes and counts.
 
 Evidence comes from :class:`QuotaSource` implementations (a reviewed file, the Nebius quota
-API, the local store's filesystem). The arithmetic trusts nothing it cannot check: a source
-that fails, a usage above its limit, a negative figure, two sources that disagree, or an
-existing-resource claim that does not match what the plan needs all give ``blocked-unknown``.
+API, the local store's filesystem). The arithmetic trusts nothing it cannot check:
+
+- a source that fails, a usage above its limit, a negative figure, a line that is both
+  unlimited and limited, or two sources that disagree give ``blocked-unknown``;
+- a reading counts only for the region (and project) the plan builds in (:class:`QuotaScope`):
+  evidence read for another region is no evidence at all;
+- an existing resource is deducted only when its proof was checked (:class:`ExistingCheck`
+  ``proven``: a Pulumi stack output npa read back, a provider lookup, or the stack state npa
+  read itself). A claim in words is "claimed, unproven" and deducts nothing; a claim that does
+  not match what the plan needs gives ``blocked-unknown``.
+
 Only complete, consistent evidence can say ``ok``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
 
 from npa.core.errors import NpaError
 from npa.plan.infra import DISK_COUNT, GIB, DiskNeed, QuotaRequirement, Role, Unit
@@ -20,10 +28,12 @@ from npa.spec.model import DiskType
 
 LineVerdict = Literal["ok", "blocked", "unknown"]
 Verdict = Literal["ok", "blocked", "blocked-unknown", "not-checked"]
+ProofStatus = Literal["proven", "unproven", "refuted", "unavailable"]
 
 
 class QuotaReading(BaseModel):
-    """What one source says about one quota. ``error`` set means the source could not answer."""
+    """What one source says about one quota. ``error`` set means the source could not answer.
+    ``region`` and ``project`` say what the figures were read for (None: not said)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -33,7 +43,27 @@ class QuotaReading(BaseModel):
     usage: int | None = None
     unlimited: bool = False
     region: str | None = None
+    project: str | None = None
     error: str | None = None
+
+
+class QuotaScope(BaseModel):
+    """Where the plan builds: readings for another region or project are not evidence.
+    ``region`` None is the local target, whose only source answers for no region."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    region: str | None = None
+    project: str | None = None
+
+    def mismatch(self, reading: QuotaReading) -> str | None:
+        """Why ``reading`` is not evidence for this scope, or None when it is."""
+        if reading.region != self.region:
+            said = f"region {reading.region}" if reading.region else "no region"
+            return f"{reading.source} names {said}, not {self.region}, where the plan builds"
+        if self.project and reading.project and reading.project != self.project:
+            return f"{reading.source} is for project {reading.project}, not {self.project}"
+        return None
 
 
 class QuotaSource(Protocol):
@@ -50,16 +80,98 @@ class QuotaSource(Protocol):
         ...
 
 
-class ExistingDisk(BaseModel):
-    """A disk proven to exist already (e.g. from stack state), deducted from what is needed."""
+# Evidence files are input: strict types, as in the spec (size_gib: "100" is not a number).
+_Frozen = ConfigDict(extra="forbid", frozen=True, strict=True)
+Name = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+class PulumiOutputRef(BaseModel):
+    """A stack output npa reads back with the pulumi CLI."""
+
+    model_config = _Frozen
+
+    stack: Name = Field(description="Stack name (npa's, or organization/project/stack).")
+    output: Name = Field(description="Output whose presence (and value) proves the resource.")
+    backend: Name | None = Field(
+        default=None, description="State backend URL (default: npa's, file://$NPA_HOME/pulumi)."
+    )
+    value: str | None = Field(default=None, description="The value the output must have.")
+
+
+class PulumiOutputProof(BaseModel):
+    """``evidence: {pulumi: {stack: S, output: O}}``."""
+
+    model_config = _Frozen
+
+    pulumi: PulumiOutputRef
+
+
+class NebiusDiskProof(BaseModel):
+    """``evidence: {nebius_disk: ID}``: the Nebius compute API is asked for the disk."""
+
+    model_config = _Frozen
+
+    nebius_disk: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]{1,128}$")]
+
+
+def _evidence_kind(value: Any) -> str | None:
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, dict | PulumiOutputProof) and "pulumi" in _keys(value):
+        return "pulumi"
+    if isinstance(value, dict | NebiusDiskProof) and "nebius_disk" in _keys(value):
+        return "nebius_disk"
+    return None
+
+
+def _keys(value: Any) -> set[str]:
+    return set(value) if isinstance(value, dict) else set(type(value).model_fields)
+
+
+Evidence = Annotated[
+    Annotated[PulumiOutputProof, Tag("pulumi")]
+    | Annotated[NebiusDiskProof, Tag("nebius_disk")]
+    | Annotated[str, Tag("text"), StringConstraints(min_length=1)],
+    Discriminator(
+        _evidence_kind,
+        custom_error_type="evidence",
+        custom_error_message="evidence must be text (a claim), {pulumi: {stack, output}} or "
+        "{nebius_disk: ID}",
+    ),
+]
+
+
+class ExistingDisk(BaseModel):
+    """A disk claimed to exist already, with what proves it. Only a checkable proof
+    (:class:`PulumiOutputProof`, :class:`NebiusDiskProof`) can make it count; text is a claim."""
+
+    model_config = _Frozen
 
     role: Role
-    disk_type: DiskType = DiskType.NETWORK_SSD
-    size_gib: int = Field(ge=1)
-    count: int = Field(default=1, ge=1)
-    evidence: str = Field(min_length=1, description="What proves it exists.")
+    disk_type: DiskType = Field(default=DiskType.NETWORK_SSD, strict=False)
+    size_gib: int = Field(ge=1, le=1_048_576)
+    count: int = Field(default=1, ge=1, le=1000)
+    evidence: Evidence = Field(description="What proves it exists.")
+
+
+class ExistingCheck(BaseModel):
+    """A claim and what npa found when it checked the proof; only ``proven`` is deducted."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    disk: ExistingDisk
+    status: ProofStatus
+    detail: str
+
+
+def unproven(disk: ExistingDisk) -> ExistingCheck:
+    """A claim whose evidence is words, not something npa can read back."""
+    return ExistingCheck(
+        disk=disk,
+        status="unproven",
+        detail=f"claimed, unproven ({disk.evidence!r} is not a stack output or a provider "
+        "lookup npa can check): not deducted",
+    )
 
 
 class QuotaLine(BaseModel):
@@ -84,6 +196,8 @@ class QuotaLine(BaseModel):
     verdict: LineVerdict
     reason: str
     sources: list[str]
+    # Readings that were not counted, each with why (another region or project).
+    not_counted: list[str] = Field(default_factory=list)
 
 
 class QuotaAssessment(BaseModel):
@@ -93,7 +207,8 @@ class QuotaAssessment(BaseModel):
 
     verdict: Verdict
     lines: list[QuotaLine]
-    existing: list[ExistingDisk]
+    existing: list[ExistingCheck]
+    scope: QuotaScope = Field(default_factory=QuotaScope)
     sources: list[str]
     problems: list[str]
     fix: str | None = None
@@ -137,8 +252,25 @@ def _deduction(name: str, existing: Sequence[ExistingDisk]) -> int:
     )
 
 
+def _contradiction(r: QuotaReading) -> str | None:
+    """Why one reading cannot be true as written, or None."""
+    if r.unlimited and r.limit is not None:
+        return f"{r.source} says both unlimited and limit {r.limit}: contradictory"
+    if r.unlimited:
+        if r.usage is not None and r.usage < 0:
+            return f"{r.source} reported a negative usage ({r.usage})"
+        return None
+    if r.limit is None or r.usage is None:
+        return f"{r.source} gave no limit or usage"
+    if r.limit < 0 or r.usage < 0:
+        return f"{r.source} reported a negative figure (limit {r.limit}, usage {r.usage})"
+    if r.usage > r.limit:
+        return f"{r.source} reports usage {r.usage} above its limit {r.limit}"
+    return None
+
+
 def _consensus(readings: list[QuotaReading]) -> tuple[int | None, bool, str | None]:
-    """(available, unlimited, problem) from every reading of one quota."""
+    """(available, unlimited, problem) from every (in-scope) reading of one quota."""
     if not readings:
         return None, False, "no source reported this quota"
     failed = [r for r in readings if r.error]
@@ -146,20 +278,12 @@ def _consensus(readings: list[QuotaReading]) -> tuple[int | None, bool, str | No
         return None, False, "; ".join(f"{r.source}: {r.error}" for r in failed)
     answers: dict[str, tuple[int | None, bool]] = {}
     for r in readings:
-        if r.unlimited:
-            answers[r.source] = (None, True)
-            continue
-        if r.limit is None or r.usage is None:
-            return None, False, f"{r.source} gave no limit or usage"
-        if r.limit < 0 or r.usage < 0:
-            return (
-                None,
-                False,
-                f"{r.source} reported a negative figure (limit {r.limit}, usage {r.usage})",
-            )
-        if r.usage > r.limit:
-            return None, False, f"{r.source} reports usage {r.usage} above its limit {r.limit}"
-        answers[r.source] = (r.limit - r.usage, False)
+        problem = _contradiction(r)
+        if problem:
+            return None, False, problem
+        answers[r.source] = (
+            (None, True) if r.unlimited else ((r.limit or 0) - (r.usage or 0), False)
+        )
     distinct = set(answers.values())
     if len(distinct) > 1:
         said = ", ".join(
@@ -171,34 +295,51 @@ def _consensus(readings: list[QuotaReading]) -> tuple[int | None, bool, str | No
     return available, unlimited, None
 
 
-def _readings(sources: Sequence[QuotaSource], names: list[str]) -> dict[str, list[QuotaReading]]:
-    """Every source's answer for each quota; a source that fails answers "unavailable"."""
+def _readings(
+    sources: Sequence[QuotaSource], names: list[str], scope: QuotaScope
+) -> tuple[dict[str, list[QuotaReading]], dict[str, list[str]]]:
+    """Every source's answer for each quota that counts for ``scope`` (a source that fails
+    answers "unavailable"), and why each answer that does not count was set aside."""
     readings: dict[str, list[QuotaReading]] = {n: [] for n in names}
+    off_scope: dict[str, list[str]] = {n: [] for n in names}
     for source in sources:
         try:
             got = source.read(names)
         except (NpaError, OSError) as exc:
             message = exc.message if isinstance(exc, NpaError) else str(exc)
             got = [
-                QuotaReading(source=source.name, name=n, error=f"unavailable: {message}")
+                QuotaReading(
+                    source=source.name,
+                    name=n,
+                    region=scope.region,
+                    error=f"unavailable: {message}",
+                )
                 for n in names
             ]
         for reading in got:
-            if reading.name in readings:
+            if reading.name not in readings:
+                continue
+            why = scope.mismatch(reading)
+            if why is None:
                 readings[reading.name].append(reading)
-    return readings
+            else:
+                off_scope[reading.name].append(why)
+    return readings, off_scope
 
 
 def _line(
     req: QuotaRequirement,
     readings: list[QuotaReading],
-    existing: Sequence[ExistingDisk],
+    off_scope: list[str],
+    proven: Sequence[ExistingDisk],
     existing_problems: list[str],
 ) -> QuotaLine:
-    """One requirement against its readings, after what already exists is deducted."""
-    deducted = _deduction(req.name, existing) if not existing_problems else 0
+    """One requirement against its readings, after the proven existing disks are deducted."""
+    deducted = _deduction(req.name, proven) if not existing_problems else 0
     new = max(req.required - deducted, 0)
     available, unlimited, problem = _consensus(readings)
+    if problem is not None and not readings and off_scope:
+        problem = f"no evidence for this plan's scope ({'; '.join(off_scope)})"
     if existing_problems:
         problem = "existing-resource evidence does not match the plan"
     shortfall: int | None = None
@@ -224,6 +365,7 @@ def _line(
         verdict=verdict,
         reason=reason,
         sources=[r.source for r in readings],
+        not_counted=off_scope,
     )
     if req.unit == "bytes":
         line.required_gib = _ceil_gib(req.required)
@@ -239,15 +381,19 @@ def assess(
     sources: Sequence[QuotaSource],
     *,
     needs: Sequence[DiskNeed] = (),
-    existing: Sequence[ExistingDisk] = (),
+    existing: Sequence[ExistingCheck] = (),
+    scope: QuotaScope | None = None,
 ) -> QuotaAssessment:
-    """Compare what the plan needs with what the sources say is available."""
-    readings = _readings(sources, [r.name for r in requirements])
-    existing_problems = _existing_problems(needs, existing)
+    """Compare what the plan needs with what the sources say is available for ``scope``
+    (default: no region, the local target's), deducting the existing disks that were proven."""
+    scope = scope or QuotaScope()
+    readings, off_scope = _readings(sources, [r.name for r in requirements], scope)
+    existing_problems = _existing_problems(needs, [c.disk for c in existing])
     problems: list[str] = list(existing_problems)
+    proven = [c.disk for c in existing if c.status == "proven"]
     lines = []
     for req in requirements:
-        line = _line(req, readings[req.name], existing, existing_problems)
+        line = _line(req, readings[req.name], off_scope[req.name], proven, existing_problems)
         lines.append(line)
         if line.verdict == "unknown":
             problems.append(f"{req.name}: {line.reason}")
@@ -262,6 +408,7 @@ def assess(
         verdict=overall,
         lines=lines,
         existing=list(existing),
+        scope=scope,
         sources=[s.name for s in sources],
         problems=problems,
     )

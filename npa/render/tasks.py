@@ -10,6 +10,7 @@ encodes the tasks as SkyPilot YAML. Both are pure: they read and write nothing.
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.spec.imageref import DIGEST, parse_image_ref
-from npa.spec.model import Tool, Workflow
+from npa.spec.model import CONTEXT, Tool, Workflow, store_uri_problem
 
 
 @dataclass(frozen=True)
@@ -34,19 +35,37 @@ class RenderedTask:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 
 
-def load_digests(path: Path) -> dict[str, str]:
-    """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``)."""
+@dataclass(frozen=True)
+class DigestFile:
+    """A ``--digests`` file. ``pins`` maps TOOL_REF to ``sha256:<hex>`` or a pinned reference;
+    ``chosen`` is set when the file is ``preflight-images --json`` output: the image preflight
+    chose for each tool (after its --image-override/--image), whose pins were verified and are
+    rendered exactly as they are."""
+
+    pins: dict[str, str]
+    chosen: dict[str, str] | None = None
+
+
+def load_digests(path: Path) -> DigestFile:
+    """A ``--digests`` file: ``TOOL_REF: sha256:<hex>`` (or a full ``repo@sha256:<hex>``),
+    optionally under ``digests:``, or the JSON ``preflight-images --json`` printed."""
+    from npa.core.userfiles import read_user_text
     from npa.spec.loader import load_text
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidInput(f"cannot read digests file {path}: {exc}") from None
-    doc, problems = load_text(text)
+    doc, problems = load_text(read_user_text(path, "digests file"))
     if doc is None:
         raise InvalidInput(f"digests file {path} is not valid YAML: {problems[0].message}")
     data = doc.data
-    if isinstance(data, dict) and set(data) == {"digests"}:
+    chosen: dict[str, str] | None = None
+    if isinstance(data, dict) and {"images", "digests"} <= set(data):
+        rows = data["images"]
+        if not isinstance(rows, list) or not all(
+            isinstance(r, dict) and isinstance(r.get("tool"), str) for r in rows
+        ):
+            raise InvalidInput(f"{path} is not preflight-images --json output (images rows)")
+        chosen = {r["tool"]: str(r.get("reference")) for r in rows}
+        data = data["digests"]
+    elif isinstance(data, dict) and set(data) == {"digests"}:
         data = data["digests"]
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in data.items()
@@ -55,7 +74,27 @@ def load_digests(path: Path) -> dict[str, str]:
             f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
             fix=f"cat {shlex.quote(str(path))}  # each line maps a tool ref to sha256:<64 hex>",
         )
-    return dict(data)
+    return DigestFile(dict(data), chosen)
+
+
+def same_repository(chosen: str, pinned: str) -> bool:
+    """Whether ``pinned`` (a repository name from a digests file) is the repository of the
+    chosen image ``chosen``: the same name, or, for a name without a registry host, that name
+    resolved under a registry (what preflight-images does with --registry)."""
+    if chosen == pinned:
+        return True
+    from npa.images.reference import names_registry, parse_reference
+
+    try:
+        ours = parse_reference(chosen)
+        theirs = parse_reference(pinned)
+    except InvalidInput:
+        return False
+    if ours.name == theirs.name:
+        return True
+    return not names_registry(chosen) and (
+        theirs.path == chosen or theirs.path.endswith("/" + chosen)
+    )
 
 
 def resolve_images(
@@ -106,13 +145,21 @@ def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | Non
     if image is None:
         return f"tool {ref!r}: {tool.image!r} is not a valid image reference", None
     digest = given
+    # The repository written in the digests file where it names one: for a name without a
+    # registry host it says which registry the name resolved under.
+    name = image.name
     if given is not None and not DIGEST.fullmatch(given):
         other = parse_image_ref(given)
         if other is None or other.digest is None:
             return f"tool {ref!r}: {given!r} is not sha256:<64 hex> or repo@sha256:<64 hex>", None
-        if other.name != image.name:
-            return f"tool {ref!r}: digest is for {other.name!r}, the spec uses {image.name!r}", None
-        digest = other.digest
+        if not same_repository(image.name, other.name):
+            return (
+                f"tool {ref!r}: digest is for {other.name!r}, the image is {image.name!r} "
+                "(pass the same --image-override/--image you gave preflight-images, or its "
+                "--json output as --digests)",
+                None,
+            )
+        digest, name = other.digest, other.name
     if image.digest and digest and image.digest != digest:
         return (
             f"tool {ref!r}: the spec pins {image.digest} but the digests file says {digest}",
@@ -124,7 +171,7 @@ def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | Non
             f"tool {ref!r}: {tool.image} is not pinned by digest and no digest was given",
             None,
         )
-    return None, image.pinned(digest)
+    return None, f"{name}@{digest}"
 
 
 def stage_tasks(
@@ -228,6 +275,15 @@ def render_workflow(
     problems = []
     if context is None:
         problems.append("no kube context: set infrastructure.context or pass --context")
+    elif not re.fullmatch(CONTEXT, context):
+        # The same rule as infrastructure.context: a name, never a path or several lines.
+        problems.append(
+            f"kube context {context!r} cannot be used as a name: use letters, digits and "
+            ". _ @ : + -, with no '/', spaces or newlines"
+        )
+    if store is not None and (problem := store_uri_problem(store)):
+        # The same rule as storage.uri.
+        problems.append(f"store {store!r} {problem}")
     external = [
         (stage.name, inp.name, inp.uri)
         for stage in workflow.stages

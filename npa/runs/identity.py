@@ -14,10 +14,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
-from npa.core.errors import InvalidInput, NotFound, StateCorrupt
+from npa.core.errors import InvalidInput, StateCorrupt
 from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
 from npa.core.paths import NpaPaths, safe_component
 
@@ -53,24 +52,20 @@ class ReservationRecord(BaseModel):
 def read_spec_identity(spec_path: Path) -> tuple[str, str]:
     """The workflow identity (``metadata.name``) and the sha256 of the spec file.
 
-    Only ``metadata.name`` is read here; full validation belongs to npa.spec (being built in
-    parallel), which ``prepare-run`` should call once it lands.
+    Only ``metadata.name`` is read here; ``validate-spec`` (and submit's spec gate) check the
+    rest.
     """
-    try:
-        raw = spec_path.read_bytes()
-    except FileNotFoundError:
-        raise NotFound(
-            f"spec {spec_path} does not exist", fix=f"ls {spec_path.parent}  # check the path"
-        ) from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read spec {spec_path}: {exc.strerror}") from None
-    try:
-        doc = yaml.safe_load(raw)
-    except yaml.YAMLError as exc:
+    from npa.spec.loader import load_text
+    from npa.spec.validate import read_spec_text
+
+    text = read_spec_text(spec_path)
+    loaded, problems = load_text(text)
+    if loaded is None:
         raise InvalidInput(
-            f"spec {spec_path} is not valid YAML: {str(exc).splitlines()[0]}",
+            f"spec {spec_path} is not valid YAML: {problems[0].message}",
             fix=f"npa workbench workflow validate-spec {spec_path}",
-        ) from None
+        )
+    doc = loaded.data
     name = doc.get("metadata", {}).get("name") if isinstance(doc, dict) else None
     if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict) or not name:
         raise InvalidInput(
@@ -78,7 +73,7 @@ def read_spec_identity(spec_path: Path) -> tuple[str, str]:
             fix=f"npa workbench workflow validate-spec {spec_path}",
         )
     workflow = safe_component(str(name), "workflow name (metadata.name)")
-    return workflow, hashlib.sha256(raw).hexdigest()
+    return workflow, hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def new_run_id(now: datetime | None = None) -> str:

@@ -112,6 +112,8 @@ class RunManifest(_Model):
     source_digest: str | None
     plan_digest: str
     tasks: dict[str, str]  # stage -> sha256 of its task file
+    # The stages in plan order: the mappings here are written with sorted keys.
+    order: list[str] = Field(default_factory=list)
     images: dict[str, str]  # TOOL_REF -> pinned reference
     accelerator_remap: dict[str, str] = Field(default_factory=dict)
     policy: dict[str, Any] = Field(default_factory=dict)

@@ -141,9 +141,12 @@ class StagingTally:
 # --- walking the tree -----------------------------------------------------------------------
 
 
-def scan_tree(root: Path) -> list[LocalFile]:
-    """Every file to stage under ``root``, honouring ignore files; refuses escaping symlinks."""
+def scan_tree(root: Path, rules: IgnoreRules | None = None) -> list[LocalFile]:
+    """Every file to stage under ``root``, honouring ignore files (``rules``: what is left out
+    at the top, see :mod:`npa.runs.ignore`); refuses escaping symlinks and unchosen
+    credentials."""
     root = root.resolve()
+    top = rules or IgnoreRules.for_tree(root)
     if not root.is_dir():
         raise InvalidInput(f"source {root} is not a directory")
     out: list[LocalFile] = []
@@ -181,7 +184,8 @@ def scan_tree(root: Path) -> list[LocalFile]:
                 out.append(_local(rel, entry.path, st))
             # Sockets, fifos and devices are not source.
 
-    walk("", IgnoreRules())
+    walk("", top)
+    top.check(root)
     if refused:
         raise SourceRefused(
             f"source {root} has symlinks npa will not stage: " + "; ".join(refused[:20]),
@@ -511,9 +515,10 @@ def stage_source(
     refuse_fix: str = "",
     index: Path | None = None,
     verify: bool = False,
+    rules: IgnoreRules | None = None,
 ) -> StagingTally:
     """Stage ``source`` under ``run_prefix``; returns the tally, whose ``manifest()`` is the
-    committed source.
+    committed source. ``rules``: what the walk leaves out (see :func:`scan_tree`).
 
     ``index`` is a local file remembering the digests of files whose stat has not changed
     (see :class:`HashIndex`); without it every file is read and hashed. When the run already
@@ -528,7 +533,7 @@ def stage_source(
 
     # Read before the scan: a file modified after this moment is never trusted by this index.
     reference_ns = time.time_ns()
-    files = scan_tree(source)
+    files = scan_tree(source, rules)
     note("scanned", {"files": len(files), "bytes": sum(f.size for f in files)})
     known = HashIndex.load(index) if index is not None else HashIndex()
     granularity = timestamp_granularity_ns(files)

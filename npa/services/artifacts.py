@@ -15,13 +15,16 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from npa.adapters.storage import ObjectStore, inspect_command, open_store
-from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError, Unavailable
+from npa.backends.base import TERMINAL_STATES
+from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, Unavailable
 from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.plan.model import StagePlan, WorkflowPlan
 from npa.runs.manifest import RunManifest, read_plan
 from npa.services.locate import Located, cmd, locate
+
+ENDED = frozenset(state.value for state in TERMINAL_STATES)
 
 
 class OutputCheck(BaseModel):
@@ -187,10 +190,13 @@ def artifacts(
         (s.stage for s in checked if s.outputs and all(o.status != "ok" for o in s.outputs)),
         None,
     )
+    # Every stage that has ended, whatever its state, is held to what it declared; one still
+    # to run (or running) is not judged yet.
     failures = [
-        f"stage {s.stage} is {s.state} but output {o.name} is {o.status} ({o.key})"
+        f"stage {s.stage} is {s.state} {'but' if s.state == 'SUCCEEDED' else 'and'} output "
+        f"{o.name} is {o.status} ({o.key})"
         for s in checked
-        if s.state == "SUCCEEDED"
+        if s.state in ENDED
         for o in s.outputs
         if o.status != "ok"
     ]
@@ -260,10 +266,16 @@ def load_artifact(
     upstream = {d for p in plan.stages for d in p.depends_on}
     finals = [p for p in plan.stages if p.name not in upstream]
     target_uri = destination if "://" in destination else Path(destination).resolve().as_uri()
-    try:
-        target = open_store(target_uri, paths=paths)
-    except NpaError:
-        raise
+    # The project's S3 settings: its endpoint and profile are where "s3://" means for it.
+    settings = located.settings
+    target = open_store(
+        target_uri,
+        endpoint_url=settings.value("endpoint_url"),
+        region=settings.value("region"),
+        profile=settings.value("profile"),
+        fix_hint=cmd("configure", "--show", "--project", settings.project),
+        paths=paths,
+    )
     objects = size = 0
     for planned in finals:
         base = output_key(located.prefix, planned.name, "")

@@ -4,10 +4,12 @@ Each gate is one function that checks one thing and adds its :class:`Gate` (name
 detail, the command that fixes it) to one list; what a gate establishes for the steps after it
 (the workflow, the reserved run, the store, the plan, the verified images, the accelerator
 names) is kept, typed, in :class:`Admission`. What a backend needs beyond npa's own gates comes
-from its capabilities, never from its name. Every gate reads only.
+from its capabilities, never from its name. Every gate reads only (what the image gates
+verified is written to the cache by :meth:`Admission.commit`, once all passed), and every gate
+whose inputs can be read runs, whatever failed before it, so one list shows every failure.
 
     spec -> run -> store, store-credentials -> quota -> <backend prerequisites>
-        -> images (image:<tool> each) -> accelerators
+        -> image-overrides -> images (image:<tool> each) -> accelerators
 """
 
 from __future__ import annotations
@@ -39,9 +41,10 @@ from npa.core.text import plural
 from npa.services.configure import ProjectSettings
 
 if TYPE_CHECKING:
+    from npa.images.cache import VerificationCache
     from npa.plan.model import WorkflowPlan
     from npa.runs.identity import RunEntry
-    from npa.spec.model import Workflow
+    from npa.spec.model import Tool, Workflow
 
 GateStatus = Literal["ok", "failed", "unknown", "skipped", "not_applicable"]
 
@@ -61,12 +64,23 @@ class Admission:
 
     store_uri: str
     workflow: Workflow | None = None
+    # The spec's tools, also when the spec as a whole is invalid but its tools are not: the
+    # image gates still run then.
+    tools: dict[str, Tool] | None = None
     spec_sha256: str | None = None
     entry: RunEntry | None = None
     store: ObjectStore | None = None
     plan: WorkflowPlan | None = None
     images: dict[str, str] = field(default_factory=dict)  # TOOL_REF -> image as recorded
     accelerators: dict[str, str] = field(default_factory=dict)  # spec name -> cluster name
+    # What the image gates verified, written to the verification cache only once every gate
+    # passed: a refused submit writes nothing.
+    verifications: VerificationCache | None = None
+
+    def commit(self) -> None:
+        """Keep what the gates learned, now that the submit goes on."""
+        if self.verifications is not None:
+            self.verifications.commit()
 
 
 @dataclass
@@ -125,7 +139,7 @@ def run_gates(
     spec_gate(report, asked.spec)
     run_gate(report, asked, paths, settings)
     store_gates(report, paths, settings)
-    quota_gate(report, asked.spec, paths, backend)
+    quota_gate(report, asked.spec, settings.project, paths, backend)
     prerequisite_gates(report, settings.project, backend)
     image_gates(report, asked, paths, settings.project, backend)
     if asked.resolve_accelerators:
@@ -138,7 +152,8 @@ def spec_gate(report: GateReport, spec: Path) -> None:
 
     fix = _cmd("workbench", "workflow", "validate-spec", str(spec))
     try:
-        workflow, issues = validate_text(read_spec_text(spec))
+        text = read_spec_text(spec)
+        workflow, issues = validate_text(text)
     except NpaError as error:
         report.add("spec", "failed", error.message, fix)
         return
@@ -146,10 +161,30 @@ def spec_gate(report: GateReport, spec: Path) -> None:
         first = "; ".join(f"{i.path or '<document>'}: {i.message}" for i in issues[:3])
         more = f" (+{len(issues) - 3} more)" if len(issues) > 3 else ""
         report.add("spec", "failed", f"{plural(len(issues), 'issue')}: {first}{more}", fix)
+        report.admission.tools = _readable_tools(text)
     elif workflow is not None:
         detail = f"workflow {workflow.metadata.name}, {plural(len(workflow.stages), 'stage')}"
         report.add("spec", "ok", detail)
+        report.admission.tools = dict(workflow.tools)
     report.admission.workflow = workflow
+
+
+def _readable_tools(text: str) -> dict[str, Tool] | None:
+    """The ``tools`` of a spec that is invalid elsewhere, when that section alone is valid."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from npa.spec.loader import load_text
+    from npa.spec.model import ToolMap
+
+    doc, _ = load_text(text)
+    data = doc.data if doc is not None else None
+    tools = data.get("tools") if isinstance(data, dict) else None
+    if not isinstance(tools, dict) or not tools:
+        return None
+    try:  # the very type a whole spec's tools have: the same names and images are accepted
+        return dict(TypeAdapter(ToolMap).validate_python(tools))
+    except ValidationError:
+        return None
 
 
 def run_gate(
@@ -251,38 +286,53 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
         report.add("store", "failed", error.message, error.fix or show)
 
 
-def quota_gate(report: GateReport, spec: Path, paths: NpaPaths, backend: ExecutionBackend) -> None:
+def quota_gate(
+    report: GateReport, spec: Path, project: str, paths: NpaPaths, backend: ExecutionBackend
+) -> None:
     from npa.plan.model import build_plan
 
     facts = report.admission
     workflow, entry = facts.workflow, facts.entry
-    if workflow is None or entry is None:
-        report.add("quota", "skipped", "needs a valid spec and a reserved run")
+    if workflow is None:
+        report.add("quota", "skipped", "needs a valid spec")
         return
-    plan = build_plan(workflow, entry.run_id, store_uri=facts.store_uri)
-    facts.plan = plan
+    # The plan names the run; the disk it needs does not, so an unreserved run is no reason
+    # to leave the quota unchecked.
+    run_id = entry.run_id if entry is not None else None
+    if run_id is not None:
+        facts.plan = build_plan(workflow, run_id, store_uri=facts.store_uri)
+    stages = plural(len(workflow.stages), "stage")
     if not isinstance(backend, RunsOnThisMachine):
         report.add(
             "quota",
             "not_applicable",
-            f"{plural(len(plan.stages), 'stage')} planned; the cluster exists already, so its disk "
-            "quota was checked by provision-if-absent",
+            f"{stages}; the cluster exists already, so its disk quota was checked by "
+            "provision-if-absent",
         )
         return
     from npa.plan.infra import local_requirements
     from npa.plan.quota import assess
-    from npa.plan.quota_sources import quota_sources
+    from npa.plan.quota_sources import local_store_source, quota_sources
 
-    fix = _cmd("workbench", "workflow", "plan-spec", str(spec), "--run-id", entry.run_id)
-    fix += " --target local"
-    quota = assess(local_requirements(workflow), quota_sources(local_store=paths.local_store))
+    # plan-spec only reads: any run id plans the same disk.
+    fix = _cmd("workbench", "workflow", "plan-spec", str(spec), "--run-id", run_id or "preview")
+    fix += f" --target local --project {shlex.quote(project)}"
+    # The disks the run's data goes to: the configured store's, and the executor's.
+    local = local_store_source(facts.store_uri, paths.local_jobs)
+    quota = assess(local_requirements(workflow), quota_sources(local=local))
     if quota.verdict == "blocked":
-        report.add("quota", "failed", "the local disk cannot hold the run's outputs", fix)
+        short = [
+            f"{line.name} needs {line.required_gib} GiB, {line.available_gib} GiB free"
+            for line in quota.lines
+            if line.verdict == "blocked"
+        ]
+        detail = "the disk of the store or the local executor cannot hold the run's outputs"
+        report.add("quota", "failed", f"{detail} ({'; '.join(short)})", fix)
     elif quota.verdict == "blocked-unknown":
         detail = "; ".join(quota.problems) or "quota evidence unknown"
         report.add("quota", "unknown", detail, fix)
     else:
-        report.add("quota", "ok", f"{plural(len(plan.stages), 'stage')} planned; local disk ok")
+        report.add("quota", "ok", f"{stages}; local disk ok")
 
 
 def prerequisite_gates(report: GateReport, project: str, backend: ExecutionBackend) -> None:
@@ -295,6 +345,23 @@ def prerequisite_gates(report: GateReport, project: str, backend: ExecutionBacke
             report.add(need.name, "failed", need.detail, need.fix)
 
 
+def _image_choice_gate(report: GateReport, asked: GateInput, tools: dict[str, Tool]) -> bool:
+    """Whether --image-override/--image can be used with this spec. Checked on every backend:
+    an override the run cannot use is a mistake in the command line, whether or not this
+    backend pulls images."""
+    if not (asked.image_overrides or asked.image):
+        return True
+    from npa.images.overrides import choose_images, parse_overrides
+
+    try:
+        picked = parse_overrides(list(asked.image_overrides), tools)
+        choose_images({k: t.image for k, t in tools.items()}, picked, asked.image)
+    except NpaError as error:
+        report.add("image-overrides", "failed", error.message, error.fix)
+        return False
+    return True
+
+
 def image_gates(
     report: GateReport,
     asked: GateInput,
@@ -302,12 +369,16 @@ def image_gates(
     project: str,
     backend: ExecutionBackend,
 ) -> None:
-    workflow = report.admission.workflow
-    if workflow is None:
+    tools = report.admission.tools
+    if tools is None:
+        report.add("images", "skipped", "needs a spec whose tools section is valid")
+        return
+    if not _image_choice_gate(report, asked, tools):
+        report.add("images", "skipped", "needs a valid --image-override/--image")
         return
     if not isinstance(backend, PullsPinnedImages):
         # The record keeps the images as declared; nothing pulls them.
-        report.admission.images = {k: t.image for k, t in workflow.tools.items()}
+        report.admission.images = {k: t.image for k, t in tools.items()}
         report.add(
             "images",
             "not_applicable",
@@ -317,8 +388,11 @@ def image_gates(
     if not asked.preflight_images:
         report.add("images", "skipped", "--no-preflight-images: render needs pinned digests")
         return
+    from npa.images.cache import VerificationCache
     from npa.services.images import preflight
 
+    verifications = VerificationCache(paths, defer=True)
+    report.admission.verifications = verifications
     try:
         result = preflight(
             asked.spec,
@@ -328,6 +402,8 @@ def image_gates(
             image=asked.image,
             registry_auth=list(asked.registry_auth),
             paths=paths,
+            tools=tools,
+            cache=verifications,
         )
     except NpaError as error:
         report.add("images", "failed", error.message, error.fix)

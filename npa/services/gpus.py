@@ -147,17 +147,18 @@ def _fit(
 
 
 def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+    from npa.spec.model import parse_accelerators
+    from npa.spec.validate import load_workflow
+
     paths = paths or NpaPaths.from_env()
+    # The input first: a bad spec is the user's to fix before any cluster is asked.
+    workflow = load_workflow(spec) if spec is not None else None
     read, found = _nodes(cluster, paths)
     rows = [_row(n) for n in found]
     names = cluster_names([n.labels for n in found])
     result = GpusResult(cluster=cluster, kubeconfig=read, nodes=rows, labels=names)
-    if spec is None:
+    if workflow is None:
         return result
-    from npa.spec.model import parse_accelerators
-    from npa.spec.validate import load_workflow
-
-    workflow = load_workflow(spec)
     for stage in workflow.stages:
         parsed = parse_accelerators(stage.resources.accelerators or "")
         if parsed is None:

@@ -150,25 +150,34 @@ def preflight(
     concurrency: int = MAX_CONCURRENCY,
     paths: NpaPaths | None = None,
     prober_factory: Callable[[ProbeTarget], CapabilityProber] | None = None,
+    tools: Mapping[str, Tool] | None = None,
+    cache: VerificationCache | None = None,
 ) -> PreflightResult:
-    """Resolve and verify every tool's image of the spec at ``spec_path``."""
-    from npa.spec.validate import load_workflow
+    """Resolve and verify every tool's image of the spec at ``spec_path``.
 
+    ``tools``: the spec's tools when the caller has them but the spec as a whole may be
+    invalid (submit's gates check images whatever else is wrong); ``cache``: where
+    verifications go (a deferring one writes nothing until the caller commits it)."""
     paths = paths or NpaPaths.from_env()
-    workflow = load_workflow(spec_path)
+    spec_context = None
+    if tools is None:
+        from npa.spec.validate import load_workflow
+
+        workflow = load_workflow(spec_path)
+        tools, spec_context = workflow.tools, workflow.infrastructure.context
     settings = _settings(project, registry, context)
     default_registry = parse_registry(settings.registry) if settings.registry else None
-    selected_context = settings.context or workflow.infrastructure.context
+    selected_context = settings.context or spec_context
 
-    overrides = parse_overrides(image_overrides, workflow.tools)
-    chosen = choose_images({k: t.image for k, t in workflow.tools.items()}, overrides, image)
+    overrides = parse_overrides(image_overrides, tools)
+    chosen = choose_images({k: t.image for k, t in tools.items()}, overrides, image)
     refs = {c.tool: parse_reference(c.image, default_registry=default_registry) for c in chosen}
 
     checker = _Checker(
         spec_path=spec_path,
-        workflow_tools=workflow.tools,
+        workflow_tools=tools,
         client=RegistryClient(load_store(registry_auth)),
-        cache=VerificationCache(paths),
+        cache=cache or VerificationCache(paths),
         context=selected_context,
         kubeconfig=_kubeconfig_for(paths, selected_context),
         probe_timeout=probe_timeout,

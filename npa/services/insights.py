@@ -13,7 +13,7 @@ from npa.core.output import Result
 from npa.core.text import plural
 from npa.insights import store as db
 from npa.insights.compare import Divergence, first_divergence, pair_stages
-from npa.insights.scan import RunFacts, StageFacts, scan
+from npa.insights.scan import RunFacts, StageFacts, redact_facts, scan
 
 
 class IngestResult(Result):
@@ -64,8 +64,12 @@ def ingest_run(
     input_path: str, output_path: Path, *, endpoint_url: str | None = None
 ) -> IngestResult:
     """Scan a run prefix and add (or refresh) it in the SQLite store at ``output_path``."""
+    from npa.core.paths import NpaPaths
+    from npa.runs.secrets import known_secrets
+
     store, where = _open(input_path, endpoint_url)
-    facts = scan(store, where)
+    # A stage may have echoed a credential into its log: none is ever stored.
+    facts = redact_facts(scan(store, where), known_secrets(npa_home=NpaPaths.from_env().root))
     with db.connect(output_path, create=True) as conn:
         change = db.ingest(conn, facts)
         rows = db.counts(conn)

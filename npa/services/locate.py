@@ -27,6 +27,7 @@ from npa.adapters.storage import (
     normalize_store_uri,
     open_store,
 )
+from npa.adapters.storage.bounded import BoundedStore, read_timeout
 from npa.core.errors import InvalidInput, NotFound, NpaError, StateCorrupt
 from npa.core.layout import PREFIX_LEAF, manifest_key, run_prefix
 from npa.core.paths import NpaPaths, safe_component
@@ -67,8 +68,9 @@ class RunRef:
 def parse_run_ref(value: str, project: str = "default") -> RunRef:
     """``RUN_ID``, or a run prefix ``s3://B[/P]/<workflow>/<run>[/npa-workflow]`` / ``file://``.
 
-    Only the exact run prefix is accepted: a deeper or shallower key is refused rather than
-    guessed at.
+    Only the exact run prefix is accepted: a deeper or shallower key, or a last part that is
+    not a run id, is refused rather than guessed at (and :func:`locate` checks that the
+    manifest found there is this run's own).
     """
     if "://" not in value:
         return RunRef(run_id=safe_component(value, "run id"))
@@ -86,6 +88,14 @@ def parse_run_ref(value: str, project: str = "default") -> RunRef:
     if not shaped or not parts[-1] or not parts[-2]:
         raise InvalidInput(
             f"{value!r} is not a run prefix: expected "
+            f"{scheme}://…/<workflow>/<run-id>[/{PREFIX_LEAF}]",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
+            + "  # prints each run's prefix",
+        )
+    if not RUN_ID_SHAPE.fullmatch(parts[-1]):
+        raise InvalidInput(
+            f"{value!r} is not a run prefix: its last part {parts[-1]!r} is not a run id (run "
+            f"ids look like 20260101-120000-a1b2c3); expected "
             f"{scheme}://…/<workflow>/<run-id>[/{PREFIX_LEAF}]",
             fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
             + "  # prints each run's prefix",
@@ -180,6 +190,20 @@ def _error(source: str, where: str, error: NpaError, detail: str = "") -> Source
     )
 
 
+BUCKET_ABSENT = "the bucket itself does not exist"
+
+
+def _bucket_absent(source: str, where: str, error: BucketAbsent) -> SourceAnswer:
+    return SourceAnswer(
+        source=source,
+        where=where,
+        answer="absent",
+        detail=BUCKET_ABSENT,
+        error=error.message,
+        fix=error.fix,
+    )
+
+
 def _receipt(paths: NpaPaths, project: str, run_id: str) -> tuple[Receipt | None, SourceAnswer]:
     where = str(paths.submission_receipt(project, run_id))
     try:
@@ -228,9 +252,11 @@ def _reservation(
 def open_run_store(
     store_uri: str, settings: ProjectSettings, receipt: Receipt | None, paths: NpaPaths
 ) -> ObjectStore:
-    """The run's store, with the S3 settings the submit used (its receipt) or the project's."""
+    """The run's store, with the S3 settings the submit used (its receipt) or the project's,
+    every operation bounded by the read timeout (a silent store is unavailable, not slow)."""
     recorded = receipt if receipt is not None and receipt.store == store_uri else None
-    return open_store(
+    seconds = read_timeout()
+    store = open_store(
         store_uri,
         endpoint_url=(recorded and recorded.endpoint_url) or settings.value("endpoint_url"),
         region=(recorded and recorded.region) or settings.value("region"),
@@ -239,7 +265,9 @@ def open_run_store(
         max_attempts=2,
         fix_hint=cmd("configure", "--show", "--project", settings.project),
         paths=paths,
+        timeout=seconds,
     )
+    return BoundedStore(store, seconds)
 
 
 def _scan_store(store: ObjectStore, run_id: str) -> tuple[list[str], SourceAnswer]:
@@ -254,7 +282,10 @@ def _scan_store(store: ObjectStore, run_id: str) -> tuple[list[str], SourceAnswe
                 continue
             if store.list_page(f"{workflow}/{run_id}/{PREFIX_LEAF}/", page_size=1).objects:
                 found.append(workflow)
-    except (StoreUnavailable, BucketAbsent) as error:
+    except BucketAbsent as error:
+        # The store's own answer: nothing can be under a bucket that does not exist.
+        return [], _bucket_absent("store-scan", where, error)
+    except StoreUnavailable as error:
         return [], _error("store-scan", where, error)
     answer: Answer = "found" if found else "absent"
     return found, SourceAnswer(
@@ -304,16 +335,7 @@ def _read_run_manifest(located: Located, store: ObjectStore, prefix: str) -> boo
     try:
         located.manifest = read_manifest(store, prefix)
     except BucketAbsent as error:
-        located.sources.append(
-            SourceAnswer(
-                source="manifest",
-                where=where,
-                answer="absent",
-                detail="the bucket itself does not exist",
-                error=error.message,
-                fix=error.fix,
-            )
-        )
+        located.sources.append(_bucket_absent("manifest", where, error))
         return True
     except (StoreUnavailable, StateCorrupt) as error:
         located.sources.append(_error("manifest", where, error))
@@ -322,6 +344,19 @@ def _read_run_manifest(located: Located, store: ObjectStore, prefix: str) -> boo
     if m is None:
         located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
         return False
+    if (m.run_id, m.workflow, m.prefix) != (located.run_id, located.workflow, prefix):
+        # A manifest copied (or written) under another run's prefix is not this run's
+        # record: reporting its state would report another run.
+        located.manifest = None
+        other = StateCorrupt(
+            f"the manifest at {where} is the record of run {m.run_id} of workflow "
+            f"{m.workflow} (prefix {m.prefix}), not of run {located.run_id}",
+            fix=cmd("workbench", "workflow", "status", m.run_id, "--project", m.project),
+        )
+        located.sources.append(
+            _error("manifest", where, other, "belongs to another run; nothing is concluded")
+        )
+        return True
     located.sources.append(
         SourceAnswer(
             source="manifest",

@@ -5,15 +5,24 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.text import number, plural
+from npa.plan.evidence import OutputReader
 from npa.plan.infra import GIB, cluster_requirements, local_requirements
 from npa.plan.model import WorkflowPlan, build_plan
-from npa.plan.quota import QuotaAssessment, QuotaLine, QuotaSource, assess
+from npa.plan.quota import (
+    ExistingCheck,
+    PulumiOutputRef,
+    QuotaAssessment,
+    QuotaLine,
+    QuotaScope,
+    QuotaSource,
+    assess,
+)
 from npa.spec.validate import load_workflow
 
 Target = Literal["nebius", "local"]
@@ -24,6 +33,7 @@ class PlanResult(Result):
 
     spec: str
     target: Target
+    store: str | None = None  # the local target's store, whose disk the quota measures
     plan: WorkflowPlan
     quota: QuotaAssessment
 
@@ -68,14 +78,36 @@ class PlanResult(Result):
                 f"({d.count * d.size_gib * GIB} bytes)"
             )
         q = self.quota
-        lines += ["", f"quota: {q.verdict.upper()} (sources: {', '.join(q.sources) or 'none'})"]
+        scope = f"region {q.scope.region}" if q.scope.region else "the local store's disk"
+        if q.scope.project:
+            scope += f", project {q.scope.project}"
+        if self.store:
+            scope += f" ({self.store})"
+        lines += [
+            "",
+            f"quota: {q.verdict.upper()} for {scope} (sources: {', '.join(q.sources) or 'none'})",
+        ]
         for line in q.lines:
             lines.append("  " + _quota_text(line))
+            lines += [f"      not counted: {why}" for why in line.not_counted]
+        lines += existing_text(q.existing)
         for problem in q.problems:
             lines.append(f"  unknown: {problem}")
         if q.fix:
             lines.append(f"  fix: {q.fix}")
         return lines
+
+
+def existing_text(checks: Sequence[ExistingCheck]) -> list[str]:
+    """One line per existing-resource claim: what it claims and what its proof showed."""
+    lines = []
+    for check in checks:
+        claim = check.disk
+        lines.append(
+            f"  existing {claim.role}: {claim.count} x {claim.size_gib} GiB "
+            f"{claim.disk_type.value}: {check.status}: {check.detail}"
+        )
+    return lines
 
 
 def _quota_text(line: QuotaLine) -> str:
@@ -106,57 +138,93 @@ class QuotaOptions:
     nebius_endpoint: str | None = None
     local: bool = False
     skip: bool = False
+    project: str | None = None  # the npa project whose store the local target measures
     extra_sources: list[QuotaSource] = field(default_factory=list)
+
+
+def pulumi_outputs(paths: NpaPaths) -> OutputReader:
+    """Reads a stack's outputs with the pulumi CLI, from the backend the evidence names or
+    npa's own (``file://$NPA_HOME/pulumi``)."""
+
+    def read(ref: PulumiOutputRef) -> dict[str, Any] | None:
+        from npa.adapters.infra.runner import Backend, InfraRunner
+
+        url = ref.backend or f"file://{paths.pulumi_backend}"
+        return InfraRunner(Backend(url)).stack_outputs(ref.stack)
+
+    return read
 
 
 def plan_spec(
     path: Path, run_id: str, *, target: Target = "nebius", quota: QuotaOptions | None = None
 ) -> PlanResult:
     """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
-    from npa.plan.infra import disk_needs
-    from npa.plan.quota_sources import load_existing, quota_sources
+    from npa.adapters.storage import normalize_store_uri
+    from npa.plan.evidence import check_existing
+    from npa.plan.infra import build_region, disk_needs
+    from npa.plan.quota_sources import (
+        NebiusDiskLookup,
+        load_existing,
+        local_store_source,
+        quota_sources,
+    )
+    from npa.services.configure import resolve_project
 
     options = quota or QuotaOptions()
+    paths = NpaPaths.from_env()
     workflow = load_workflow(path)
     plan = build_plan(workflow, run_id)
     needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
     requirements = (
         cluster_requirements(needs) if target == "nebius" else local_requirements(workflow)
     )
-    existing = load_existing(options.existing_file) if options.existing_file else []
-    if existing and target == "local":
+    claims = load_existing(options.existing_file) if options.existing_file else []
+    if claims and target == "local":
         raise InvalidInput("--existing describes cluster disks; the local target has none")
-
+    scope = QuotaScope()
+    if target == "nebius":
+        scope = QuotaScope(
+            region=build_region(workflow.infrastructure, options.nebius_region),
+            project=options.nebius_parent_id,
+        )
     nebius = None
     if options.nebius_parent_id:
-        region = options.nebius_region or workflow.infrastructure.region
-        if not region:
-            raise InvalidInput(
-                "the Nebius quota source needs a region",
-                fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
-            )
-        nebius = (options.nebius_parent_id, region, options.nebius_endpoint)
-    local = target == "local" or options.local
+        assert scope.region is not None
+        nebius = (options.nebius_parent_id, scope.region, options.nebius_endpoint)
+    store: str | None = None
+    local = None
+    if target == "local" or options.local:
+        settings = resolve_project(options.project, paths=paths)
+        store = normalize_store_uri(settings.value("store") or "local", paths)
+        local = local_store_source(store, paths.local_jobs)
     sources = quota_sources(
-        options.quota_files,
-        nebius=nebius,
-        local_store=NpaPaths.from_env().local_store if local else None,
-        extra=options.extra_sources,
+        options.quota_files, nebius=nebius, local=local, extra=options.extra_sources
     )
 
+    existing = check_existing(
+        claims,
+        scope,
+        read_outputs=pulumi_outputs(paths),
+        read_disk=NebiusDiskLookup(endpoint=options.nebius_endpoint).get,
+    )
     if options.skip:
         assessment = QuotaAssessment(
-            verdict="not-checked", lines=[], existing=existing, sources=[], problems=[]
+            verdict="not-checked",
+            lines=[],
+            existing=existing,
+            scope=scope,
+            sources=[],
+            problems=[],
         )
     else:
-        assessment = assess(requirements, sources, needs=needs, existing=existing)
+        assessment = assess(requirements, sources, needs=needs, existing=existing, scope=scope)
         if not sources:
             assessment.fix = (
                 f"npa workbench workflow plan-spec {path} --run-id {run_id} "
-                "--quota-file <quota.yaml>  # or --nebius-project <project-id>"
+                "--quota-file QUOTA_FILE  # or --nebius-project PROJECT_ID"
             )
         elif assessment.verdict == "blocked":
             assessment.fix = "request more quota for the lines marked blocked, then plan again"
         elif assessment.verdict == "blocked-unknown":
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
-    return PlanResult(spec=str(path), target=target, plan=plan, quota=assessment)
+    return PlanResult(spec=str(path), target=target, store=store, plan=plan, quota=assessment)

@@ -36,6 +36,7 @@ from npa.adapters.infra.runner import (
     plugin_installed,
     service_login_missing,
 )
+from npa.adapters.storage import normalize_store_uri
 from npa.core.commands import bootstrap_tools_command, kubectl_command, npa_command
 from npa.core.errors import (
     EXIT_FAILURE,
@@ -55,13 +56,22 @@ from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
     QuotaRequirement,
+    build_region,
     cluster_requirements,
     disk_needs,
     local_requirements,
 )
-from npa.plan.quota import ExistingDisk, QuotaAssessment, QuotaSource, assess
+from npa.plan.quota import (
+    ExistingCheck,
+    ExistingDisk,
+    QuotaAssessment,
+    QuotaScope,
+    QuotaSource,
+    assess,
+)
 from npa.runs.journal import OperationJournal
 from npa.services.configure import ProjectSettings, load_config, redact, resolve_project
+from npa.services.plan import existing_text
 from npa.spec.model import Infrastructure
 
 Target = Literal["local", "kubernetes", "nebius"]
@@ -187,11 +197,7 @@ def quota_text(quota: QuotaAssessment) -> list[str]:
             f"{fig(line.existing)}, new {fig(line.required_new)}, available {available}, "
             f"shortfall {fig(line.shortfall)}"
         )
-    for disk in quota.existing:
-        lines.append(
-            f"  existing: {number(disk.count)} x {number(disk.size_gib)} GiB "
-            f"{disk.disk_type.value} {disk.role} ({disk.evidence})"
-        )
+    lines += existing_text(quota.existing)
     lines += [f"  unknown: {p}" for p in quota.problems]
     if quota.fix:
         lines.append(f"  fix: {quota.fix}")
@@ -472,7 +478,7 @@ def nebius_config(
     return {
         "npa:project": project,
         "npa:parentId": parent_id or "",
-        "npa:region": region or infra.region or "eu-north1",
+        "npa:region": build_region(infra, region),
         "npa:agentDiskGib": str(infra.agent.disk_gib),
         "npa:agentDiskType": infra.agent.disk_type.value,
         "npa:cpuNodeCount": str(infra.cpu_nodes.count),
@@ -652,11 +658,12 @@ def _export_line(path: Path) -> str:
 # --- quota -----------------------------------------------------------------------------------
 
 
-def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
-    """Disks the nebius stack's state proves exist: node-group boot disks and the agent disk."""
+def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingCheck]:
+    """Disks the nebius stack's state proves exist: node-group boot disks and the agent disk.
+    npa read the state itself (after a refresh), so these are proven."""
     from npa.spec.model import DiskType
 
-    found: list[ExistingDisk] = []
+    found: list[ExistingCheck] = []
     for resource in resources:
         outputs = resource.get("outputs") or {}
         urn = str(resource.get("urn", ""))
@@ -667,27 +674,31 @@ def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
             size = disk.get("sizeGibibytes")
             count = outputs.get("fixedNodeCount")
             if size and count:
-                found.append(
-                    ExistingDisk(
-                        role="cpu_node" if name == "cpu-nodes" else "gpu_node",
-                        disk_type=DiskType(disk.get("type", "NETWORK_SSD")),
-                        size_gib=int(size),
-                        count=int(count),
-                        evidence=f"stack state {urn} (id {resource.get('id')})",
-                    )
+                claim = ExistingDisk(
+                    role="cpu_node" if name == "cpu-nodes" else "gpu_node",
+                    disk_type=DiskType(disk.get("type", "NETWORK_SSD")),
+                    size_gib=int(size),
+                    count=int(count),
+                    evidence=f"stack state {urn} (id {resource.get('id')})",
                 )
+                found.append(_read_back(claim))
         elif kind.endswith("computeV1Disk:ComputeV1Disk") and name == "agent-boot-disk":
             size = outputs.get("sizeGibibytes")
             if size:
-                found.append(
-                    ExistingDisk(
-                        role="agent",
-                        disk_type=DiskType(outputs.get("type", "NETWORK_SSD")),
-                        size_gib=int(size),
-                        evidence=f"stack state {urn} (id {resource.get('id')})",
-                    )
+                claim = ExistingDisk(
+                    role="agent",
+                    disk_type=DiskType(outputs.get("type", "NETWORK_SSD")),
+                    size_gib=int(size),
+                    evidence=f"stack state {urn} (id {resource.get('id')})",
                 )
+                found.append(_read_back(claim))
     return found
+
+
+def _read_back(claim: ExistingDisk) -> ExistingCheck:
+    return ExistingCheck(
+        disk=claim, status="proven", detail=f"read back from the refreshed {claim.evidence}"
+    )
 
 
 def nebius_profile_project(home: Path | None = None) -> str | None:
@@ -724,10 +735,10 @@ def quota_gate(
     paths: NpaPaths,
     infra: Infrastructure,
     *,
-    existing: Sequence[ExistingDisk] = (),
+    existing: Sequence[ExistingCheck] = (),
 ) -> QuotaAssessment:
     """The quota arithmetic of the target against its quota sources."""
-    from npa.plan.quota_sources import quota_sources
+    from npa.plan.quota_sources import local_store_source, quota_sources
 
     if req.target == "kubernetes":
         # An existing cluster: npa creates only namespaced objects and RBAC, which use no
@@ -746,20 +757,20 @@ def quota_gate(
             requirements = local_requirements(load_workflow(req.spec))
         else:
             requirements = [QuotaRequirement(name=LOCAL_STORE_SIZE, unit="bytes", required=0)]
+        settings = resolve_project(req.project, paths=paths)
+        store = normalize_store_uri(settings.value("store") or "local", paths)
         sources = quota_sources(
-            req.quota_files, local_store=paths.local_store, extra=req.extra_sources
+            req.quota_files,
+            local=local_store_source(store, paths.local_jobs),
+            extra=req.extra_sources,
         )
         return assess(requirements, sources)
     needs = disk_needs(infra)
+    scope = QuotaScope(region=build_region(infra, req.nebius_region), project=req.nebius_project)
     nebius = None
     if req.nebius_project:
-        region = req.nebius_region or infra.region
-        if not region:
-            raise InvalidInput(
-                "--nebius-project needs the region of its quotas",
-                fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
-            )
-        nebius = (req.nebius_project, region, req.nebius_endpoint)
+        assert scope.region is not None
+        nebius = (req.nebius_project, scope.region, req.nebius_endpoint)
     sources = quota_sources(req.quota_files, nebius=nebius, extra=req.extra_sources)
     if not sources:
         return QuotaAssessment(
@@ -770,7 +781,7 @@ def quota_gate(
             problems=["no quota evidence: unknown is never permission to create"],
             fix=_nebius_quota_fix(req, infra),
         )
-    return assess(cluster_requirements(needs), sources, needs=needs, existing=existing)
+    return assess(cluster_requirements(needs), sources, needs=needs, existing=existing, scope=scope)
 
 
 # --- provisioning ----------------------------------------------------------------------------
@@ -921,7 +932,7 @@ def _recover_all(
 
 def _existing_cloud_disks(
     lay: Layout, runner: InfraRunner, journal: OperationJournal | None
-) -> list[ExistingDisk]:
+) -> list[ExistingCheck]:
     """The disks the (refreshed) cloud stack's state proves exist."""
     cloud = lay.stacks[0] if lay.target == "nebius" else None
     if cloud is None or not runner.exists(cloud.name):

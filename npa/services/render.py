@@ -7,10 +7,13 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import shlex
 import shutil
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -19,7 +22,12 @@ from npa.core.errors import InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
 from npa.core.text import plural
-from npa.spec.validate import load_workflow
+from npa.core.userfiles import read_user_text
+from npa.spec.validate import load_workflow, read_spec_text
+
+if TYPE_CHECKING:
+    from npa.render.tasks import DigestFile
+    from npa.spec.model import Workflow
 
 INDEX = "render.json"
 
@@ -64,10 +72,7 @@ def _read_render(directory: Path) -> dict[str, str]:
         )
     files = {}
     for path in sorted(directory.glob("*.yaml")):
-        try:
-            files[path.name] = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InvalidInput(f"cannot read {path}: {exc}") from None
+        files[path.name] = read_user_text(path, "rendered task")
     return files
 
 
@@ -157,6 +162,38 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         shutil.rmtree(old)
 
 
+def _chosen_images(
+    workflow: Workflow, overrides: Sequence[str], image: str | None, digests: DigestFile
+) -> Workflow:
+    """The workflow with each tool's image as --image-override/--image choose it (the same
+    rules as preflight-images), checked against what preflight chose when ``digests`` is its
+    --json output."""
+    from npa.images.overrides import choose_images, parse_overrides
+
+    spec_images = {ref: tool.image for ref, tool in workflow.tools.items()}
+    picked = parse_overrides(overrides, workflow.tools)
+    chosen = {c.tool: c.image for c in choose_images(spec_images, picked, image)}
+    if digests.chosen is not None and (picked or image):
+        differ = [
+            f"{tool}: preflight verified {digests.chosen[tool]}, render was asked for "
+            f"{chosen[tool]}"
+            for tool in sorted(digests.chosen)
+            if tool in chosen and digests.chosen[tool] != chosen[tool]
+        ]
+        if differ:
+            raise InvalidInput(
+                "the --digests file is preflight output for other images: " + "; ".join(differ),
+                fix="pass render the same --image-override/--image as preflight-images "
+                "(or none: its output already says which image each tool runs)",
+            )
+    if chosen == spec_images:
+        return workflow
+    tools = {
+        ref: tool.model_copy(update={"image": chosen[ref]}) for ref, tool in workflow.tools.items()
+    }
+    return workflow.model_copy(update={"tools": tools})
+
+
 def _render_fix(
     error: InvalidInput, path: Path, run_id: str, out: Path, digests_file: Path | None
 ) -> str:
@@ -171,7 +208,11 @@ def _render_fix(
         )
     argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
     argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
+    from npa.spec.model import CONTEXT, store_uri_problem
+
     context = error.details.get("context")
+    if context is not None and not re.fullmatch(CONTEXT, str(context)):
+        context = None  # refused as a name: the fix offers the kubeconfig's current one
     if context is None:
         try:
             context = kubeconfig.merge(kubeconfig.source_files()).current_context
@@ -181,7 +222,11 @@ def _render_fix(
             return "kubectl config get-contexts -o name  # a context for render --context"
         argv += ["--context", str(context)]
     store = error.details.get("store")
-    if store is None or not str(store).startswith(("s3://", "gs://")):
+    if (
+        store is None
+        or store_uri_problem(str(store))
+        or not str(store).startswith(("s3://", "gs://"))
+    ):
         configured = resolve_project(None).value("store") or ""
         if not configured.startswith(("s3://", "gs://")):
             return "npa configure --show  # render needs an s3:// or gs:// store (--store-uri)"
@@ -198,15 +243,28 @@ def render_spec(
     kube_context: str | None = None,
     store_uri: str | None = None,
     diff_against: Path | None = None,
+    image_overrides: Sequence[str] = (),
+    image: str | None = None,
 ) -> RenderResult:
-    """Render a spec into ``out`` (replacing an earlier render there atomically)."""
-    from npa.render.tasks import load_digests, render_workflow
+    """Render a spec into ``out`` (replacing an earlier render there atomically).
+
+    Images are chosen as preflight-images chooses them (``image_overrides``, then ``image``,
+    then the spec) and pinned from ``digests_file``; preflight's --json output is pinned
+    exactly as it verified it."""
+    from npa.render.tasks import DigestFile, load_digests, render_workflow
 
     workflow = load_workflow(path)
-    digests = load_digests(digests_file) if digests_file else {}
+    digests = load_digests(digests_file) if digests_file else DigestFile({})
+    workflow = _chosen_images(workflow, image_overrides, image, digests)
+    verified = digests.pins if digests.chosen is not None else None
     try:
         tasks = render_workflow(
-            workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
+            workflow,
+            run_id,
+            kube_context=kube_context,
+            digests={} if verified is not None else digests.pins,
+            verified=verified,
+            store_uri=store_uri,
         )
     except InvalidInput as error:
         error.fix = _render_fix(error, path, run_id, out, digests_file)
@@ -217,7 +275,7 @@ def render_spec(
         "npa_version": __version__,
         "workflow": workflow.metadata.name,
         "run_id": run_id,
-        "spec_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "spec_sha256": hashlib.sha256(read_spec_text(path).encode("utf-8")).hexdigest(),
         "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
     }
     files[INDEX] = json.dumps(index, indent=2, sort_keys=True) + "\n"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import shlex
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
 from npa.core.errors import Interrupted, InvalidInput, NpaError
@@ -20,6 +23,7 @@ from npa.runs.identity import (
     remember_source,
     reserve_run,
 )
+from npa.runs.ignore import IgnoreRules
 from npa.runs.journal import OperationJournal
 from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
@@ -85,11 +89,12 @@ class StagedSource(Result):
     run_id: str
     project: str
     workflow: str
-    source: str
+    source: str  # the directory that was staged
     manifest: str
     source_digest: str
     files: int
     bytes: int
+    left_out: list[str] = Field(default_factory=list)  # npa state inside the tree, never staged
     blobs: int
     hashed: int  # files read and hashed; the others' digests came from the stat index
     uploaded: int
@@ -111,8 +116,13 @@ class StagedSource(Result):
             state = "already committed, confirmed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  {plural(self.files, 'file')}, {plural(self.bytes, 'byte')}, "
+            f"  staged {self.source}: {plural(self.files, 'file')}, {plural(self.bytes, 'byte')}, "
             f"{plural(self.blobs, 'distinct blob')}; {plural(self.hashed, 'file')} read and hashed",
+            *(
+                [f"  left out (npa state, never staged): {', '.join(self.left_out)}"]
+                if self.left_out
+                else []
+            ),
             f"  uploaded {plural(self.uploaded, 'blob')} ({plural(self.uploaded_bytes, 'byte')}), "
             f"repaired {number(self.repaired)} in {self.seconds:.2f}s",
             f"  manifest: {self.manifest}",
@@ -131,6 +141,16 @@ def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[s
         paths=paths,
     )
     return uri, store
+
+
+def _state_dirs(paths: NpaPaths, store_uri: str) -> list[Path]:
+    """npa's own state, which a source tree may contain but must never stage: NPA_HOME, and a
+    file:// store kept elsewhere."""
+    dirs = [paths.root]
+    parsed = urlparse(store_uri)
+    if parsed.scheme == "file":
+        dirs.append(Path(unquote(parsed.path)))
+    return dirs
 
 
 def stage_run_source(
@@ -190,6 +210,7 @@ def stage_run_source(
     ]  # fmt: skip
     journal = OperationJournal(paths, f"stage-source.{settings.project}.{entry.run_id}")
     prefix = run_prefix(workflow, entry.run_id)
+    rules = IgnoreRules.for_tree(tree, _state_dirs(paths, uri))
     started = time.monotonic()
     # Staging is idempotent, so a second stager (e.g. a concurrent submit of the same run)
     # waits for the first and then finds everything in place instead of failing.
@@ -220,6 +241,7 @@ def stage_run_source(
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
                 index=paths.source_index(tree),
                 verify=verify,
+                rules=rules,
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)
@@ -243,6 +265,7 @@ def stage_run_source(
         source_digest=plan.digest,
         files=len(plan.files),
         bytes=sum(h.file.size for h in plan.files),
+        left_out=sorted(rules.found.left_out),
         blobs=len({h.sha256 for h in plan.files}),
         hashed=plan.hashed,
         uploaded=plan.uploaded,

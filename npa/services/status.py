@@ -12,6 +12,7 @@ says so: CACHED is evidence, not truth. Both commands only read.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +25,7 @@ from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
 from npa.backends.base import ExecutionBackend, JobRecord, JobState, ReportsPodReasons, TaskRecord
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
-from npa.core.layout import run_prefix
+from npa.core.layout import plan_key, run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
 from npa.core.text import plural
@@ -195,6 +196,11 @@ def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]
         return PLAN_ONLY, "objects exist under the run prefix but nothing was submitted"
     if located.reservation is not None:
         return NOT_SUBMITTED, "the run id is reserved; nothing was staged or submitted"
+    bucket = next(
+        (s for s in located.sources if s.detail == "the bucket itself does not exist"), None
+    )
+    if bucket is not None:
+        return NOT_FOUND, f"{bucket.error}: so no run can be there"
     return NOT_FOUND, "every applicable source answered that this run does not exist"
 
 
@@ -320,6 +326,24 @@ def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]
     return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
 
 
+def plan_order(m: RunManifest, located: Located) -> list[str]:
+    """The run's stages in plan order: the manifest's record of it, else the run's plan.json
+    (manifests written before the order was recorded); what neither names comes last."""
+    order = list(m.order)
+    if not order and located.store is not None and located.prefix is not None:
+        try:
+            plan = json.loads(located.store.get(plan_key(located.prefix)))
+            order = [str(s) for s in plan.get("order") or []]
+        except (NpaError, ValueError, AttributeError):
+            order = []  # the manifest's own (sorted) order is all there is
+    known = set(order)
+    for name in [*m.stages, *m.tasks]:
+        if name not in known:
+            known.add(name)
+            order.append(name)
+    return order
+
+
 def _recorded_view(rec: StageRecord | None) -> StageView:
     """A stage as the manifest records it."""
     waves = "no waves recorded"
@@ -361,20 +385,14 @@ def _stage_view(
     return view
 
 
-def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
-    """Every stage of the run. While the job is live and its backend reports per task, each
-    launched stage's state is its own task's; otherwise it is the manifest's record, unless the
-    backend could not be asked about a stage the manifest holds as live."""
+def _stages(m: RunManifest, job: JobAnswer, state: str, order: list[str]) -> dict[str, StageView]:
+    """Every stage of the run, in plan order. While the job is live and its backend reports per
+    task, each launched stage's state is its own task's; otherwise it is the manifest's record,
+    unless the backend could not be asked about a stage the manifest holds as live."""
     adopted = job_stages(m).adopted
     views = {
-        name: _stage_view(name, m.stages.get(name), job, name in adopted, state)
-        for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]
+        name: _stage_view(name, m.stages.get(name), job, name in adopted, state) for name in order
     }
-    if job.stage_tasks:  # the job's task order is the plan order of the stages it runs
-        position = {name: task.task_id for name, task in job.stage_tasks.items()}
-        views = dict(
-            sorted(views.items(), key=lambda item: (item[0] in position, position.get(item[0], 0)))
-        )
     return views
 
 
@@ -418,6 +436,7 @@ def _next(
         out += [s.fix for s in located.unavailable if s.fix]
         out.append(located.status_command("--cached"))
     elif state == NOT_FOUND:
+        out += [s.fix for s in located.sources if s.answer == "absent" and s.fix]
         out.append(cmd(*wf, "list", "--project", project, "--limit", "50"))
     elif state not in TERMINAL and state != CACHED:
         out.append(located.status_command("--watch"))
@@ -446,7 +465,7 @@ def status(
         pending, pods = ask_pods(backend, record)
         located.sources.append(pods)
     m = located.manifest
-    stages = _stages(m, job, state) if m else {}
+    stages = _stages(m, job, state, plan_order(m, located)) if m else {}
     return StatusResult(
         project=located.project,
         run_id=located.run_id,

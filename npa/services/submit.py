@@ -85,6 +85,9 @@ class SubmitResult(Result):
     outcome: str  # launched | adopted
     gates: list[Gate]
     source_digest: str
+    source_dir: str  # the directory staged, and what it held
+    source_files: int
+    source_bytes: int
     run_prefix: str
     manifest: str
     receipt: str
@@ -101,7 +104,9 @@ class SubmitResult(Result):
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
         lines += [
-            f"source {self.source_digest} staged; {plural(len(self.tasks), 'task')} rendered",
+            f"source {self.source_dir} staged: {plural(self.source_files, 'file')}, "
+            f"{plural(self.source_bytes, 'byte')} ({self.source_digest}); "
+            f"{plural(len(self.tasks), 'task')} rendered",
             f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
             f"({self.job_name})",
             f"  prefix:   {self.run_prefix}",
@@ -327,6 +332,7 @@ def _new_manifest(run: _Run, digests: dict[str, str], now: str) -> RunManifest:
         source_digest=run.source_digest,
         plan_digest=_plan_digest(run.plan.model_dump(mode="json")),
         tasks=digests,
+        order=run.plan.order,
         images=run.admission.images,
         accelerator_remap=run.admission.accelerators,
         policy={
@@ -501,6 +507,7 @@ def _admit(
     )
     report = run_gates(asked, paths, settings, backend)
     report.raise_if_failed()
+    report.admission.commit()
     return settings, report
 
 
@@ -590,6 +597,9 @@ def submit(
         outcome=record.outcome or "launched",
         gates=report.gates,
         source_digest=staged.source_digest,
+        source_dir=staged.source,
+        source_files=staged.files,
+        source_bytes=staged.bytes,
         run_prefix=base,
         manifest=f"{run.store_uri}/{manifest_key(run.prefix)}",
         receipt=str(receipt_path),

@@ -1,8 +1,9 @@
 """Read a spec document: YAML text -> plain Python values plus where each value was written.
 
 Values are built from PyYAML's node graph rather than with ``yaml.safe_load`` so that every
-value keeps its line and column (errors point into the file), duplicate keys are errors instead
-of silently keeping the last one, and aliases cannot expand a small file into a huge document.
+value can be traced back to its line and column (errors point into the file), duplicate keys are
+errors instead of silently keeping the last one, and aliases cannot expand a small file into a
+huge document. The tags are exactly the safe loader's.
 """
 
 from __future__ import annotations
@@ -12,14 +13,54 @@ from typing import Any
 
 import yaml
 
-# Past this many values a document is refused; a real workflow has a few thousand.
-MAX_NODES = 200_000
+# Past this many values (counting what aliases expand to) a document is refused: 20,000
+# stages of a rich workflow are about half of it.
+MAX_NODES = 1_000_000
 MAX_BYTES = 8 * 1024 * 1024
 
 try:  # libyaml is much faster; the pure-Python parser gives the same nodes.
-    _Loader: type[Any] = yaml.CSafeLoader
+    _Base: type[Any] = yaml.CSafeLoader
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
-    _Loader = yaml.SafeLoader
+    _Base = yaml.SafeLoader
+
+# The safe loader's implicit resolvers by first character, as tuples (it has no path or
+# wildcard resolvers, so the first character decides which patterns can apply).
+_IMPLICIT: dict[str, tuple[tuple[str, Any], ...]] = {
+    first: tuple(resolvers) for first, resolvers in _Base.yaml_implicit_resolvers.items()
+}
+_STR = "tag:yaml.org,2002:str"
+# Distinct plain scalars whose tag is remembered while one document is read.
+_RESOLVED_CACHE = 50_000
+
+
+class _Loader(_Base):  # type: ignore[misc]
+    """The safe loader with a faster resolver: the same tags, remembered for values that
+    repeat (every stage has the same keys), without building a list of candidate patterns for
+    every scalar (the resolver is called once per key and per value)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._known: dict[str, str] = {}
+        super().__init__(stream)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            if not implicit[0]:
+                return str(self.DEFAULT_SCALAR_TAG)
+            known = self._known
+            tag = known.get(value)
+            if tag is None:
+                tag = str(self.DEFAULT_SCALAR_TAG)
+                for candidate, pattern in _IMPLICIT.get(value[:1], ()):
+                    if pattern.match(value):
+                        tag = str(candidate)
+                        break
+                if len(known) < _RESOLVED_CACHE:
+                    known[value] = tag
+            return tag
+        if kind is yaml.SequenceNode:
+            return str(self.DEFAULT_SEQUENCE_TAG)
+        return str(self.DEFAULT_MAPPING_TAG)
+
 
 Path = tuple[str | int, ...]
 
@@ -42,17 +83,54 @@ class LoadProblem:
 
 @dataclass
 class LoadedDocument:
+    """The values of a document and its node graph, which says where each was written.
+
+    Positions are looked up only for the values a problem is reported about, so reading a
+    valid document never pays for them."""
+
     data: Any
-    positions: dict[Path, Position] = field(default_factory=dict)
+    root: yaml.Node | None = None
+    _entries: dict[int, dict[str | int, tuple[yaml.Node, yaml.Node]]] = field(
+        default_factory=dict, repr=False
+    )
 
     def position(self, path: Path) -> Position | None:
-        """Where ``path`` (or, failing that, its nearest parent) was written."""
-        probe = tuple(path)
-        while True:
-            found = self.positions.get(probe)
-            if found is not None or not probe:
-                return found
-            probe = probe[:-1]
+        """Where ``path`` (or, failing that, its nearest parent) was written: a mapping entry
+        at its key, a list item at the item."""
+        node = self.root
+        if node is None:
+            return None
+        where = node
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                entry = self._mapping(node).get(part)
+                if entry is None:
+                    break
+                where, node = entry
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+                if not 0 <= part < len(node.value):
+                    break
+                where = node = node.value[part]
+            else:
+                break
+        return _pos(where)
+
+    def _mapping(self, node: yaml.MappingNode) -> dict[str | int, tuple[yaml.Node, yaml.Node]]:
+        found = self._entries.get(id(node))
+        if found is None:
+            found = {}
+            scalars = yaml.constructor.SafeConstructor()
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    continue
+                try:
+                    key = scalars.construct_object(key_node, deep=True)
+                except yaml.YAMLError:
+                    continue
+                # The first of duplicate keys is the one the document keeps.
+                found.setdefault(_key_part(key), (key_node, value_node))
+            self._entries[id(node)] = found
+        return found
 
 
 class _TooLarge(Exception):
@@ -61,16 +139,19 @@ class _TooLarge(Exception):
 
 class _Builder:
     def __init__(self) -> None:
-        self.positions: dict[Path, Position] = {}
         self.count = 0
         self.scalars = yaml.constructor.SafeConstructor()
+        self.constructors = self.scalars.yaml_constructors
         self.problems: list[LoadProblem] = []
 
-    def build(self, node: yaml.Node, path: Path) -> Any:
+    def build(self, node: yaml.Node) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
             raise _TooLarge
-        self.positions.setdefault(path, _pos(node))
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag == _STR:
+                return node.value
+            return self.scalar(node, "value", "quote the value")
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -95,21 +176,21 @@ class _Builder:
                         )
                     )
                     continue
-                child = (*path, _key_part(key))
-                self.positions.setdefault(child, _pos(key_node))
-                result[key] = self.build(value_node, child)
+                result[key] = self.build(value_node)
             return result
-        if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
+        return [self.build(item) for item in node.value]
+
+    def scalar(self, node: yaml.ScalarNode, what: str, hint: str) -> Any:
         try:
-            return self.scalars.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
+            constructor = self.constructors.get(node.tag)
+            if constructor is None:
+                return self.scalars.construct_object(node, deep=True)  # raises: unknown tag
+            return constructor(self.scalars, node)
+        except (yaml.YAMLError, ValueError, TypeError) as exc:
             self.problems.append(
-                LoadProblem(
-                    f"cannot read value: {_first_line(exc)}", "quote the value", *_line_col(node)
-                )
+                LoadProblem(f"cannot read {what}: {_first_line(exc)}", hint, *_line_col(node))
             )
-            return None
+            return _UNHASHABLE if what == "key" else None
 
     def build_key(self, node: yaml.Node) -> Any:
         if not isinstance(node, yaml.ScalarNode):
@@ -122,15 +203,9 @@ class _Builder:
             )
             return _UNHASHABLE
         self.count += 1
-        try:
-            return self.scalars.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            self.problems.append(
-                LoadProblem(
-                    f"cannot read key: {_first_line(exc)}", "quote the key", *_line_col(node)
-                )
-            )
-            return _UNHASHABLE
+        if node.tag == _STR:
+            return node.value
+        return self.scalar(node, "key", "quote the key")
 
 
 _UNHASHABLE = object()
@@ -193,7 +268,7 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
         ]
     builder = _Builder()
     try:
-        data = builder.build(nodes[0], ())
+        data = builder.build(nodes[0])
     except _TooLarge:
         return None, [
             LoadProblem(
@@ -210,4 +285,4 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
         ]
     if builder.problems:
         return None, builder.problems
-    return LoadedDocument(data, builder.positions), []
+    return LoadedDocument(data, nodes[0]), []

@@ -1,16 +1,19 @@
 """Validate a workflow spec and report every problem at once.
 
-Validation runs in two passes over the same document. The pydantic models check each field's
-shape; then whole-document rules check what no single field can: references between stages and
-tools, cycles, duplicates, accelerator fit, and paths that could leave the run prefix. Each
-problem carries its path in the document (``stages[1].inputs[0].from``), the line and column
-where it was written, and a hint saying how to fix it.
+The pydantic models of :mod:`npa.spec.model` check every field's type, syntax and one-field
+rules in one pass over the whole document (pydantic reports every field's errors, not the first
+one's). Then whole-document rules check what no single field can: references between stages and
+tools, cycles, duplicates and accelerator fit. They read the document as written, skipping any
+value of the wrong shape (already reported), so a broken field never hides a problem elsewhere
+in the same stage. Each problem carries its path in the document (``stages[1].inputs[0].from``),
+the line and column where it was written, and a hint saying how to fix it. Every step is
+linear in the size of the document.
 """
 
 from __future__ import annotations
 
+import gc
 import re
-import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FsPath
@@ -18,26 +21,31 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from npa.core.errors import InvalidInput, NotFound
-from npa.spec.imageref import parse_image_ref
-from npa.spec.loader import LoadedDocument, Path, load_text
+from npa.core.errors import InvalidInput
+from npa.core.userfiles import read_user_text
+from npa.spec import imageref
+from npa.spec.loader import MAX_BYTES, LoadedDocument, Path, load_text
 from npa.spec.model import (
+    ACCELERATORS,
     API_VERSION,
+    CONTEXT,
     DNS_LABEL,
     ENV_NAME,
     IDENT,
-    URI,
+    LABEL_KEY,
+    RULE_ERROR,
+    STORE_URI,
+    TOOL_REF,
     Checkpoint,
     Infrastructure,
-    Metadata,
     Stage,
-    Storage,
-    Tool,
     Workflow,
     parse_accelerators,
+    relative_path_problem,
 )
 
-_SAFE_CONTEXT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,252}$")
+# Past this many dependency cycles, the rest are counted rather than spelled out.
+MAX_CYCLES_SHOWN = 50
 
 
 class SpecIssue(BaseModel):
@@ -90,13 +98,26 @@ def _quote(text: str) -> str:
     return '"' + "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in escaped) + '"'
 
 
-# --- pass 1: field shapes --------------------------------------------------------------------
+# --- pass 1: the model ----------------------------------------------------------------------
 
 _PATTERN_HINTS = {
     DNS_LABEL: "use lowercase letters, digits and '-', at most 63 characters, starting and "
     "ending with a letter or digit",
     IDENT: "use lowercase letters, digits and '_', starting with a letter, at most 63 characters",
+    TOOL_REF: "use lowercase letters, digits, '_' and '-', starting with a letter",
     ENV_NAME: "environment variable names use letters, digits and '_', not starting with a digit",
+    LABEL_KEY: "label keys use letters, digits, '.', '_', '/' and '-', at most 63 characters",
+    ACCELERATORS: "write the GPU model and count, e.g. H100:8",
+    CONTEXT: "use letters, digits and . _ @ : + -, with no '/' and no spaces",
+    STORE_URI: "e.g. s3://bucket/prefix; percent-encode other characters (%20)",
+    imageref.PATTERN: "write [registry[:port]/]repository[:tag][@sha256:<64 hex>] in lowercase",
+}
+_PATTERN_MESSAGES = {
+    ACCELERATORS: "{value!r} is not NAME:N",
+    CONTEXT: "kube context {value!r} cannot be used as a name",
+    STORE_URI: "{value!r} is not an object-store URI (s3://, gs://, r2:// or file:///) "
+    "in printable ASCII without spaces",
+    imageref.PATTERN: "{value!r} is not a valid image reference",
 }
 
 
@@ -108,16 +129,31 @@ def _pydantic_issues(exc: ValidationError, prefix: Path, out: _Collector) -> Non
         kind = err["type"]
         value = err.get("input")
         message = err["msg"]
+        ctx = err.get("ctx") or {}
+        if kind == RULE_ERROR:
+            out.add(path, str(ctx["message"]), str(ctx["hint"]))
+            continue
         if kind == "missing":
             hint = f"add the required field '{loc[-1]}'"
         elif kind == "extra_forbidden":
             hint = "remove it or fix its spelling (unknown keys are not allowed; see docs/spec.md)"
             message = f"unknown field {loc[-1]!r}"
         elif kind == "string_pattern_mismatch":
-            pattern = str((err.get("ctx") or {}).get("pattern", ""))
-            message = f"{value!r} is not allowed here"
+            pattern = str(ctx.get("pattern", ""))
+            message = _PATTERN_MESSAGES.get(pattern, "{value!r} is not allowed here").format(
+                value=value
+            )
             hint = _PATTERN_HINTS.get(pattern, "see docs/spec.md for the allowed syntax")
-            if isinstance(value, str) and ("/" in value or ".." in value):
+            if (
+                isinstance(value, str)
+                and ("/" in value or ".." in value)
+                and pattern
+                in (
+                    DNS_LABEL,
+                    IDENT,
+                    TOOL_REF,
+                )
+            ):
                 hint = (
                     "names become path components under the run prefix, so '/' and '..' "
                     "are refused (they could escape it); " + hint
@@ -128,294 +164,244 @@ def _pydantic_issues(exc: ValidationError, prefix: Path, out: _Collector) -> Non
             hint = "this must be a mapping (key: value lines)"
         elif kind == "list_type":
             hint = "this must be a list ('- item' lines)"
-        elif kind.startswith(("int", "float")) or kind in {"greater_than", "less_than_equal"}:
-            hint = "write a plain number in the allowed range"
+        elif kind.startswith(("int", "float")) or kind in {
+            "greater_than",
+            "greater_than_equal",
+            "less_than",
+            "less_than_equal",
+        }:
+            hint = "write a plain number in the allowed range (not quoted)"
         elif kind.startswith("string"):
             hint = "write a string (quote it if YAML reads it as a number, boolean or date)"
         else:
             hint = "see docs/spec.md for this field"
-        if is_key:
+        if is_key and kind != "string_pattern_mismatch":
+            message = f"invalid key {value!r}: {message}"
+        elif is_key:
             message = f"invalid key {value!r}"
         out.add(path, message, hint)
-
-
-def _parse_part(model: type[BaseModel], data: Any, path: Path, out: _Collector) -> Any:
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        _pydantic_issues(exc, path, out)
-        return None
 
 
 # --- pass 2: whole-document rules ------------------------------------------------------------
 
 
-def _relative_path_problem(value: str) -> str | None:
-    """Why ``value`` cannot be a path under the run prefix, or None if it can."""
-    if value.startswith("/"):
-        return "is absolute; it must be relative to the run prefix"
-    if "://" in value:
-        return "is a URI; outputs and checkpoints live under the run prefix, give a relative path"
-    if "\\" in value:
-        return "contains a backslash"
-    parts = value.rstrip("/").split("/")
-    if any(p in {"", ".", ".."} for p in parts):
-        return "contains an empty, '.' or '..' segment, which could escape the run prefix"
-    if any(not p.isprintable() or p != p.strip() for p in parts):
-        return "contains whitespace at a segment edge or an unprintable character"
-    return None
-
-
-def _uri_problem(value: str) -> str | None:
-    if not URI.fullmatch(value):
-        return "is not an object-store URI (s3://, gs://, r2:// or file:///)"
-    rest = value.split("://", 1)[1]
-    if value.startswith("file://") and not rest.startswith("/"):
-        return "is a file:// URI without an absolute path (file:///abs/path)"
-    if ".." in rest.split("/"):
-        return "contains a '..' segment"
-    return None
-
-
-def _check_document(raw: Mapping[str, Any], out: _Collector) -> Workflow | None:
-    tools_raw = raw.get("tools")
-    stages_raw = raw.get("stages")
-    tool_names = set(tools_raw) if isinstance(tools_raw, dict) else set()
-
-    parts_ok = True  # every part parsed on its own
-    infra: Infrastructure | None = None
-    for key, model in (("metadata", Metadata), ("storage", Storage)):
-        if isinstance(raw.get(key), dict):
-            parts_ok &= _parse_part(model, raw[key], (key,), out) is not None
-    if isinstance(raw.get("infrastructure"), dict):
-        infra = _parse_part(Infrastructure, raw["infrastructure"], ("infrastructure",), out)
-        parts_ok &= infra is not None
-    elif "infrastructure" not in raw:
-        infra = Infrastructure()
-
-    tools: dict[str, Tool] = {}
-    if isinstance(tools_raw, dict):
-        for ref, tool_raw in tools_raw.items():
-            tool = _parse_part(Tool, tool_raw, ("tools", ref), out)
-            parts_ok &= tool is not None
-            if tool is not None:
-                tools[ref] = tool
-                if parse_image_ref(tool.image) is None:
-                    out.add(
-                        ("tools", ref, "image"),
-                        f"{tool.image!r} is not a valid image reference",
-                        "write [registry[:port]/]repository[:tag][@sha256:<64 hex>] in lowercase",
-                    )
-
-    stages: list[tuple[int, Stage]] = []
-    raw_names: dict[str, int] = {}
-    if isinstance(stages_raw, list):
-        for i, stage_raw in enumerate(stages_raw):
-            if isinstance(stage_raw, dict) and isinstance(stage_raw.get("name"), str):
-                name = stage_raw["name"]
-                if name in raw_names:
-                    out.add(
-                        ("stages", i, "name"),
-                        f"duplicate stage name {name!r} (first used by stages[{raw_names[name]}])",
-                        "give every stage a unique name",
-                    )
-                else:
-                    raw_names[name] = i
-            stage = _parse_part(Stage, stage_raw, ("stages", i), out)
-            parts_ok &= stage is not None
-            if stage is not None:
-                stages.append((i, stage))
-
-    declared = {
-        s.name: {o.name for o in s.outputs} for _, s in stages if raw_names.get(s.name) is not None
-    }
-    for i, stage in stages:
-        _check_stage(i, stage, tool_names, raw_names, declared, infra, out)
-
-    _check_cycles(stages, raw_names, out)
-
-    if infra is not None:
-        if infra.context is not None and not _SAFE_CONTEXT.fullmatch(infra.context):
-            out.add(
-                ("infrastructure", "context"),
-                f"kube context {infra.context!r} cannot be used as a name",
-                "use letters, digits and . _ @ : + -, with no '/' and no spaces",
-            )
-        if parse_accelerators(infra.gpu_nodes.accelerators) is None:
-            out.add(
-                ("infrastructure", "gpu_nodes", "accelerators"),
-                f"{infra.gpu_nodes.accelerators!r} is not NAME:N",
-                "write the GPU model and count per node, e.g. H100:8",
-            )
-
-    # The per-part pass cannot see the document's own shape (apiVersion, kind, missing or
-    # unknown top-level keys, a list where a mapping belongs, invalid tool refs): take those
-    # from validating the whole document, and the rest from the parts above.
+def _infrastructure(raw: Mapping[str, Any]) -> Infrastructure | None:
+    """The infrastructure section when it is valid on its own (its problems are reported by
+    pass 1); None when it is not, so fit checks never run against a guess."""
+    if "infrastructure" not in raw:
+        return Infrastructure()
     try:
-        workflow = Workflow.model_validate(raw)
-    except ValidationError as exc:
-        top = _Collector(out.doc, [])
-        _pydantic_issues(exc, (), top)
-        seen = {(i.path, i.message) for i in out.issues}
-        for err, issue in zip(exc.errors(include_url=False), top.issues, strict=True):
-            shape = len(err["loc"]) <= 1 or (err["loc"][0] == "tools" and "[key]" in err["loc"])
-            if shape and (issue.path, issue.message) not in seen:
-                out.issues.append(issue)
+        return Infrastructure.model_validate(raw["infrastructure"])
+    except ValidationError:
         return None
-    return workflow if parts_ok else None
+
+
+def _strings(value: Any) -> list[tuple[int, str]]:
+    """(index, item) of the string items of a list; anything else yields nothing."""
+    if not isinstance(value, list):
+        return []
+    return [(i, item) for i, item in enumerate(value) if isinstance(item, str)]
+
+
+def _mappings(value: Any) -> list[tuple[int, dict[str, Any]]]:
+    if not isinstance(value, list):
+        return []
+    return [(i, item) for i, item in enumerate(value) if isinstance(item, dict)]
+
+
+@dataclass
+class _Index:
+    """What stages refer to: stage names (first use), their declared outputs, tool refs."""
+
+    stages: dict[str, int]
+    outputs: dict[str, set[str]]
+    tools: set[str] | None  # None when ``tools`` is not a mapping (reported by pass 1)
+
+
+def _index(
+    raw: Mapping[str, Any], stages: list[tuple[int, dict[str, Any]]], out: _Collector
+) -> _Index:
+    names: dict[str, int] = {}
+    outputs: dict[str, set[str]] = {}
+    for i, stage in stages:
+        name = stage.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in names:
+            out.add(
+                ("stages", i, "name"),
+                f"duplicate stage name {name!r} (first used by stages[{names[name]}])",
+                "give every stage a unique name",
+            )
+            continue
+        names[name] = i
+        outputs[name] = {
+            o["name"] for _, o in _mappings(stage.get("outputs")) if isinstance(o.get("name"), str)
+        }
+    tools = raw.get("tools")
+    return _Index(names, outputs, set(tools) if isinstance(tools, dict) else None)
+
+
+def _check_references(raw: Mapping[str, Any], out: _Collector) -> None:
+    stages = _mappings(raw.get("stages"))
+    index = _index(raw, stages, out)
+    infra = _infrastructure(raw)
+    for i, stage in stages:
+        _check_stage(i, stage, index, infra, out)
+    _check_cycles(stages, index, out)
+
+
+def _known(names: Iterable[str]) -> str:
+    shown = sorted(names)
+    more = f" (+{len(shown) - 20} more)" if len(shown) > 20 else ""
+    return (", ".join(shown[:20]) or "none") + more
 
 
 def _check_stage(
     i: int,
-    stage: Stage,
-    tool_names: set[str],
-    stage_index: dict[str, int],
-    declared: dict[str, set[str]],
+    stage: dict[str, Any],
+    index: _Index,
     infra: Infrastructure | None,
     out: _Collector,
 ) -> None:
     at: Path = ("stages", i)
-    if stage.tool not in tool_names:
-        known = ", ".join(sorted(tool_names)) or "none declared"
+    own = stage.get("name") if isinstance(stage.get("name"), str) else None
+    tool = stage.get("tool")
+    if index.tools is not None and isinstance(tool, str) and tool not in index.tools:
         out.add(
             (*at, "tool"),
-            f"unknown tool {stage.tool!r}",
-            f"declare it under tools: or use one of: {known}",
+            f"unknown tool {tool!r}",
+            "declare it under tools: or use one of: "
+            + (_known(index.tools) if index.tools else "none declared"),
         )
-    for key in stage.env:
-        if key.upper().startswith("NPA_"):
-            out.add(
-                (*at, "env", key),
-                f"environment variable {key!r} uses the reserved NPA_ prefix",
-                "rename it; npa sets NPA_* variables itself (run id, stage, inputs, outputs)",
-            )
 
-    seen_inputs: set[str] = set()
-    for j, inp in enumerate(stage.inputs):
-        ip: Path = (*at, "inputs", j)
-        if inp.name in seen_inputs:
-            out.add((*ip, "name"), f"duplicate input name {inp.name!r}", "name each input once")
-        seen_inputs.add(inp.name)
-        if (inp.uri is None) == (inp.from_ is None):
-            out.add(ip, "an input needs exactly one of 'uri' or 'from'", "keep one of the two")
+    inputs = _mappings(stage.get("inputs"))
+    _unique_names(at, "input", inputs, out)
+    for j, inp in inputs:
+        ref = inp.get("from")
+        if "uri" in inp or not isinstance(ref, str):
             continue
-        if inp.uri is not None:
-            problem = _uri_problem(inp.uri)
-            if problem:
-                out.add((*ip, "uri"), f"{inp.uri!r} {problem}", "e.g. s3://bucket/raw/")
-            continue
-        ref = inp.from_ or ""
         src, _, output = ref.partition(".")
         if not src or not output:
+            continue  # pass 1 reported the syntax
+        if src == own:
             out.add(
-                (*ip, "from"),
-                f"{ref!r} is not <stage>.<output>",
-                "name the upstream stage and one of its outputs, e.g. curate.clips",
+                (*at, "inputs", j, "from"),
+                "a stage cannot read its own output",
+                "read an upstream stage",
             )
-        elif src == stage.name:
-            out.add((*ip, "from"), "a stage cannot read its own output", "read an upstream stage")
-        elif src not in stage_index:
+        elif src not in index.stages:
             out.add(
-                (*ip, "from"),
+                (*at, "inputs", j, "from"),
                 f"unknown stage {src!r}",
-                f"use one of: {', '.join(sorted(stage_index)) or 'none'}",
+                f"use one of: {_known(index.stages)}",
             )
-        elif src in declared and output not in declared[src]:
-            have = ", ".join(sorted(declared[src])) or "none"
+        elif output not in index.outputs[src]:
             out.add(
-                (*ip, "from"),
+                (*at, "inputs", j, "from"),
                 f"stage {src!r} declares no output {output!r}",
-                f"declare it under stages[{stage_index[src]}].outputs (declared: {have})",
+                f"declare it under stages[{index.stages[src]}].outputs "
+                f"(declared: {_known(index.outputs[src])})",
             )
 
-    seen_outputs: set[str] = set()
+    outputs = _mappings(stage.get("outputs"))
+    _unique_names(at, "output", outputs, out)
     # Each stage writes under its own outputs prefix, so only paths within a stage can clash.
     output_paths: dict[str, int] = {}
-    for j, output_decl in enumerate(stage.outputs):
-        op: Path = (*at, "outputs", j)
-        if output_decl.name in seen_outputs:
-            out.add((*op, "name"), f"duplicate output name {output_decl.name!r}", "name each once")
-        seen_outputs.add(output_decl.name)
-        problem = _relative_path_problem(output_decl.path)
-        if problem:
-            out.add((*op, "path"), f"{output_decl.path!r} {problem}", "e.g. curated/clips/")
+    for j, output_decl in outputs:
+        path = output_decl.get("path")
+        if not isinstance(path, str) or not path or relative_path_problem(path):
             continue
-        key = output_decl.path.rstrip("/")
+        key = path.rstrip("/")
         if key in output_paths:
             out.add(
-                (*op, "path"),
-                f"{output_decl.path!r} is also the path of outputs[{output_paths[key]}]",
+                (*at, "outputs", j, "path"),
+                f"{path!r} is also the path of outputs[{output_paths[key]}]",
                 "give every output of a stage its own path",
             )
         else:
             output_paths[key] = j
 
-    if stage.checkpoint is not None:
-        problem = _relative_path_problem(stage.checkpoint.path)
-        if problem:
-            out.add(
-                (*at, "checkpoint", "path"),
-                f"{stage.checkpoint.path!r} {problem}",
-                "e.g. checkpoints/augment/",
-            )
-
     seen_deps: set[str] = set()
-    for j, dep in enumerate(stage.depends_on):
-        if dep == stage.name:
+    for j, dep in _strings(stage.get("depends_on")):
+        if dep == own:
             out.add((*at, "depends_on", j), "a stage cannot depend on itself", "remove it")
-        elif dep not in stage_index:
+        elif dep not in index.stages:
             out.add(
                 (*at, "depends_on", j),
                 f"unknown stage {dep!r}",
-                f"use one of: {', '.join(sorted(stage_index)) or 'none'}",
+                f"use one of: {_known(index.stages)}",
             )
         elif dep in seen_deps:
             out.add((*at, "depends_on", j), f"{dep!r} is listed twice", "list it once")
         seen_deps.add(dep)
 
-    if stage.waves.parallel > stage.waves.shards:
-        out.add(
-            (*at, "waves", "parallel"),
-            f"parallel ({stage.waves.parallel}) is larger than shards ({stage.waves.shards})",
-            "set parallel to at most the number of shards",
-        )
-
-    accel = stage.resources.accelerators
-    if accel is not None:
-        parsed = parse_accelerators(accel)
-        if parsed is None:
+    resources = stage.get("resources")
+    accel = resources.get("accelerators") if isinstance(resources, dict) else None
+    parsed = parse_accelerators(accel) if isinstance(accel, str) else None
+    if parsed is not None and infra is not None:
+        node = parse_accelerators(infra.gpu_nodes.accelerators)
+        if infra.gpu_nodes.count == 0:
             out.add(
                 (*at, "resources", "accelerators"),
-                f"{accel!r} is not NAME:N",
-                "write the GPU model and count, e.g. H100:8",
+                f"the stage needs {accel} but infrastructure.gpu_nodes.count is 0",
+                "set infrastructure.gpu_nodes.count to at least 1",
             )
-        elif infra is not None:
-            node = parse_accelerators(infra.gpu_nodes.accelerators)
-            if infra.gpu_nodes.count == 0:
-                out.add(
-                    (*at, "resources", "accelerators"),
-                    f"the stage needs {accel} but infrastructure.gpu_nodes.count is 0",
-                    "set infrastructure.gpu_nodes.count to at least 1",
-                )
-            elif node is not None and (node[0].lower() != parsed[0].lower() or parsed[1] > node[1]):
-                out.add(
-                    (*at, "resources", "accelerators"),
-                    f"{accel} does not fit a GPU node ({infra.gpu_nodes.accelerators})",
-                    "request at most the GPUs of one node, of the node's model",
-                )
+        elif node is not None and (node[0].lower() != parsed[0].lower() or parsed[1] > node[1]):
+            out.add(
+                (*at, "resources", "accelerators"),
+                f"{accel} does not fit a GPU node ({infra.gpu_nodes.accelerators})",
+                "request at most the GPUs of one node, of the node's model",
+            )
 
 
-def _check_cycles(stages: list[tuple[int, Stage]], index: dict[str, int], out: _Collector) -> None:
-    graph = {s.name: sorted(upstream(s) & set(index)) for _, s in stages}
-    position = {s.name: i for i, s in stages}
+def _unique_names(
+    at: Path, kind: str, items: list[tuple[int, dict[str, Any]]], out: _Collector
+) -> None:
+    """Every ``name`` among a stage's inputs (or outputs) used once."""
+    seen: set[str] = set()
+    for j, item in items:
+        name = item.get("name")
+        if not isinstance(name, str):
+            continue
+        if name in seen:
+            out.add(
+                (*at, f"{kind}s", j, "name"),
+                f"duplicate {kind} name {name!r}",
+                f"name each {kind} once",
+            )
+        seen.add(name)
+
+
+def _upstream_names(stage: dict[str, Any]) -> set[str]:
+    deps = {d for _, d in _strings(stage.get("depends_on"))}
+    for _, inp in _mappings(stage.get("inputs")):
+        ref = inp.get("from")
+        if isinstance(ref, str) and "." in ref:
+            deps.add(ref.split(".", 1)[0])
+    return deps
+
+
+def _check_cycles(stages: list[tuple[int, dict[str, Any]]], index: _Index, out: _Collector) -> None:
+    """Every dependency cycle, found by one depth-first walk (linear in stages + edges)."""
+    graph: dict[str, list[str]] = {}
+    for i, stage in stages:
+        name = stage.get("name")
+        if isinstance(name, str) and index.stages.get(name) == i:
+            deps = _upstream_names(stage)
+            deps.discard(name)
+            graph[name] = sorted(d for d in deps if d in index.stages)
     state: dict[str, int] = {}  # 1 = on the current path, 2 = done
+    on_path: dict[str, int] = {}  # node -> its position in ``path``
     reported: set[frozenset[str]] = set()
+    unreported = 0
 
     for start in graph:
         if state.get(start):
             continue
         stack: list[tuple[str, Iterator[str]]] = [(start, iter(graph[start]))]
         path = [start]
+        on_path[start] = 0
         state[start] = 1
         while stack:
             node, edges = stack[-1]
@@ -423,22 +409,43 @@ def _check_cycles(stages: list[tuple[int, Stage]], index: dict[str, int], out: _
             if nxt is None:
                 stack.pop()
                 path.pop()
+                del on_path[node]
                 state[node] = 2
                 continue
             if state.get(nxt) == 1:
-                cycle = [*path[path.index(nxt) :], nxt]
+                if len(reported) >= MAX_CYCLES_SHOWN:
+                    unreported += 1
+                    continue
+                cycle = [*path[on_path[nxt] :], nxt]
                 key = frozenset(cycle)
                 if key not in reported:
                     reported.add(key)
                     out.add(
-                        ("stages", position[nxt], "depends_on"),
+                        ("stages", index.stages[nxt], "depends_on"),
                         "dependency cycle: " + " -> ".join(cycle),
                         "remove one edge; a stage cannot depend on itself, even indirectly",
                     )
-            elif nxt in graph and not state.get(nxt):
+            elif not state.get(nxt):
                 state[nxt] = 1
+                on_path[nxt] = len(path)
                 path.append(nxt)
                 stack.append((nxt, iter(graph[nxt])))
+    if unreported:
+        out.add(
+            ("stages",),
+            f"{unreported} more dependency cycles (the first {MAX_CYCLES_SHOWN} are listed)",
+            "remove the edges listed above first, then validate again",
+        )
+
+
+def _check_document(raw: Mapping[str, Any], out: _Collector) -> Workflow | None:
+    try:
+        workflow: Workflow | None = Workflow.model_validate(raw)
+    except ValidationError as exc:
+        workflow = None
+        _pydantic_issues(exc, (), out)
+    _check_references(raw, out)
+    return workflow
 
 
 def upstream(stage: Stage) -> set[str]:
@@ -470,7 +477,22 @@ def validate_document(doc: LoadedDocument) -> tuple[Workflow | None, list[SpecIs
 
 
 def validate_text(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
-    """Parse and validate spec text."""
+    """Parse and validate spec text, in time linear in its size.
+
+    Parsing and validating allocate millions of objects that all stay alive until the end;
+    the cyclic garbage collector would rescan them over and over (time growing faster than
+    the document) with nothing to free, so it is paused, and resumed only once the parse tree
+    is gone (``_validate`` has returned): what it then sees is the result alone."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _validate(text)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _validate(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
     doc, problems = load_text(text)
     if doc is None:
         return None, [
@@ -481,24 +503,8 @@ def validate_text(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
 
 
 def read_spec_text(path: FsPath) -> str:
-    """Read a spec file, turning OS errors into clear npa errors."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise NotFound(
-            f"spec file {path} does not exist",
-            fix=f"ls {shlex.quote(str(path.parent.absolute()))}  # the specs beside it",
-        ) from None
-    except IsADirectoryError:
-        raise InvalidInput(f"{path} is a directory, not a spec file") from None
-    except OSError as exc:
-        raise InvalidInput(f"cannot read spec file {path}: {exc.strerror}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(
-            f"{path} is not UTF-8 text (byte {exc.start})", fix=f"iconv -t UTF-8 {path}"
-        ) from None
+    """Read a spec file: a regular UTF-8 file of at most the spec size limit."""
+    return read_user_text(path, "spec file", limit=MAX_BYTES, missing_is_not_found=True)
 
 
 def load_workflow(path: FsPath) -> Workflow:

@@ -173,3 +173,70 @@ def test_an_unreachable_store_is_unavailable_not_absent(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.code == 4, r.stdout + r.stderr
     assert not (tmp_path / "db").exists()
+
+
+def test_a_stage_that_echoes_credentials_leaves_none_in_the_store(
+    npa_home: Path, tmp_path: Path
+) -> None:
+    """The stage prints a registry password (from the Docker config), the Basic-auth form of
+    it, an AWS secret key (from the shared credentials file) and a secret-named variable's
+    value; the SQLite file, created owner-only, keeps only where each came from."""
+    import base64
+    import os
+    import stat
+
+    password, aws_secret, env_token = "hunter2-Registry-pw", "wJalrXUtnFEMI/K7MDENG", "tok-9f3a1c"
+    basic = base64.b64encode(f"robot:{password}".encode()).decode()
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    (docker / "config.json").write_text(
+        json.dumps({"auths": {"registry.example.com": {"auth": basic}}})
+    )
+    (tmp_path / "aws-credentials").write_text(
+        f"[default]\naws_access_key_id = AKIAEXAMPLE0001\naws_secret_access_key = {aws_secret}\n"
+    )
+    import yaml
+
+    spec = yaml.safe_load((EXAMPLES / "tiny-local.yaml").read_text())
+    spec["stages"][2]["command"] = (
+        f"echo 'docker login -p {password}'; echo 'Authorization: Basic {basic}'; "
+        f"echo 'aws secret {aws_secret} token {env_token}' >&2; exit 3"
+    )
+    _, prefix = _run(npa_home, yaml.safe_dump(spec), tmp_path / "leaky")
+    logged = "".join(p.read_text() for p in prefix.glob("stages/total/logs/*.log"))
+    assert password in logged and aws_secret in logged  # the run really printed them
+
+    env = {
+        "NPA_HOME": str(npa_home),
+        "HOME": str(npa_home.parent),
+        "DOCKER_CONFIG": str(docker),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws-credentials"),
+        "CI_DEPLOY_TOKEN": env_token,
+    }
+    out = tmp_path / "reports" / "insights.db"
+    old_umask = os.umask(0o022)  # what made the file 0644 before
+    try:
+        ingest(str(prefix), out, env=env)
+    finally:
+        os.umask(old_umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o700
+    stored = b"".join(p.read_bytes() for p in out.parent.iterdir())
+    for secret in (password, basic, aws_secret, env_token):
+        assert secret.encode() not in stored, secret
+    with sqlite3.connect(out) as conn:
+        tails = " ".join(row[0] for row in conn.execute("SELECT tail FROM logs"))
+    assert f"[REDACTED:docker-config:{docker / 'config.json'}]" in tails
+    assert "[REDACTED:env:CI_DEPLOY_TOKEN]" in tails
+
+    # A store an earlier npa created readable by others is made owner-only on the next ingest.
+    out.chmod(0o644)
+    ingest(str(prefix), out, env=env)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    # What is not a regular file is refused as a store, without waiting on a FIFO's reader.
+    fifo = tmp_path / "pipe.db"
+    os.mkfifo(fifo)
+    for target in (fifo, Path("/dev/zero")):
+        r = run_npa("workbench", "insights", "ingest-run", "--input-path", str(prefix),
+                    "--output-path", str(target), env=env, timeout=60)  # fmt: skip
+        assert r.code == 2 and "not a regular file" in r.stderr, r.stderr

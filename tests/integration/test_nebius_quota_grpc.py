@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from npa.plan.infra import DISK_COUNT, GIB, cluster_requirements, disk_needs
-from npa.plan.quota import assess
+from npa.plan.quota import QuotaScope, assess
 from npa.plan.quota_sources import FileQuotaSource, NebiusQuotaSource
 from npa.spec.model import Infrastructure
 
@@ -24,6 +24,7 @@ pytestmark = pytest.mark.integration
 SSD = "compute.disk.size.network-ssd"
 SERVICE = "nebius.quotas.v1.QuotaAllowanceService"
 NEEDS = disk_needs(Infrastructure())
+SCOPE = QuotaScope(region="eu-north1", project="project-e00test")
 
 Answer = Callable[[Any, grpc.ServicerContext], Any]
 
@@ -36,7 +37,7 @@ class FakeQuotaApi:
 
         self.table: dict[str, Answer] = {}
         self.requests: list[tuple[str, str, str, dict[str, str]]] = []
-        handler = grpc.method_handlers_generic_handler(
+        self.handler = grpc.method_handlers_generic_handler(
             SERVICE,
             {
                 "GetByName": grpc.unary_unary_rpc_method_handler(
@@ -47,7 +48,7 @@ class FakeQuotaApi:
             },
         )
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        self.server.add_generic_rpc_handlers((handler,))
+        self.server.add_generic_rpc_handlers((self.handler,))
         self.port = self.server.add_insecure_port("127.0.0.1:0")
 
     def _get_by_name(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -105,7 +106,7 @@ def api() -> Iterator[FakeQuotaApi]:
 def test_21_gib_from_the_api_blocks_with_the_exact_shortfall(api: FakeQuotaApi) -> None:
     api.table[SSD] = allowance(2048 * GIB, 2027 * GIB)
     api.table[DISK_COUNT] = allowance(32, 5, unit="")
-    result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS)
+    result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS, scope=SCOPE)
     ssd = result.lines[0]
     assert result.verdict == "blocked"
     assert (ssd.available, ssd.shortfall, ssd.shortfall_gib) == (21 * GIB, 1230 * GIB, 1230)
@@ -133,7 +134,7 @@ def test_api_answers_that_are_not_evidence_give_blocked_unknown(api: FakeQuotaAp
     }
     for label, answer in cases.items():
         api.table[SSD] = answer
-        result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS)
+        result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS, scope=SCOPE)
         assert result.verdict == "blocked-unknown", label
         assert result.lines[0].verdict == "unknown", label
         assert result.lines[1].verdict == "ok", label
@@ -144,11 +145,15 @@ def test_api_and_file_must_agree(api: FakeQuotaApi, tmp_path: Any) -> None:
     api.table[DISK_COUNT] = allowance(32, 5, unit="")
     review = tmp_path / "q.yaml"
     review.write_text(
+        "region: eu-north1\n"
         f"quotas:\n  {SSD}: {{limit: {2048 * GIB}, usage: {2027 * GIB}}}\n"
         f"  {DISK_COUNT}: {{limit: 32, usage: 5}}\n"
     )
     result = assess(
-        cluster_requirements(NEEDS), [FileQuotaSource(review), api.source()], needs=NEEDS
+        cluster_requirements(NEEDS),
+        [FileQuotaSource(review), api.source()],
+        needs=NEEDS,
+        scope=SCOPE,
     )
     assert result.verdict == "blocked-unknown"
     assert "disagree" in result.lines[0].reason
@@ -164,7 +169,7 @@ def test_unreachable_api_is_unknown_not_absent() -> None:
     source = NebiusQuotaSource(
         "project-e00test", "eu-north1", endpoint=f"127.0.0.1:{port}", credentials="t", timeout=1.5
     )
-    result = assess(cluster_requirements(NEEDS), [source], needs=NEEDS)
+    result = assess(cluster_requirements(NEEDS), [source], needs=NEEDS, scope=SCOPE)
     assert result.verdict == "blocked-unknown"
     assert all(line.verdict == "unknown" for line in result.lines)
 
@@ -195,3 +200,144 @@ def test_plan_spec_cli_asks_the_api(api: FakeQuotaApi) -> None:
     assert {r[0] for r in api.requests} == {"project-e00cli"}
     assert api.requests[0][3]["authorization"] == "Bearer cli-token"
     assert "cli-token" not in res.stdout
+
+
+def test_evidence_read_for_another_project_is_not_evidence(api: FakeQuotaApi) -> None:
+    api.table[SSD] = allowance(4096 * GIB, 0)
+    api.table[DISK_COUNT] = allowance(32, 5, unit="")
+    other = QuotaScope(region="eu-north1", project="project-e00other")
+    result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS, scope=other)
+    assert result.verdict == "blocked-unknown"
+    assert "not project-e00other" in result.lines[0].reason
+    west = QuotaScope(region="eu-west1", project="project-e00test")
+    result = assess(cluster_requirements(NEEDS), [api.source()], needs=NEEDS, scope=west)
+    assert result.verdict == "blocked-unknown"
+    assert "not eu-west1" in result.lines[0].reason
+
+
+# --- the provider lookup that proves an existing disk ---------------------------------------
+
+DISKS = "nebius.compute.v1.DiskService"
+
+
+class FakeDiskApi:
+    """Answers DiskService.Get from a table of disks (SDK message types, real gRPC)."""
+
+    def __init__(self) -> None:
+        from nebius.api.nebius.compute.v1 import GetDiskRequest
+
+        self.disks: dict[str, Any] = {}
+        self.asked: list[str] = []
+        self.handler = grpc.method_handlers_generic_handler(
+            DISKS,
+            {
+                "Get": grpc.unary_unary_rpc_method_handler(
+                    self._get,
+                    request_deserializer=GetDiskRequest.FromString,
+                    response_serializer=lambda m: m.SerializeToString(),
+                )
+            },
+        )
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        self.server.add_generic_rpc_handlers((self.handler,))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    def _get(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.asked.append(request.id)
+        disk = self.disks.get(request.id)
+        if disk is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"disk {request.id} not found")
+        return disk
+
+    def add(self, disk_id: str, project: str, gib: int, kind: str, state: str = "READY") -> None:
+        from nebius.api.nebius.common.v1 import ResourceMetadata
+        from nebius.api.nebius.compute.v1 import Disk, DiskSpec, DiskStatus
+
+        self.disks[disk_id] = Disk(
+            metadata=ResourceMetadata(id=disk_id, parent_id=project),
+            spec=DiskSpec(size_gibibytes=gib, type=getattr(DiskSpec.DiskType, kind)),
+            status=DiskStatus(state=getattr(DiskStatus.State, state), size_bytes=gib * GIB),
+        )
+
+
+@pytest.fixture
+def disks() -> Iterator[FakeDiskApi]:
+    server = FakeDiskApi()
+    server.server.start()
+    try:
+        yield server
+    finally:
+        server.server.stop(0)
+
+
+def test_a_disk_the_compute_api_confirms_is_proven(disks: FakeDiskApi) -> None:
+    from npa.plan.evidence import check_existing
+    from npa.plan.quota import ExistingDisk, NebiusDiskProof
+    from npa.plan.quota_sources import NebiusDiskLookup
+
+    disks.add("computedisk-ok", "project-e00test", 100, "NETWORK_SSD")
+    disks.add("computedisk-small", "project-e00test", 50, "NETWORK_SSD")
+    disks.add("computedisk-hdd", "project-e00test", 100, "NETWORK_HDD")
+    disks.add("computedisk-away", "project-e00other", 100, "NETWORK_SSD")
+    disks.add("computedisk-going", "project-e00test", 100, "NETWORK_SSD", state="DELETING")
+    lookup = NebiusDiskLookup(endpoint=f"127.0.0.1:{disks.port}", credentials="t")
+
+    def check(disk_id: str, scope: QuotaScope = SCOPE) -> tuple[str, str]:
+        claim = ExistingDisk(
+            role="agent", size_gib=100, evidence=NebiusDiskProof(nebius_disk=disk_id)
+        )
+        (result,) = check_existing([claim], scope, read_outputs=dict, read_disk=lookup.get)
+        return result.status, result.detail
+
+    assert check("computedisk-ok")[0] == "proven"
+    assert check("computedisk-small") == (
+        "refuted",
+        f"nebius disk computedisk-small: it is {50 * GIB} bytes, not 100 GiB: not deducted",
+    )
+    assert "NETWORK_HDD" in check("computedisk-hdd")[1]
+    assert "project-e00other" in check("computedisk-away")[1]
+    assert "DELETING" in check("computedisk-going")[1]
+    assert check("computedisk-none")[0] == "refuted"
+    assert check("computedisk-ok", QuotaScope(region="eu-north1"))[0] == "unproven"
+    assert disks.asked[:2] == ["computedisk-ok", "computedisk-small"]
+
+
+def test_plan_spec_deducts_a_disk_only_the_api_proves(
+    api: FakeQuotaApi, disks: FakeDiskApi, tmp_path: Any
+) -> None:
+    from tests.harness.cli import run_npa
+
+    # The CLI reaches the quota API and the compute API through one endpoint: one server
+    # answering both services.
+    both = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    both.add_generic_rpc_handlers((api.handler, disks.handler))
+    port = both.add_insecure_port("127.0.0.1:0")
+    both.start()
+    try:
+        api.table[SSD] = allowance(4096 * GIB, 4096 * GIB - 1151 * GIB)
+        api.table[DISK_COUNT] = allowance(32, 5, unit="")
+        disks.add("computedisk-agent", "project-e00cli", 100, "NETWORK_SSD")
+        existing = tmp_path / "existing.yaml"
+        existing.write_text(
+            "existing:\n"
+            "  - {role: agent, size_gib: 100, evidence: {nebius_disk: computedisk-agent}}\n"
+        )
+        args = (
+            "workbench", "workflow", "plan-spec", "examples/physical-ai.yaml", "--run-id",
+            "demo-1", "--nebius-project", "project-e00cli", "--nebius-endpoint",
+            f"127.0.0.1:{port}", "--existing", str(existing), "--json",
+        )  # fmt: skip
+        res = run_npa(*args, env={"NEBIUS_IAM_TOKEN": "cli-token"})
+        assert res.code == 0, res.stdout + res.stderr
+        quota = res.json()["quota"]
+        assert quota["existing"][0]["status"] == "proven"
+        assert quota["lines"][0]["required_new_gib"] == 1151
+        # The same disk claimed for another project deducts nothing, and 1151 GiB is short.
+        other = run_npa(
+            *[a if a != "project-e00cli" else "project-e00else" for a in args],
+            env={"NEBIUS_IAM_TOKEN": "cli-token"},
+        )
+        assert other.code == 1, other.stdout + other.stderr
+        assert other.json()["quota"]["existing"][0]["status"] == "refuted"
+    finally:
+        both.stop(0)

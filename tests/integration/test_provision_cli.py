@@ -174,6 +174,7 @@ def test_nebius_quota_gate_blocks_before_any_stack(
     quota = tmp_path / "quota.yaml"
     quota.write_text(
         "source: console export\n"
+        "region: eu-north1\n"  # where the nebius target builds by default
         "quotas:\n"
         f"  compute.disk.size.network-ssd: {{limit: {1000 * gib}, usage: {979 * gib}}}\n"
         "  compute.disk.count: {limit: 32, usage: 3}\n"
@@ -204,6 +205,15 @@ def test_nebius_quota_gate_blocks_before_any_stack(
     )
     assert unknown.code == 4
     assert unknown.json()["quota"]["verdict"] == "blocked-unknown"
+
+    # The same figures read for another region are no evidence for this one.
+    quota.write_text(quota.read_text().replace("region: eu-north1", "region: eu-west1"))
+    elsewhere = run_npa("provision-if-absent", "--project", "big", "--target", "nebius",
+                        "--quota-file", str(quota), "--yes", "--json")  # fmt: skip
+    assert elsewhere.code == 4, elsewhere.stdout
+    line = elsewhere.json()["quota"]["lines"][0]
+    assert line["verdict"] == "unknown" and "not eu-north1" in line["reason"]
+    assert not (pulumi_backend.state_dir / ".pulumi" / "stacks").exists()
 
 
 @pytest.fixture

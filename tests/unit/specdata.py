@@ -57,3 +57,15 @@ def base_spec() -> dict[str, Any]:
 
 def dump(data: Any) -> str:
     return yaml.safe_dump(data, sort_keys=False)
+
+
+def doc_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path into a document of dicts and lists (``()`` is the document itself)."""
+    found = [prefix]
+    if isinstance(node, dict):
+        for key, value in node.items():
+            found += doc_paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += doc_paths(value, (*prefix, i))
+    return found

@@ -30,7 +30,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
 def readonly_home(npa_home: Path) -> Iterator[Path]:
     """An NPA_HOME that exists with some state in it, and cannot be written."""
     npa_home.mkdir(mode=0o700)
-    (npa_home / "config.json").write_text("{}\n")
+    (npa_home / "config.json").write_text('{"version": 1, "projects": {}}\n')
     npa_home.chmod(0o500)
     try:
         yield npa_home
@@ -120,13 +120,15 @@ def test_plan_spec_deducts_existing_and_passes_with_room() -> None:
         "examples/existing-agent.yaml",
         "--json",
     )
+    # The example's proof names a stack output; this NPA_HOME has no such stack, so the
+    # claim is checked, found unproven, and deducts nothing (tests/integration/
+    # test_quota_evidence_cli.py deducts it against a real stack).
     assert js.code == 0, js.stdout
-    ssd = js.json()["quota"]["lines"][0]
-    assert (ssd["required_new"], ssd["required_new_gib"], ssd["verdict"]) == (
-        1235876839424,
-        1151,
-        "ok",
-    )
+    quota = js.json()["quota"]
+    ssd = quota["lines"][0]
+    assert (ssd["required_new"], ssd["existing"], ssd["verdict"]) == (1343251021824, 0, "ok")
+    (check,) = quota["existing"]
+    assert check["status"] in ("refuted", "unavailable") and "not deducted" in check["detail"]
 
 
 def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
@@ -135,6 +137,7 @@ def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
     assert "BLOCKED-UNKNOWN" in res.stdout and "--quota-file" in res.stdout
     disagree = tmp_path / "other.yaml"
     disagree.write_text(
+        "region: eu-north1\n"
         "quotas:\n  compute.disk.size.network-ssd: {limit: 2199023255552, usage: 0}\n"
         "  compute.disk.count: {limit: 32, usage: 5}\n"
     )

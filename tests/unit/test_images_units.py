@@ -297,6 +297,17 @@ def test_cache_keys_on_contract_version_and_probe_user(
     assert cache.lookup(D, 1000) is None  # damaged entries are misses
 
 
+def test_a_deferring_cache_writes_only_on_commit(tmp_path: Path) -> None:
+    root = tmp_path / "npa"
+    cache = VerificationCache(NpaPaths(root), defer=True)
+    assert cache.store(D, "contract", 1000, None)
+    assert cache.lookup(D, 1000) is not None  # what this check verified counts already
+    assert not root.exists()  # but nothing is written
+    cache.commit()
+    assert VerificationCache(NpaPaths(root)).lookup(D, 1000) is not None
+    assert not cache.pending
+
+
 def test_cache_write_failure_is_not_fatal(tmp_path: Path) -> None:
     # A file where the cache directory belongs: unwritable even for root.
     root = tmp_path / "npa"

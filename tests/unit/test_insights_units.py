@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import base64
+import json
+from pathlib import Path
+
 import pytest
 
 from npa.insights.compare import first_divergence, pair_stages
-from npa.insights.scan import RunFacts, StageFacts, parse_metrics, redact
+from npa.insights.scan import RunFacts, StageFacts, parse_metrics, redact_facts
+from npa.runs.secrets import known_secrets
 
 pytestmark = pytest.mark.unit
 
@@ -58,6 +63,42 @@ def test_durations_alone_are_no_divergence() -> None:
     assert first_divergence(base, pair_stages(base, slow), slow) is None
 
 
-def test_log_tails_never_keep_a_credential_value(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value-of-some-length")
-    assert redact("key=s3cr3t-value-of-some-length ok") == "key=[AWS_SECRET_ACCESS_KEY] ok"
+def test_every_text_copied_from_a_run_loses_its_credential_values(tmp_path: Path) -> None:
+    docker = tmp_path / "docker"
+    docker.mkdir()
+    auth = base64.b64encode(b"robot:hunter2-registry").decode()
+    (docker / "config.json").write_text(json.dumps({"auths": {"reg.example.com": {"auth": auth}}}))
+    (tmp_path / "aws").write_text("[default]\naws_secret_access_key = wJalrXUtnFEMI/K7MDENG\n")
+    kube = tmp_path / "kubeconfig"
+    kube.write_text("users:\n- name: u\n  user: {token: kube-bearer-token-1}\n")
+    env = {
+        "HOME": str(tmp_path),
+        "DOCKER_CONFIG": str(docker),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "aws"),
+        "KUBECONFIG": str(kube),
+        "MY_REGISTRY_PASSWORD": "pw-from-env",
+        "REG_AUTH": "ci-bot:auth-from-env",
+        "PATH": "/usr/bin:/bin",
+        "SHORT_TOKEN": "abc",
+    }
+    secrets = known_secrets(env)
+    leaked = (
+        "hunter2-registry wJalrXUtnFEMI/K7MDENG kube-bearer-token-1 pw-from-env "
+        f"auth-from-env Basic {auth} /usr/bin:/bin abc"
+    )
+    facts = run("r", "FAILED", [stage("one", 0, detail=leaked, log_tails={"k": leaked})])
+    facts.supervisor = {"attempts": [{"detail": leaked}]}
+    facts.run_logs = {"logs/supervisor.log": leaked}
+    clean = redact_facts(facts, secrets)
+    for text in (
+        clean.stages[0].detail,
+        clean.stages[0].log_tails["k"],
+        clean.supervisor["attempts"][0]["detail"],
+        clean.run_logs["logs/supervisor.log"],
+    ):
+        for value in ("hunter2-registry", "wJalrXUtnFEMI", "kube-bearer", "pw-from-env",
+                      "auth-from-env", auth):  # fmt: skip
+            assert value not in text
+        assert f"[REDACTED:docker-config:{docker / 'config.json'}]" in text
+        assert "[REDACTED:env:MY_REGISTRY_PASSWORD]" in text
+        assert text.endswith("/usr/bin:/bin abc")  # not credentials: kept as they are

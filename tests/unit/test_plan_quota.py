@@ -10,6 +10,7 @@ import pytest
 from npa.core.errors import InvalidInput, Unavailable
 from npa.core.layout import wave_count
 from npa.plan.dag import levels, topological_order
+from npa.plan.evidence import check_existing
 from npa.plan.infra import (
     DISK_COUNT,
     GIB,
@@ -19,7 +20,14 @@ from npa.plan.infra import (
     local_requirements,
 )
 from npa.plan.model import build_plan
-from npa.plan.quota import ExistingDisk, QuotaReading, assess
+from npa.plan.quota import (
+    ExistingCheck,
+    ExistingDisk,
+    PulumiOutputRef,
+    QuotaReading,
+    QuotaScope,
+    assess,
+)
 from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, load_existing
 from npa.spec.model import DiskType, Infrastructure, Workflow
 from tests.unit.specdata import base_spec
@@ -88,8 +96,12 @@ def test_21_gib_available_is_blocked_with_a_1230_gib_shortfall() -> None:
     assert (count.required, count.available, count.shortfall, count.verdict) == (3, 10, 0, "ok")
 
 
+def proven(*claims: ExistingDisk) -> list[ExistingCheck]:
+    return [ExistingCheck(disk=c, status="proven", detail="read back") for c in claims]
+
+
 def test_existing_agent_disk_is_deducted() -> None:
-    existing = [ExistingDisk(role="agent", size_gib=100, evidence="stack output agentDisk")]
+    existing = proven(ExistingDisk(role="agent", size_gib=100, evidence="stack output agentDisk"))
     result = assess(REQUIREMENTS, [with_available(21)], needs=NEEDS, existing=existing)
     ssd = line(result, SSD)
     assert (ssd.existing, ssd.existing_gib) == (107_374_182_400, 100)
@@ -149,7 +161,7 @@ def test_agreeing_sources_are_fine() -> None:
     ],
 )
 def test_existing_claims_that_do_not_match_the_plan_are_unknown(claim: ExistingDisk) -> None:
-    result = assess(REQUIREMENTS, [with_available(2000)], needs=NEEDS, existing=[claim])
+    result = assess(REQUIREMENTS, [with_available(2000)], needs=NEEDS, existing=proven(claim))
     assert result.verdict == "blocked-unknown"
     assert all(x.existing == 0 for x in result.lines)
 
@@ -177,16 +189,27 @@ def test_file_source(tmp_path: Path) -> None:
 
 
 def test_example_quota_files_give_the_documented_verdicts() -> None:
+    scope = QuotaScope(region="eu-north1")
     blocked = assess(
-        REQUIREMENTS, [FileQuotaSource(Path("examples/quota-21gib.yaml"))], needs=NEEDS
+        REQUIREMENTS,
+        [FileQuotaSource(Path("examples/quota-21gib.yaml"))],
+        needs=NEEDS,
+        scope=scope,
     )
     assert (blocked.verdict, line(blocked, SSD).shortfall_gib) == ("blocked", 1230)
-    existing = load_existing(Path("examples/existing-agent.yaml"))
+    claims = load_existing(Path("examples/existing-agent.yaml"))
+
+    def stack_outputs(ref: PulumiOutputRef) -> dict[str, str]:
+        assert (ref.stack, ref.output) == ("npa-physai-nebius", "agent_boot_disk_id")
+        return {"agent_boot_disk_id": "computedisk-e00example"}
+
+    existing = check_existing(claims, scope, read_outputs=stack_outputs)
     ok = assess(
         REQUIREMENTS,
         [FileQuotaSource(Path("examples/quota-ample.yaml"))],
         needs=NEEDS,
         existing=existing,
+        scope=scope,
     )
     assert ok.verdict == "ok" and line(ok, SSD).required_new_gib == 1151
 

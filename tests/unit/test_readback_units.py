@@ -29,7 +29,19 @@ def test_run_prefixes_parse_to_store_workflow_and_run() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", ["s3://bucket/wf", "gs://bucket/wf/run", "s3://bucket/wf/../x", "../etc", "a/b"]
+    "bad",
+    [
+        "s3://bucket/wf",
+        "gs://bucket/wf/run",
+        "s3://bucket/wf/../x",
+        "../etc",
+        "a/b",
+        "s3://bucket/anything/deeper/bar",
+        f"s3://bucket/wf/{RUN}/npa-workflow/stages",
+        f"s3://bucket/wf/{RUN}/npa-workflow/stages/total",
+        f"s3://bucket/wf/{RUN}x",
+        f"file:///store/wf/{RUN.upper()}",
+    ],
 )
 def test_anything_but_an_exact_run_prefix_is_refused(bad: str) -> None:
     with pytest.raises(InvalidInput):
@@ -138,3 +150,75 @@ def test_children_lists_folders_not_objects(tmp_path: Path) -> None:
     assert store.children("") == ["b", "wf"]  # the temp folder is not a child
     assert store.children("wf/") == ["r1", "r2"]
     assert store.children("missing/") == []
+
+
+def test_a_missing_bucket_is_not_found_with_the_bucket_named() -> None:
+    from npa.services.locate import BUCKET_ABSENT
+
+    bucket = SourceAnswer(
+        source="store-scan", where="s3://b/*", answer="absent", detail=BUCKET_ABSENT,
+        error="bucket 'b' does not exist", fix="aws s3api create-bucket --bucket b",
+    )  # fmt: skip
+    state, reason = decide(located(answer("receipt", "absent"), bucket), NONE, cached=False)
+    assert state == "NOT_FOUND" and "bucket 'b' does not exist" in reason
+
+
+class Slow:
+    """A store whose reads take ``delay`` seconds (or fail)."""
+
+    uri = "s3://slow"
+
+    def __init__(self, delay: float) -> None:
+        import threading
+
+        self.delay = delay
+        self.release = threading.Event()
+        self.calls = 0
+
+    def get(self, key: str) -> bytes:
+        self.calls += 1
+        if key == "broken":
+            from npa.adapters.storage import ObjectAbsent
+
+            raise ObjectAbsent("no such key")
+        self.release.wait(self.delay)
+        return b"data"
+
+
+def test_a_bounded_store_gives_up_once_and_then_at_once() -> None:
+    import re
+
+    from npa.adapters.storage import ObjectAbsent, StoreUnavailable
+    from npa.adapters.storage.bounded import BoundedStore
+
+    fast = BoundedStore(Slow(0), 5)  # type: ignore[arg-type]
+    assert fast.get("k") == b"data"
+    with pytest.raises(ObjectAbsent):  # the store's own answers pass through unchanged
+        fast.get("broken")
+    inner = Slow(3600)
+    silent = BoundedStore(inner, 0.2)  # type: ignore[arg-type]
+    with pytest.raises(
+        StoreUnavailable, match=re.escape("did not answer a read of k within 0.2 s")
+    ):
+        silent.get("k")
+    with pytest.raises(StoreUnavailable):  # known silent now: not asked (nor waited for) again
+        silent.get("other")
+    assert inner.calls == 1
+    inner.release.set()
+
+
+def test_the_read_timeout_comes_from_the_flag_then_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from npa.adapters.storage.bounded import DEFAULT_READ_TIMEOUT, read_budget, read_timeout
+
+    monkeypatch.delenv("NPA_READ_TIMEOUT", raising=False)
+    assert read_timeout() == DEFAULT_READ_TIMEOUT < 30
+    monkeypatch.setenv("NPA_READ_TIMEOUT", "7.5")
+    assert read_timeout() == 7.5
+    with read_budget(2):
+        assert read_timeout() == 2
+    for bad in ("0", "-1", "x", "1e9"):
+        monkeypatch.setenv("NPA_READ_TIMEOUT", bad)
+        with pytest.raises(InvalidInput):
+            read_timeout()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +176,7 @@ def test_bad_digests_are_refused(digests: dict[str, str], needle: str) -> None:
 def test_full_pinned_reference_in_digests_file(tmp_path: Path) -> None:
     f = tmp_path / "d.yaml"
     f.write_text(f"digests:\n  cur: registry.example.com/cur:1.0@{DIGEST_A}\n")
-    images = resolve_images(Workflow.model_validate(base_spec()), load_digests(f))
+    images = resolve_images(Workflow.model_validate(base_spec()), load_digests(f).pins)
     assert images["cur"] == f"registry.example.com/cur@{DIGEST_A}"
     f.write_text("- not a mapping\n")
     with pytest.raises(InvalidInput):
@@ -261,3 +262,108 @@ def test_diff_against_a_previous_render(tmp_path: Path) -> None:
     assert "+++ /dev/null" in (changed.diff or "")
     assert not (first / "evaluate.yaml").exists()
     assert "changed against" in "\n".join(changed.text_lines())
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "needle"),
+    [
+        ("--context", "ctx\nother", "cannot be used as a name"),
+        ("--context", "../clusters/x", "cannot be used as a name"),
+        ("--context", "a b", "cannot be used as a name"),
+        ("--store-uri", "s3://bucket/run\ns3://other", "printable ASCII"),
+        ("--store-uri", "s3://bucket/../other", "'..' segment"),
+        ("--store-uri", "s3://bucket/./x", "'..' segment"),
+        ("--store-uri", "s3:///no-bucket", "names no bucket"),
+        ("--store-uri", "file:///tmp/store", "SkyPilot can mount"),
+        ("--image-override", "ghost=registry.example.com/x:1", "unknown tool 'ghost'"),
+        ("--image-override", "cur=Not A Ref", "malformed"),
+        ("--image", "UPPER/Case:1", "malformed"),
+    ],
+)
+def test_render_flags_are_checked_like_the_spec_fields_they_replace(
+    tmp_path: Path, flag: str, value: str, needle: str
+) -> None:
+    from tests.harness.cli import run_npa
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(dump(base_spec()))
+    digests = tmp_path / "d.yaml"
+    digests.write_text(f"cur: {DIGEST_A}\n")
+    out = tmp_path / "out"
+    res = run_npa("workbench", "workflow", "render", str(spec), "--run-id", "r1", "--out",
+                  str(out), "--digests", str(digests), flag, value)  # fmt: skip
+    assert res.code == 2, res.stdout + res.stderr
+    assert needle in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
+
+
+def test_render_pins_the_image_an_override_chose(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(dump(base_spec()))
+    digests = tmp_path / "d.yaml"
+    digests.write_text(f"cur: mirror.example.com/team/cur2@{DIGEST_A}\n")
+    with pytest.raises(
+        InvalidInput, match=re.escape("digest is for 'mirror.example.com/team/cur2'")
+    ):
+        render_spec(spec, "r1", tmp_path / "no", digests_file=digests)
+    result = render_spec(
+        spec,
+        "r1",
+        tmp_path / "out",
+        digests_file=digests,
+        image_overrides=["cur=mirror.example.com/team/cur2:2.0"],
+    )
+    task = parsed((tmp_path / "out" / result.files[0].file).read_text())
+    assert task["resources"]["image_id"] == f"docker:mirror.example.com/team/cur2@{DIGEST_A}"
+    # A short name the registry resolved (preflight-images --registry) is the same image.
+    render_spec(
+        spec, "r1", tmp_path / "out", digests_file=digests, image_overrides=["cur=cur2:2.0"]
+    )
+    task = parsed((tmp_path / "out" / result.files[0].file).read_text())
+    assert task["resources"]["image_id"] == f"docker:mirror.example.com/team/cur2@{DIGEST_A}"
+
+
+def test_render_pins_preflight_output_exactly_as_verified(tmp_path: Path) -> None:
+    import json
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(dump(base_spec()))
+    pinned = f"mirror.example.com/other/curator@{DIGEST_A}"
+    preflight = {
+        "spec": str(spec),
+        "registry": None,
+        "context": None,
+        "contract_version": 1,
+        "images": [
+            {
+                "tool": "cur",
+                "reference": "mirror.example.com/other/curator:3",
+                "source": "override",
+            },
+            {"tool": "gpu", "reference": f"registry.example.com/gpu@{DIGEST_B}", "source": "spec"},
+        ],
+        "digests": {"cur": pinned, "gpu": f"registry.example.com/gpu@{DIGEST_B}"},
+    }
+    digests = tmp_path / "preflight.json"
+    digests.write_text(json.dumps(preflight))
+    result = render_spec(spec, "r1", tmp_path / "out", digests_file=digests)
+    curate = parsed((tmp_path / "out" / result.files[0].file).read_text())
+    assert curate["resources"]["image_id"] == f"docker:{pinned}"
+    # The same overrides again are fine; different ones contradict what was verified.
+    render_spec(
+        spec,
+        "r1",
+        tmp_path / "out",
+        digests_file=digests,
+        image_overrides=["cur=mirror.example.com/other/curator:3"],
+    )
+    with pytest.raises(
+        InvalidInput, match=re.escape("preflight verified mirror.example.com/other")
+    ):
+        render_spec(
+            spec,
+            "r1",
+            tmp_path / "out",
+            digests_file=digests,
+            image_overrides=["cur=registry.example.com/cur:9"],
+        )

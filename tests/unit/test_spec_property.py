@@ -19,8 +19,9 @@ from npa.plan.infra import cluster_requirements, disk_needs
 from npa.plan.model import build_plan
 from npa.plan.quota import assess
 from npa.render.tasks import render_workflow
+from npa.spec.loader import load_text
 from npa.spec.validate import validate_text
-from tests.unit.specdata import DIGEST_A, base_spec
+from tests.unit.specdata import DIGEST_A, base_spec, doc_paths
 
 pytestmark = pytest.mark.unit
 
@@ -80,22 +81,11 @@ def test_random_yaml_never_raises(fragments: list[str], noise: str) -> None:
             assert issue.message and issue.hint
 
 
-def _paths(data: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    out = [prefix]
-    if isinstance(data, dict):
-        for k, v in data.items():
-            out += _paths(v, (*prefix, k))
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            out += _paths(v, (*prefix, i))
-    return out
-
-
 @st.composite
 def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
     spec = base_spec()
     for _ in range(draw(st.integers(min_value=0, max_value=4))):
-        paths = [p for p in _paths(spec) if p]
+        paths = [p for p in doc_paths(spec) if p]
         path = draw(st.sampled_from(paths))
         parent = spec
         for part in path[:-1]:
@@ -140,3 +130,42 @@ def test_random_specs_are_valid_or_cleanly_rejected(spec: dict[str, Any]) -> Non
         return
     for task in tasks:
         assert isinstance(yaml.safe_load(task.text), dict)
+
+
+plain_scalars = st.one_of(
+    st.sampled_from(
+        [
+            "0x1F", "0o17", "017", "1_000", "1:20", "190:20:30.15", "+12", "-0", "1e3", "1.5e-3",
+            ".inf", "-.Inf", ".NaN", "yes", "No", "ON", "off", "y", "n", "~", "null", "Null", "",
+            "true", "False", "2001-12-14", "2001-12-14t21:59:43.10-05:00", "0b101", "=", "<<x",
+            "a", "-", "1.2.3", "12:30", "0.", ".5", "+.5", "08", "0x", "H100:8",
+        ]
+    ),
+    st.text(alphabet="0123456789+-._:eExXoObyYnN~ ", min_size=1, max_size=8),
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(plain_scalars, min_size=1, max_size=6))
+def test_values_get_the_same_types_as_the_safe_loader(scalars: list[str]) -> None:
+    """The spec loader's faster resolver gives every plain scalar the tag PyYAML's safe loader
+    gives it: ``1_000`` is a number, ``yes`` a boolean, ``2001-12-14`` a date, in both."""
+    text = "".join(f"k{i}: {s}\n" for i, s in enumerate(scalars))
+    text += "list: [" + ", ".join(s for s in scalars if s.strip() and "," not in s) + "]\n"
+    try:
+        expected = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return
+    doc, problems = load_text(text)
+    assert doc is not None, problems
+
+    def same(a: Any, b: Any) -> bool:  # NaN is not equal to itself
+        if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
+            return True
+        if isinstance(a, dict) and isinstance(b, dict):
+            return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+        if isinstance(a, list) and isinstance(b, list):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return type(a) is type(b) and a == b
+
+    assert same(doc.data, expected), (doc.data, expected)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -276,3 +277,70 @@ def test_stage_parse_failure_does_not_cause_spurious_reference_errors() -> None:
 
     issues = issues_of(mutate)
     assert [i.path for i in issues] == ["stages[0].retries"]
+
+
+def test_every_independent_error_in_one_stage_is_reported() -> None:
+    """Nine problems planted in one stage and its neighbours: an unknown field, a bad number
+    and a bad accelerator in the same object must not hide one another, nor the references."""
+
+    def mutate(s: dict[str, Any]) -> None:
+        stage = s["stages"][1]
+        stage["colour"] = "blue"  # 1 unknown field
+        stage["resources"] = {"cpus": -4, "accelerators": "H100:-1"}  # 2, 3
+        stage["tool"] = "nope"  # 4 unknown tool
+        stage["inputs"][0]["from"] = "curate.missing"  # 5 undeclared output
+        stage["waves"] = {"shards": 2, "parallel": 3}  # 6 parallel > shards
+        stage["env"] = {"NPA_STAGE": "x"}  # 7 reserved name
+        stage["depends_on"] = ["ghost"]  # 8 unknown stage
+        stage["outputs"].append({"name": "aug", "path": "../up"})  # 9 and 10: dup name, bad path
+
+    issues = issues_of(mutate)
+    at = "stages[1]"
+    for path in (
+        f"{at}.colour",
+        f"{at}.resources.cpus",
+        f"{at}.resources.accelerators",
+        f"{at}.tool",
+        f"{at}.inputs[0].from",
+        f"{at}.waves.parallel",
+        f"{at}.env.NPA_STAGE",
+        f"{at}.depends_on[0]",
+        f"{at}.outputs[1].name",
+        f"{at}.outputs[1].path",
+    ):
+        one(issues, path)
+    assert "NAME:N" in one(issues, f"{at}.resources.accelerators").message
+
+
+def _chain(stages: int) -> str:
+    spec = base_spec()
+    spec["stages"] = [
+        {
+            "name": f"s{i}",
+            "tool": "cur",
+            "command": "true",
+            "outputs": [{"name": "out", "path": "out/"}],
+            **({"inputs": [{"name": "up", "from": f"s{i - 1}.out"}]} if i else {}),
+            **({"depends_on": [f"s{i // 2}"]} if i > 1 else {}),
+        }
+        for i in range(stages)
+    ]
+    return dump(spec)
+
+
+def _cpu_seconds(text: str) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.process_time()
+        workflow, issues = validate_text(text)
+        best = min(best, time.process_time() - start)
+        assert workflow is not None, issues[:3]
+    return best
+
+
+def test_validation_time_grows_linearly_with_the_stages() -> None:
+    """Four times the stages may take about four times as long, never the square of it: the
+    ratio is compared, not a time, so the machine's speed does not matter."""
+    small, large = _chain(1500), _chain(6000)
+    ratio = _cpu_seconds(large) / _cpu_seconds(small)
+    assert ratio < 6.0, f"4x the stages took {ratio:.1f}x the time"

@@ -142,7 +142,8 @@ def test_existing_disks_from_state_are_deducted() -> None:
         },
     ]
     disks = existing_disks(state)
-    assert sorted((d.role, d.size_gib, d.count) for d in disks) == [
+    assert all(d.status == "proven" for d in disks)
+    assert sorted((d.disk.role, d.disk.size_gib, d.disk.count) for d in disks) == [
         ("agent", 100, 1),
         ("cpu_node", 128, 1),
     ]

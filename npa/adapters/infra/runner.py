@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -44,6 +45,7 @@ from npa.core.paths import tools_cache_root
 PROJECT = "npa"
 PULUMI_VERSION = "3.260.0"
 _ORG = "organization"  # what a diy backend calls the (only) organization
+OUTPUT_READ_SECONDS = 60
 
 
 def find_pulumi() -> Path:
@@ -293,6 +295,40 @@ class InfraRunner:
         """The resources recorded in the stack's state (empty when there is no stack)."""
         deployment = self.deployment(stack) or {}
         return list(deployment.get("resources") or [])
+
+    def stack_outputs(self, stack: str) -> dict[str, Any] | None:
+        """The stack's outputs as ``pulumi stack output --json`` prints them (a secret shows
+        as ``[secret]``), or None when the backend has no such stack. Read-only."""
+        qualified = stack if "/" in stack else f"{_ORG}/{PROJECT}/{stack}"
+        with tempfile.TemporaryDirectory(prefix="npa-outputs-") as cwd:
+            # An empty working directory: a Pulumi.yaml where npa runs must not be picked up.
+            try:
+                proc = subprocess.run(
+                    [str(self.pulumi_bin), "stack", "output", "--json", "--stack", qualified],
+                    cwd=cwd,
+                    env={**os.environ, **self.env()},
+                    capture_output=True,
+                    text=True,
+                    timeout=OUTPUT_READ_SECONDS,
+                    check=False,
+                )
+            except subprocess.TimeoutExpired:
+                raise Unavailable(
+                    f"pulumi stack output of {qualified} did not answer within "
+                    f"{OUTPUT_READ_SECONDS} s (backend {self.backend.url})"
+                ) from None
+        if proc.returncode != 0:
+            if "no stack named" in proc.stderr:
+                return None
+            tail = " ".join(proc.stderr.strip().splitlines()[-3:])
+            raise Unavailable(
+                f"pulumi stack output of {qualified} failed (backend {self.backend.url}): {tail}"
+            )
+        try:
+            outputs = json.loads(proc.stdout or "{}")
+        except json.JSONDecodeError:
+            raise Unavailable(f"pulumi stack output of {qualified} printed no JSON") from None
+        return dict(outputs) if isinstance(outputs, dict) else None
 
     def pending_operations(self, stack: str) -> list[dict[str, Any]]:
         deployment = self.deployment(stack) or {}

@@ -65,12 +65,16 @@ def join_list(files: Iterable[Path]) -> str:
 def _load(path: Path) -> dict[str, Any]:
     import yaml
 
+    from npa.core.errors import InvalidInput
+    from npa.core.userfiles import read_user_text
+
     try:
-        data = yaml.safe_load(path.read_text("utf-8")) or {}
+        # Capped and regular-only: a KUBECONFIG entry can name /dev/zero or a FIFO.
+        data = yaml.safe_load(read_user_text(path, "kubeconfig")) or {}
     except yaml.YAMLError as exc:
         raise KubeconfigError(f"{path} is not valid YAML: {exc}") from None
-    except UnicodeDecodeError:
-        raise KubeconfigError(f"{path} is not UTF-8 text") from None
+    except InvalidInput as exc:
+        raise KubeconfigError(exc.message) from None
     if not isinstance(data, dict):
         raise KubeconfigError(f"{path} is not a kubeconfig (not a mapping)")
     return data
@@ -112,7 +116,8 @@ def merge(files: Iterable[Path], *, must_exist: bool = False) -> Merged:
     named: dict[str, dict[str, dict[str, Any]]] = {"clusters": {}, "users": {}, "contexts": {}}
     current: str | None = None
     for path in files:
-        if not path.is_file():
+        # Anything that exists is read, and refused by _load unless it is a regular file.
+        if not path.exists():
             if must_exist:
                 raise KubeconfigError(f"kubeconfig {path} does not exist")
             continue

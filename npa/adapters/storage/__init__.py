@@ -107,8 +107,10 @@ def open_store(
     max_attempts: int = 4,
     fix_hint: str | None = None,
     paths: NpaPaths | None = None,
+    timeout: float | None = None,
 ) -> ObjectStore:
-    """Open the store ``uri`` names; S3 settings are ignored for ``file://`` stores."""
+    """Open the store ``uri`` names; S3 settings are ignored for ``file://`` stores.
+    ``timeout`` bounds each network wait of an ``s3://`` store (see also BoundedStore)."""
     canonical = normalize_store_uri(uri, paths)
     parsed = urlparse(canonical)
     if parsed.scheme == "s3":
@@ -133,6 +135,7 @@ def open_store(
             max_connections=max_connections,
             max_attempts=max_attempts,
             fix_hint=fix_hint,
+            timeout=timeout,
         )
     from npa.adapters.storage.file import FileStore
 

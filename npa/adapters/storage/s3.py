@@ -87,6 +87,7 @@ class S3Store(S3Base):
         max_connections: int = 32,
         max_attempts: int = 4,
         fix_hint: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         # botocore directly: boto3's resource layer costs start-up time and is not needed.
         import botocore.session
@@ -103,8 +104,9 @@ class S3Store(S3Base):
                 config=Config(
                     retries={"mode": "standard", "max_attempts": max_attempts},
                     max_pool_connections=max_connections,
-                    connect_timeout=10,
-                    read_timeout=60,
+                    # A caller with a deadline (BoundedStore) gets sockets that give up by then.
+                    connect_timeout=min(10, timeout) if timeout else 10,
+                    read_timeout=min(60, timeout) if timeout else 60,
                 ),
             )
             creds = session.get_credentials()

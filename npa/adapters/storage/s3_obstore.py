@@ -44,6 +44,7 @@ class ObstoreS3Store(S3Base):
         max_connections: int = 32,
         max_attempts: int = 4,
         fix_hint: str | None = None,
+        timeout: float | None = None,
     ) -> None:
         import obstore
         from obstore.store import S3Store
@@ -87,8 +88,8 @@ class ObstoreS3Store(S3Base):
             config=config,  # type: ignore[arg-type]
             client_options={
                 "allow_http": bool(endpoint_url and endpoint_url.startswith("http://")),
-                "connect_timeout": timedelta(seconds=10),
-                "read_timeout": timedelta(seconds=60),
+                "connect_timeout": timedelta(seconds=min(10, timeout) if timeout else 10),
+                "read_timeout": timedelta(seconds=min(60, timeout) if timeout else 60),
                 # No cap on a whole request: a 1 GiB blob on a slow link takes a while;
                 # read_timeout catches a store that stops answering.
                 "timeout": timedelta(hours=1),
@@ -96,6 +97,8 @@ class ObstoreS3Store(S3Base):
             },
             retry_config={
                 "max_retries": max(0, max_attempts - 1),
+                # Retries go on past a read timeout: the BoundedStore around a reading
+                # command is what gives up, with its own answer.
                 "retry_timeout": timedelta(seconds=60),
             },
             credential_provider=provider,  # type: ignore[arg-type]

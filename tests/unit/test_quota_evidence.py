@@ -1,0 +1,371 @@
+"""Evidence that is not evidence never makes the quota gate say ok.
+
+Contradictory lines, figures read for another region or project, misspelt quota names, and
+existing-resource claims nobody can check are each a class: every member of it must end in
+``blocked-unknown``, an input error, or "claimed, unproven" (nothing deducted).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from npa.core.errors import InvalidInput, Unavailable
+from npa.plan.evidence import DiskFacts, check_existing
+from npa.plan.infra import DISK_COUNT, GIB, cluster_requirements, disk_needs, known_quotas
+from npa.plan.quota import (
+    ExistingDisk,
+    NebiusDiskProof,
+    PulumiOutputProof,
+    PulumiOutputRef,
+    QuotaReading,
+    QuotaScope,
+    assess,
+)
+from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, load_existing
+from npa.spec.model import Infrastructure
+
+pytestmark = pytest.mark.unit
+
+SSD = "compute.disk.size.network-ssd"
+NEEDS = disk_needs(Infrastructure())
+REQUIREMENTS = cluster_requirements(NEEDS)
+NORTH = QuotaScope(region="eu-north1", project="project-e00a")
+PLENTY = 4096 * GIB
+
+
+def quota_file(tmp_path: Path, body: str, name: str = "q.yaml") -> FileQuotaSource:
+    path = tmp_path / name
+    path.write_text(body)
+    return FileQuotaSource(path)
+
+
+def ample(region: str = "eu-north1", extra: str = "") -> str:
+    return (
+        f"region: {region}\n{extra}quotas:\n  {SSD}: {{limit: {PLENTY}, usage: 0}}\n"
+        f"  {DISK_COUNT}: {{limit: 32, usage: 0}}\n"
+    )
+
+
+def verdict(tmp_path: Path, body: str, scope: QuotaScope = NORTH) -> Any:
+    return assess(REQUIREMENTS, [quota_file(tmp_path, body)], needs=NEEDS, scope=scope)
+
+
+# --- contradictory lines ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        "{unlimited: true, limit: 5, usage: 10}",
+        "{unlimited: true, limit: 0}",
+        f"{{unlimited: true, limit: {PLENTY}, usage: 0}}",
+        "{unlimited: true, usage: -1}",
+        "{limit: 5, usage: 10}",
+        "{limit: -5, usage: 0}",
+        "{usage: 0}",
+        "{limit: 5}",
+        "{unlimited: false}",
+        "{}",
+    ],
+)
+def test_contradictory_or_incomplete_lines_block_as_unknown(tmp_path: Path, entry: str) -> None:
+    body = (
+        f"region: eu-north1\nquotas:\n  {SSD}: {entry}\n  {DISK_COUNT}: {{limit: 32, usage: 0}}\n"
+    )
+    result = verdict(tmp_path, body)
+    assert result.verdict == "blocked-unknown", entry
+    ssd = result.lines[0]
+    assert ssd.verdict == "unknown" and ssd.shortfall is None and ssd.available is None
+
+
+def test_unlimited_alone_or_with_a_usage_is_not_a_contradiction(tmp_path: Path) -> None:
+    for entry in ("{unlimited: true}", "{unlimited: true, usage: 12}"):
+        body = (
+            f"region: eu-north1\nquotas:\n  {SSD}: {entry}\n"
+            f"  {DISK_COUNT}: {{limit: 9, usage: 0}}\n"
+        )
+        result = verdict(tmp_path, body)
+        assert result.verdict == "ok" and result.lines[0].unlimited
+
+
+# --- scope: region and project ---------------------------------------------------------------
+
+
+def test_evidence_for_another_region_is_no_evidence(tmp_path: Path) -> None:
+    result = verdict(tmp_path, ample("eu-west1"))
+    assert result.verdict == "blocked-unknown"
+    assert all(line.verdict == "unknown" for line in result.lines)
+    assert "names region eu-west1, not eu-north1" in result.lines[0].reason
+    assert result.lines[0].not_counted and result.lines[0].sources == []
+
+
+def test_a_file_that_names_no_region_is_not_evidence_for_a_cloud_plan(tmp_path: Path) -> None:
+    body = ample().replace("region: eu-north1\n", "")
+    result = verdict(tmp_path, body)
+    assert result.verdict == "blocked-unknown"
+    assert "names no region" in result.lines[0].reason
+
+
+def test_a_line_can_name_its_own_region_and_only_that_counts(tmp_path: Path) -> None:
+    body = (
+        f"region: eu-north1\nquotas:\n  {SSD}: {{limit: {PLENTY}, usage: 0, region: eu-west1}}\n"
+        f"  {DISK_COUNT}: {{limit: 32, usage: 0}}\n"
+    )
+    result = verdict(tmp_path, body)
+    assert [line.verdict for line in result.lines] == ["unknown", "ok"]
+
+
+def test_evidence_for_another_project_is_no_evidence(tmp_path: Path) -> None:
+    other = verdict(tmp_path, ample(extra="project: project-e00b\n"))
+    assert other.verdict == "blocked-unknown"
+    assert "not project-e00a" in other.lines[0].reason
+    same = verdict(tmp_path, ample(extra="project: project-e00a\n"))
+    assert same.verdict == "ok"
+    # A plan that names no project cannot be contradicted by the file's.
+    unnamed = verdict(
+        tmp_path, ample(extra="project: project-e00b\n"), QuotaScope(region="eu-north1")
+    )
+    assert unnamed.verdict == "ok"
+
+
+def test_in_scope_evidence_still_decides_when_other_evidence_is_set_aside(
+    tmp_path: Path,
+) -> None:
+    here = quota_file(tmp_path, ample(), "here.yaml")
+    there = quota_file(tmp_path, ample("us-central1").replace(f"{PLENTY}", "1"), "there.yaml")
+    result = assess(REQUIREMENTS, [here, there], needs=NEEDS, scope=NORTH)
+    assert result.verdict == "ok"
+    assert result.lines[0].sources == ["file:here.yaml"]
+    assert "us-central1" in result.lines[0].not_counted[0]
+
+
+def test_the_local_target_counts_only_readings_for_no_region(tmp_path: Path) -> None:
+    class Cloudy:
+        name = "cloudy"
+
+        def read(self, names: Any) -> list[QuotaReading]:
+            return [
+                QuotaReading(source="cloudy", name=n, limit=10, usage=0, region="x") for n in names
+            ]
+
+    result = assess(REQUIREMENTS, [Cloudy()], needs=NEEDS)
+    assert result.verdict == "blocked-unknown"
+
+
+# --- names -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "suggestion"),
+    [
+        ("compute.disk.size.network_ssd", SSD),
+        ("compute.disk.size.networkssd", SSD),
+        ("compute.disks.count", DISK_COUNT),
+        ("local.store.sizes", "local.store.size"),
+        ("gpus", None),
+    ],
+)
+def test_a_misspelt_quota_name_is_an_input_error_with_a_suggestion(
+    tmp_path: Path, name: str, suggestion: str | None
+) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        quota_file(tmp_path, f"region: eu-north1\nquotas:\n  {name}: {{limit: 1, usage: 0}}\n")
+    message = caught.value.message
+    assert repr(name) in message and "npa knows:" in message
+    if suggestion:
+        assert f"did you mean {suggestion!r}" in message
+    else:
+        assert "did you mean" not in message
+    assert caught.value.details["known"] == known_quotas()
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "region: 5\nquotas: {}\n",
+        "project: [a]\nquotas: {}\n",
+        "source: ''\nquotas: {}\n",
+        "quotas:\n  compute.disk.count: {limit: 1, usage: 0, region: 7}\n",
+        "quotas:\n  compute.disk.count: {limit: '1', usage: 0}\n",
+        "quotas:\n  compute.disk.count: {limit: 1.5, usage: 0}\n",
+        "quotas:\n  compute.disk.count: {limit: true, usage: 0}\n",
+        "quotas:\n  compute.disk.count: {limit: 1, usage: 0, unlimited: 'yes'}\n",
+        "quotas:\n  compute.disk.count: {limit: 1, usage: 0, colour: red}\n",
+        "quotas:\n  compute.disk.count: [1, 0]\n",
+        "regions: eu-north1\nquotas: {}\n",
+        "quotas: []\n",
+        "- a\n",
+    ],
+)
+def test_malformed_quota_files_are_input_errors(tmp_path: Path, body: str) -> None:
+    with pytest.raises(InvalidInput):
+        quota_file(tmp_path, body)
+
+
+# --- existing resources ----------------------------------------------------------------------
+
+
+def claim(evidence: Any, size: int = 100) -> ExistingDisk:
+    return ExistingDisk(role="agent", size_gib=size, evidence=evidence)
+
+
+def outputs_of(stacks: dict[str, dict[str, Any]]) -> Any:
+    asked: list[str] = []
+
+    def read(ref: PulumiOutputRef) -> dict[str, Any] | None:
+        asked.append(ref.stack)
+        if ref.stack == "broken":
+            raise Unavailable("the state backend cannot be read")
+        return stacks.get(ref.stack)
+
+    read.asked = asked  # type: ignore[attr-defined]
+    return read
+
+
+def pulumi(stack: str, output: str, value: str | None = None) -> PulumiOutputProof:
+    return PulumiOutputProof(pulumi=PulumiOutputRef(stack=stack, output=output, value=value))
+
+
+STACKS = {"npa-a": {"agent_boot_disk_id": "computedisk-1", "empty": "", "pw": "[secret]"}}
+
+
+@pytest.mark.parametrize(
+    ("evidence", "status"),
+    [
+        ("trust me", "unproven"),
+        ("pulumi stack npa-a output agent_boot_disk_id=computedisk-1", "unproven"),
+        (pulumi("npa-a", "agent_boot_disk_id"), "proven"),
+        (pulumi("npa-a", "agent_boot_disk_id", "computedisk-1"), "proven"),
+        (pulumi("npa-a", "agent_boot_disk_id", "computedisk-2"), "refuted"),
+        (pulumi("npa-a", "pw"), "proven"),
+        (pulumi("npa-a", "pw", "hunter2"), "unproven"),
+        (pulumi("npa-a", "empty"), "refuted"),
+        (pulumi("npa-a", "nothing"), "refuted"),
+        (pulumi("npa-b", "agent_boot_disk_id"), "refuted"),
+        (pulumi("broken", "agent_boot_disk_id"), "unavailable"),
+        (NebiusDiskProof(nebius_disk="computedisk-1"), "unavailable"),  # no API client given
+    ],
+)
+def test_only_a_proof_npa_checked_is_deducted(evidence: Any, status: str) -> None:
+    available = 1151  # exactly what is left to create once the agent's 100 GiB exist
+    (check,) = check_existing([claim(evidence)], NORTH, read_outputs=outputs_of(STACKS))
+    assert check.status == status, check.detail
+    source = FixedSource({SSD: (available * GIB, 0), DISK_COUNT: (2, 0)})
+    result = assess(REQUIREMENTS, [source], needs=NEEDS, existing=[check], scope=NORTH)
+    if status == "proven":
+        assert result.verdict == "ok" and result.lines[0].existing_gib == 100
+    else:
+        assert "not deducted" in check.detail
+        assert result.verdict == "blocked" and result.lines[0].existing == 0
+
+
+class FixedSource:
+    name = "fixed"
+
+    def __init__(self, figures: dict[str, tuple[int, int]]) -> None:
+        self.figures = figures
+
+    def read(self, names: Any) -> list[QuotaReading]:
+        return [
+            QuotaReading(source=self.name, name=n, limit=lim, usage=use, region="eu-north1")
+            for n, (lim, use) in self.figures.items()
+            if n in names
+        ]
+
+
+def test_a_stack_is_read_once_however_often_it_is_named() -> None:
+    read = outputs_of(STACKS)
+    claims = [claim(pulumi("npa-a", "agent_boot_disk_id")), claim(pulumi("npa-a", "pw"))]
+    assert [c.status for c in check_existing(claims, NORTH, read_outputs=read)] == ["proven"] * 2
+    assert read.asked == ["npa-a"]
+
+
+def test_a_provider_lookup_checks_project_size_type_and_state() -> None:
+    def disk(disk_id: str) -> DiskFacts | None:
+        table = {
+            "ok": DiskFacts("ok", "project-e00a", 100 * GIB, "NETWORK_SSD", "READY"),
+            "big": DiskFacts("big", "project-e00a", 101 * GIB, "NETWORK_SSD", "READY"),
+            "new": DiskFacts("new", "project-e00a", 100 * GIB, "NETWORK_SSD", "CREATING"),
+        }
+        if disk_id == "down":
+            raise Unavailable("connection refused")
+        return table.get(disk_id)
+
+    def status(disk_id: str, count: int = 1) -> str:
+        disk_claim = ExistingDisk(
+            role="agent", size_gib=100, count=count, evidence=NebiusDiskProof(nebius_disk=disk_id)
+        )
+        (check,) = check_existing([disk_claim], NORTH, read_outputs=dict, read_disk=disk)
+        return check.status
+
+    assert status("ok") == "proven"
+    assert [status(d) for d in ("big", "new", "gone")] == ["refuted"] * 3
+    assert status("down") == "unavailable"
+    assert status("ok", count=2) == "refuted"
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "{role: agent, size_gib: '100', evidence: x}",
+        "{role: agent, size_gib: 100}",
+        "{role: agent, size_gib: 100, evidence: ''}",
+        "{role: agent, size_gib: 100, evidence: 7}",
+        "{role: agent, size_gib: 100, evidence: {pulumi: {stack: s}}}",
+        "{role: agent, size_gib: 100, evidence: {pulumi: {stack: s, output: o, colour: x}}}",
+        "{role: agent, size_gib: 100, evidence: {proof: yes}}",
+        "{role: agent, size_gib: 100, evidence: {nebius_disk: 'a b'}}",
+        "{role: bastion, size_gib: 100, evidence: x}",
+        "{role: agent, size_gib: 0, evidence: x}",
+        "{role: agent, size_gib: 100, evidence: x, status: proven}",
+    ],
+)
+def test_malformed_evidence_files_are_input_errors(tmp_path: Path, item: str) -> None:
+    path = tmp_path / "existing.yaml"
+    path.write_text(f"existing:\n  - {item}\n")
+    with pytest.raises(InvalidInput) as caught:
+        load_existing(path)
+    assert "existing[0]" in caught.value.message
+
+
+def test_every_problem_of_an_evidence_file_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "existing.yaml"
+    path.write_text(
+        "existing:\n  - {role: agent, size_gib: -1, evidence: x}\n"
+        "  - {role: nope, size_gib: 100, evidence: {pulumi: {output: o}}}\n"
+    )
+    with pytest.raises(InvalidInput) as caught:
+        load_existing(path)
+    problems = caught.value.details["problems"]
+    assert any(p.startswith("existing[0].size_gib") for p in problems)
+    assert any(p.startswith("existing[1].role") for p in problems)
+    assert any(p.startswith("existing[1].evidence.pulumi.stack") for p in problems)
+
+
+# --- the local store's disk ------------------------------------------------------------------
+
+
+def _free(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
+@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a tmpfs at /dev/shm")
+def test_the_local_gate_measures_the_store_where_it_is_not_npa_home(tmp_path: Path) -> None:
+    shm, home = Path("/dev/shm"), tmp_path
+    if os.stat(shm).st_dev == os.stat(home).st_dev:
+        pytest.skip("/dev/shm and the temp dir are one filesystem here")
+    store_only = LocalStoreSource(shm / "npa-store-that-does-not-exist")
+    (reading,) = store_only.read(["local.store.size"])
+    assert reading.limit is not None and reading.usage is not None
+    assert abs((reading.limit - reading.usage) - _free(shm)) < 64 << 20
+    # With the executor's work directory elsewhere, the tighter of the two disks counts.
+    both = LocalStoreSource(shm / "store", home / "local-jobs")
+    (reading,) = both.read(["local.store.size"])
+    assert reading.limit is not None and reading.usage is not None
+    assert abs((reading.limit - reading.usage) - min(_free(shm), _free(home))) < 64 << 20
+    assert not (shm / "npa-store-that-does-not-exist").exists()
