@@ -18,6 +18,7 @@ import yaml
 
 from npa import __version__
 from npa.core.errors import InvalidInput
+from npa.images.contract import pod_security_context
 from npa.plan.model import StagePlan, WorkflowPlan, build_plan
 from npa.render.yamlsafe import yaml_value
 from npa.spec.imageref import DIGEST, parse_image_ref
@@ -255,12 +256,9 @@ def task_context(
         "envs": envs,
         "file_mounts": mounts,
         "command": stage.command,
-        "security_context": {
-            "runAsNonRoot": True,
-            "runAsUser": tool.contract.run_as_user,
-            "runAsGroup": tool.contract.run_as_group,
-            "fsGroup": tool.contract.fs_group,
-        },
+        "security_context": pod_security_context(
+            tool.contract.run_as_user, tool.contract.run_as_group, tool.contract.fs_group
+        ),
     }
 
 

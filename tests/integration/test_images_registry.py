@@ -45,9 +45,9 @@ def test_basic_auth_single_manifest_digest_equals_pushed(registry: Registry) -> 
 def test_index_resolves_to_index_digest_and_config_through_it(registry: Registry) -> None:
     repo = _repo("index")
     labels = {
-        "io.npa.contract.version": "1",
+        "io.npa.contract.version": "2",
         "io.npa.contract.user": "1000:1000",
-        "io.npa.contract.capabilities": "posix-shell,writable-tmp",
+        "io.npa.contract.capabilities": "posix-shell,writable-tmp,bash,passwd-user,writable-home,sudo",
     }
     pushed = registry.push_image(repo, "multi", labels=labels, user="1000", index=True)
     client = _basic_client(registry)
