@@ -35,7 +35,7 @@ from npa.backends.base import (
 )
 from npa.core.errors import NotFound, NpaError, Unavailable
 from npa.core.fsio import exclusive_lock
-from npa.launch.readyz import ReadinessProbe, ReadinessRecord
+from npa.launch.readyz import NotStable, ReadinessProbe, ReadinessRecord
 from npa.launch.supervision import Classification, Policy, record
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import SupervisorRecord
@@ -137,8 +137,17 @@ class Transaction:
         return _status_fix(self.submission.run_id, self.submission.project)
 
     def _establish(self) -> None:
-        if self.readiness is not None:
-            self.record.readiness.append(self.readiness.establish())
+        """Establish API stability and journal the evidence, stable or not, so a later reader
+        of the launch sees on what the launch (or the refusal to launch) was based."""
+        if self.readiness is None:
+            return
+        try:
+            found = self.readiness.establish()
+        except NotStable as unstable:
+            self.journal.append("readiness", "failed", readiness=unstable.details.get("readiness"))
+            raise
+        self.record.readiness.append(found)
+        self.journal.append("readiness", "done", readiness=found.model_dump(mode="json"))
 
     def _adopt(self, job_id: int, how: str) -> LaunchTransaction:
         adopt = getattr(self.backend, "adopt", None)
