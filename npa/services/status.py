@@ -109,7 +109,10 @@ class StatusResult(Result):
             lines.append(f"  failure: {self.failure_reason}")
         for p in self.pending:
             image = f" image {p.image}" if p.image else ""
-            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}")
+            seen = (
+                f" ({p.count} pods failed to start so; pod events)" if p.source == "events" else ""
+            )
+            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}")
         for name, stage in self.stages.items():
             extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
             if not stage.classification and stage.detail:
@@ -289,8 +292,11 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
 def ask_pods(
     located: Located, record: JobRecord, paths: NpaPaths
 ) -> tuple[list[PodReason], SourceAnswer]:
-    """Why a waiting SkyPilot job's pods wait, from the Kubernetes API."""
-    from npa.adapters.kube.pods import managed_job_clusters, pending_reasons
+    """Why a waiting SkyPilot job's pods wait, from the Kubernetes API: the pods that exist now,
+    and the events of those SkyPilot already deleted after they failed to start (it deletes a
+    pod that cannot pull its image within seconds and tries again with a new one)."""
+    from npa.adapters.kube.client import project_namespace
+    from npa.adapters.kube.pods import managed_job_clusters, pending_reasons, startup_failures
 
     context = located.kube_context
     kubeconfig = paths.cluster_kubeconfig(context) if context else None
@@ -303,23 +309,37 @@ def ask_pods(
             detail=f"no kubeconfig at {kubeconfig}",
         )
     tasks = [t.task_name for t in record.tasks if t.task_name]
+    clusters = managed_job_clusters(tasks or [record.job_name], record.job_id)
+    namespace = project_namespace(located.project)
     try:
-        reasons = pending_reasons(
-            kubeconfig, context, managed_job_clusters(tasks or [record.job_name], record.job_id)
-        )
+        reasons = pending_reasons(kubeconfig, context, clusters)
+        failed = startup_failures(kubeconfig, context, namespace, clusters)
     except Exception as exc:
         return [], SourceAnswer(
             source="kubernetes-pods",
             where=where,
             answer="unavailable",
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods",
+            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods -n {namespace}",
         )
+    live = {r.pod for r in reasons}
+    gone: dict[tuple[str, str | None], PodReason] = {}
+    for failure in failed:  # oldest first: the latest of each kind is kept, with the pod count
+        if failure.pod in live:
+            continue
+        key = (failure.reason, failure.image)
+        count = gone[key].count + 1 if key in gone else 1
+        gone[key] = failure.model_copy(update={"count": count})
+    reasons += list(gone.values())
+    detail = "; ".join(
+        f"{r.pod}: {r.reason}" + (f" ({r.count} pods, from events)" if r.source == "events" else "")
+        for r in reasons
+    )
     return reasons, SourceAnswer(
         source="kubernetes-pods",
         where=where,
         answer="found" if reasons else "absent",
-        detail="; ".join(f"{r.pod}: {r.reason}" for r in reasons) or "no waiting pod",
+        detail=detail or "no waiting pod and no pod that failed to start",
     )
 
 

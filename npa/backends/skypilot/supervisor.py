@@ -60,6 +60,7 @@ from npa.launch.supervision import (
     Policy,
     Recovery,
     classify_job_status,
+    count_startup_failure,
     failure_signature,
     payload_retries_of,
     record,
@@ -82,6 +83,8 @@ SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
 _ATTEMPT = re.compile(r"-a(\d+)$")
 _TERMINAL = {s.value for s in TERMINAL_STATES}
+# States in which SkyPilot may be retrying a start that keeps failing.
+_STARTING = frozenset({JobState.PENDING, JobState.STARTING, JobState.RECOVERING})
 
 
 class ReadinessSpec(BaseModel):
@@ -278,6 +281,11 @@ class SkyPilotSupervisor:
         # this supervisor was started with (a rerun submit that adopts a live resumed job
         # carries no adopted stages).
         tasks = self.backend.stage_tasks(job, JobStages.of_run(m))
+        unproven = self._unproven_successes(m, tasks)
+        if unproven is not None:
+            return self.outputs_missing(job, tasks, *unproven)
+        if job.state in _STARTING and self.startup_failed(m, job, tasks):
+            return True
         if not job.state.terminal:
             if m.state != job.state.value or self._stages_changed(m, tasks):
                 state = job.state.value
@@ -334,6 +342,179 @@ class SkyPilotSupervisor:
             )
             for wave in range(int(waves.get("waves", 1)))
         ]
+
+    def _unproven_successes(
+        self, m: RunManifest, tasks: dict[str, TaskRecord]
+    ) -> tuple[str, str] | None:
+        """The first stage whose task ended SUCCEEDED without its declared outputs in the
+        store, and why; None when every newly succeeded stage's outputs are there.
+
+        A task's exit code says only that its command ended well; the stage has succeeded once
+        what it declared is in the store, as on the local backend.
+        """
+        from npa.services.artifacts import check_stage
+
+        assert self.store is not None
+        for stage, task in sorted(tasks.items(), key=lambda item: item[1].task_id):
+            if task.state is not JobState.SUCCEEDED:
+                continue
+            if m.stages.get(stage, StageRecord()).state == JobState.SUCCEEDED.value:
+                continue  # proven at an earlier poll
+            planned = self._planned(stage)
+            if planned is None:
+                continue  # plan.json unreadable now: the next poll checks again
+            checked = check_stage(self.store, self.submission.prefix, planned, task.state.value)
+            if not checked.ok:
+                lacking = ", ".join(
+                    f"{o.name} ({o.status})" for o in checked.outputs if o.status != "ok"
+                )
+                return stage, (
+                    f"stage {stage} exited 0 but declared outputs are missing or empty in the "
+                    f"store: {lacking}"
+                )
+        return None
+
+    def outputs_missing(
+        self, job: JobRecord, tasks: dict[str, TaskRecord], stage: str, detail: str
+    ) -> bool:
+        """A stage ended without its outputs: the stage and the run are FAILED (a payload
+        failure, as on the local backend), and the job is cancelled by id so no later stage
+        runs on inputs that are not there. True: the run is terminal."""
+        cancelled = "the job was already over"
+        if not job.state.terminal:
+            try:
+                self.backend.cancel(job.job_id)
+                cancelled = f"job {job.job_id} cancelled"
+            except NpaError as error:
+                cancelled = f"cancelling job {job.job_id} failed: {error.message}"
+        self.log(f"{detail}; {cancelled}")
+
+        def mutate(m: RunManifest) -> None:
+            if m.job_id != job.job_id or m.state in _TERMINAL:
+                return
+            record(
+                m.supervisor,
+                what=f"stage {stage}",
+                failure="missing-outputs",
+                classification=Classification.PAYLOAD,
+                detail=f"{detail}; {cancelled}",
+                policy=self.policy,
+                stage=stage,
+            )
+            if job.job_id not in m.supervisor.job_ids:
+                m.supervisor.job_ids.append(job.job_id)
+            self._record_stages(m, {s: t for s, t in tasks.items() if s != stage})
+            rec = m.stages.setdefault(stage, StageRecord())
+            rec.state, rec.ended_at = JobState.FAILED.value, rec.ended_at or now_iso()
+            rec.classification, rec.detail = Classification.PAYLOAD.value, detail
+            m.state = JobState.FAILED.value
+
+        self.update(mutate)
+        return True
+
+    def _pod_failures(
+        self, job: JobRecord, tasks: dict[str, TaskRecord]
+    ) -> list[tuple[str | None, Any]]:
+        """(stage, failure) for every pod of the job that could not start, from the pod events
+        that outlive the pods SkyPilot deletes and recreates; [] when they cannot be read."""
+        from npa.adapters.kube.client import project_namespace
+        from npa.adapters.kube.pods import managed_job_clusters, startup_failures
+
+        s = self.submission
+        if not s.kubeconfig:
+            return []
+        stage_of = {t.task_name: st for st, t in tasks.items() if t.task_name}
+        names = [t.task_name for t in job.tasks if t.task_name] or [job.job_name]
+        clusters = {c: name for name in names for c in managed_job_clusters([name], job.job_id)}
+        try:
+            failures = startup_failures(
+                Path(s.kubeconfig),
+                s.kube_context,
+                project_namespace(s.project),
+                set(clusters),
+            )
+        except Exception as exc:  # the API answers nothing: counting waits for the next poll
+            self.log(f"pod events of job {job.job_id} unreadable: {type(exc).__name__}: {exc}")
+            return []
+        found = []
+        for failure in failures:
+            cluster = next((c for c in clusters if failure.pod.startswith(f"{c}-")), None)
+            task = clusters.get(cluster) if cluster else None
+            found.append((stage_of.get(task or ""), failure))
+        return found
+
+    def startup_failed(self, m: RunManifest, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
+        """Count the pods of a live job that could not start (SkyPilot deletes each and tries
+        again, so the job itself stays PENDING/STARTING with no failure reason). The same
+        failure ``--startup-failure-threshold`` times in a row ends the run FAILED_STARTUP and
+        cancels the job by id. True when the run became terminal."""
+        seen = {a.what for a in m.supervisor.attempts}
+        new = []
+        for stage, failure in self._pod_failures(job, tasks):
+            what = f"job {job.job_id} pod {failure.pod} ({(failure.uid or '-')[:8]})"
+            if what not in seen:
+                new.append((what, stage, failure))
+        if not new:
+            return False
+        policy = self.policy
+        preview = m.supervisor.model_copy(deep=True)
+        verdicts = [
+            count_startup_failure(
+                preview,
+                what=what,
+                failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
+                policy=policy,
+                stage=stage,
+            )
+            for what, stage, f in new
+        ]
+        stopped = next((v for v in verdicts if v.terminal_state is not None), None)
+        cancelled = ""
+        if stopped is not None:
+            try:
+                self.backend.cancel(job.job_id)
+                cancelled = f"; job {job.job_id} cancelled"
+            except NpaError as error:
+                cancelled = f"; cancelling job {job.job_id} failed: {error.message}"
+        for what, _, f in new:
+            self.log(f"startup failure {what}: {f.reason}: {f.message}")
+
+        def mutate(mm: RunManifest) -> None:
+            if mm.job_id != job.job_id or mm.state in _TERMINAL:
+                return
+            known = {a.what for a in mm.supervisor.attempts}
+            for what, stage, f in new:
+                if what in known:
+                    continue
+                verdict = count_startup_failure(
+                    mm.supervisor,
+                    what=what,
+                    failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                    detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}"
+                    + (cancelled if stopped is not None else ""),
+                    policy=policy,
+                    stage=stage,
+                )
+                if verdict.terminal_state is not None and stopped is not None:
+                    if job.job_id not in mm.supervisor.job_ids:
+                        mm.supervisor.job_ids.append(job.job_id)
+                    self._record_stages(mm, tasks)
+                    if stage is not None:
+                        rec = mm.stages.setdefault(stage, StageRecord())
+                        rec.state, rec.ended_at = verdict.terminal_state.value, now_iso()
+                        rec.classification = verdict.classification.value
+                        rec.detail = f"{f.reason}: {f.message}"
+                    mm.state = verdict.terminal_state.value
+                    return
+
+        updated = self.update(mutate)
+        if stopped is not None:
+            self.log(
+                f"run is {updated.state} after {updated.supervisor.startup_failures} startup "
+                f"failures{cancelled}"
+            )
+        return updated.state in _TERMINAL
 
     def finish(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> None:
         self.log(f"job {job.job_id} ended {job.state.value}")
