@@ -33,7 +33,7 @@ from npa.adapters.storage import (
 )
 from npa.backends import ExecutionBackend, JobSubmission, TaskContext, open_backend
 from npa.backends.base import JobState
-from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError
+from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.launch.readyz import DEFAULT_COUNT, DEFAULT_WINDOW, ReadinessProbe, kube_readyz
@@ -362,6 +362,8 @@ def _run_gates(
                     "PATH",
                 ),
             )
+        if kubeconfig.is_file():
+            _namespace_gate(gates, kubeconfig, context, project)
         import importlib.util
 
         if importlib.util.find_spec("sky") is None:
@@ -419,6 +421,70 @@ def _run_gates(
                 images = dict(result.digests)
     facts["images"] = images
     return gates, facts
+
+
+def _namespace_gate(gates: _Gates, kubeconfig: Path, context: str, project: str) -> None:
+    """The project's namespace, where SkyPilot runs the job's pods, exists (read only)."""
+    from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api, project_namespace
+
+    namespace = project_namespace(project)
+    provision = _cmd(
+        "provision-if-absent", "--project", project, "--target", "kubernetes", "--context", context
+    )
+    try:
+        core_api(kubeconfig, context).read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
+    except Exception as exc:
+        status = getattr(exc, "status", None)
+        if status == 404:
+            gates.add("namespace", "failed", f"namespace {namespace} does not exist", provision)
+        elif status == 403:
+            gates.add(
+                "namespace", "failed", f"not allowed to read namespace {namespace}", provision
+            )
+        else:
+            gates.add(
+                "namespace",
+                "unknown",
+                f"cannot read namespace {namespace}: {type(exc).__name__}",
+                f"KUBECONFIG={kubeconfig} kubectl --context {context} get namespace {namespace}",
+            )
+        return
+    gates.add("namespace", "ok", f"{namespace} (the job's pods run there)")
+
+
+def _deliver_store_credentials(
+    settings: ProjectSettings, store_uri: str, kubeconfig: Path, context: str
+) -> None:
+    """Put the store's credentials and endpoint into the project's store Secret, which every
+    pod of the job takes as its environment; the values go from boto3 straight to the API."""
+    from npa.adapters.kube.client import project_namespace
+    from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
+
+    if not store_uri.startswith("s3://"):
+        return
+    namespace = project_namespace(settings.project)
+    try:
+        ensure_store_secret(
+            kubeconfig,
+            context,
+            namespace,
+            profile=settings.value("profile"),
+            endpoint_url=settings.value("endpoint_url"),
+            region=settings.value("region"),
+        )
+    except NoStoreCredentials as exc:
+        raise NpaError(
+            str(exc),
+            fix=f"npa configure --project {settings.project} --profile PROFILE  # or export "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        ) from None
+    except Exception as exc:
+        raise Unavailable(
+            f"cannot write the store Secret in namespace {namespace}: {type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}",
+            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} auth can-i create "
+            f"secrets -n {namespace}  # then rerun the same submit",
+        ) from None
 
 
 def _accelerator_remap(
@@ -743,6 +809,8 @@ def submit(
             window=window,
             interval=interval,
         )
+    if backend_name == "skypilot" and kubeconfig is not None and context is not None:
+        _deliver_store_credentials(settings, store_uri, kubeconfig, context)
     if observe is None and hasattr(getattr(backend, "service", None), "observe"):
         observe = backend.service.observe  # type: ignore[attr-defined]
     supervisor = manifest.supervisor.model_copy(deep=True)

@@ -11,6 +11,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from npa.adapters.kube.client import project_namespace
+from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
     BackendUnavailable,
     ExecutionBackend,
@@ -75,6 +77,23 @@ def _kinds(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
 
+def no_jobs_controller(exc: BaseException) -> bool:
+    """Whether the queue's error says that no jobs controller exists.
+
+    SkyPilot answers a queue with ``ClusterNotUpError`` carrying the jobs controller's
+    "non-existent" hint when the controller has never been created (or is being created for
+    the first time, before it has allocated any job id). No controller means no managed job:
+    that is an authoritative empty queue. A stopped or unreachable controller raises the same
+    class with another message, and stays "could not ask".
+    """
+    if "ClusterNotUpError" not in _kinds(exc):
+        return False
+    from sky.utils import controller_utils
+
+    hint = controller_utils.Controllers.JOBS_CONTROLLER.value.default_hint_if_non_existent
+    return str(exc).strip() == hint.strip()
+
+
 def job_state(status: Any) -> JobState:
     """A ManagedJobStatus (or its value) as npa's state."""
     value = getattr(status, "value", status)
@@ -119,8 +138,9 @@ class SkyPilotBackend(ExecutionBackend):
             for stage in submission.order
             if stage not in submission.adopted_stages
         ]
+        config = run_layer(project_namespace(submission.project))
         try:
-            return self.service.launch(texts, submission.job_name)
+            return self.service.launch(texts, submission.job_name, config)
         except Exception as exc:
             raise self._translate(exc, "sending the launch request") from None
 
@@ -152,6 +172,8 @@ class SkyPilotBackend(ExecutionBackend):
         try:
             return self.service.queue(name)
         except Exception as exc:
+            if no_jobs_controller(exc):
+                return []  # no controller, so no job: SkyPilot's authoritative "none"
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
                 fix="npa skypilot status --project P --context CTX",

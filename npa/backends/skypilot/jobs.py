@@ -16,14 +16,17 @@ import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
+from npa.adapters.skypilot import layer
 from npa.adapters.skypilot.api import kubeconfig_env
 
 SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
 
 
 class ManagedJobsService(Protocol):
-    def launch(self, task_yamls: list[str], name: str) -> str:
-        """``sky.jobs.launch`` of the chained tasks; returns the request id."""
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
+        """``sky.jobs.launch`` of the chained tasks, with ``config`` laid over SkyPilot's client
+        configuration for this request (:mod:`npa.adapters.skypilot.layer`); returns the
+        request id."""
 
     def get(self, request_id: str) -> Any:
         """``sky.get``: the request's result, or the exception it raised."""
@@ -61,10 +64,10 @@ class SkyManagedJobs:
     def __init__(self, *, kubeconfig: str | None) -> None:
         self.kubeconfig = kubeconfig
 
-    def launch(self, task_yamls: list[str], name: str) -> str:
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         import sky
 
-        with kubeconfig_env(self.kubeconfig):
+        with kubeconfig_env(self.kubeconfig), layer.applied(config):
             return str(sky.jobs.launch(build_dag(task_yamls, name), name=name))
 
     def get(self, request_id: str) -> Any:
