@@ -38,8 +38,11 @@ __all__ = [
 ]
 
 
-def open_backend(name: str, paths: NpaPaths, *, kubeconfig: str | None = None) -> ExecutionBackend:
-    """The backend called ``name`` (``local`` or ``skypilot``)."""
+def open_backend(
+    name: str, paths: NpaPaths, *, kubeconfig: str | None = None, start_server: bool = False
+) -> ExecutionBackend:
+    """The backend called ``name`` (``local`` or ``skypilot``). ``start_server``: the backend may
+    start the local SkyPilot API server (only ``submit`` asks for that)."""
     if name == "local":
         from npa.backends.local.backend import LocalBackend
 
@@ -47,5 +50,5 @@ def open_backend(name: str, paths: NpaPaths, *, kubeconfig: str | None = None) -
     if name == "skypilot":
         from npa.backends.skypilot.backend import SkyPilotBackend
 
-        return SkyPilotBackend(kubeconfig=kubeconfig)
+        return SkyPilotBackend(kubeconfig=kubeconfig, start_server=start_server)
     raise ValueError(f"unknown backend {name!r}")

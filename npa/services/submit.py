@@ -645,7 +645,10 @@ def submit(
     run_id: str = entry.run_id
     if backend is None:
         backend = open_backend(
-            backend_name, paths, kubeconfig=str(kubeconfig) if kubeconfig else None
+            backend_name,
+            paths,
+            kubeconfig=str(kubeconfig) if kubeconfig else None,
+            start_server=True,
         )
 
     # --- stage and render ------------------------------------------------------------------

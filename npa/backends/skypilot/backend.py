@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from npa.adapters.kube.client import project_namespace
+from npa.adapters.skypilot.api import ApiServerDown
 from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
     BackendUnavailable,
@@ -111,15 +112,20 @@ class SkyPilotBackend(ExecutionBackend):
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
 
     def __init__(
-        self, *, kubeconfig: str | None, service: ManagedJobsService | None = None
+        self,
+        *,
+        kubeconfig: str | None,
+        service: ManagedJobsService | None = None,
+        start_server: bool = False,
     ) -> None:
         self.kubeconfig = kubeconfig
         self._service = service
+        self.start_server = start_server
 
     @property
     def service(self) -> ManagedJobsService:
         if self._service is None:
-            self._service = load_service(self.kubeconfig)
+            self._service = load_service(self.kubeconfig, start_server=self.start_server)
         return self._service
 
     @property
@@ -159,6 +165,8 @@ class SkyPilotBackend(ExecutionBackend):
     def _translate(self, exc: Exception, doing: str) -> Exception:
         kinds = _kinds(exc)
         message = f"{doing}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ApiServerDown):
+            return BackendUnavailable(f"{doing}: {exc}", fix=exc.fix)
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
         if kinds & _REJECTED:
@@ -174,6 +182,8 @@ class SkyPilotBackend(ExecutionBackend):
         except Exception as exc:
             if no_jobs_controller(exc):
                 return []  # no controller, so no job: SkyPilot's authoritative "none"
+            if isinstance(exc, ApiServerDown):
+                raise BackendUnavailable(str(exc), fix=exc.fix) from None
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
                 fix="npa skypilot status --project P --context CTX",
@@ -264,6 +274,8 @@ class SkyPilotBackend(ExecutionBackend):
                 yield line
         except NotFound:
             raise
+        except ApiServerDown as exc:
+            raise BackendUnavailable(str(exc), fix=exc.fix) from None
         except Exception as exc:
             raise BackendUnavailable(f"sky.jobs.tail_logs: {type(exc).__name__}: {exc}") from None
 

@@ -7,17 +7,30 @@ imported on first use, with ``KUBECONFIG`` pointing at the selected context's fi
 ``NPA_SKYPILOT_JOBS_SERVICE=module:factory`` substitutes another implementation of the same
 protocol (a test double, or a site-specific wrapper); the factory is called with
 ``kubeconfig=``.
+
+The SDK never starts an API server here (SkyPilot's ``SKYPILOT_DISABLE_LOCAL_API_SERVER`` is set
+around every call). A service made to read (``start_server=False``: status, logs, cancel, the
+supervisor) answers "unavailable" with the command that starts one when the configured server
+does not answer, before SkyPilot is even imported; one made to launch (``submit``) starts the
+local server through :mod:`npa.adapters.skypilot.keeper` first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
 from npa.adapters.skypilot import layer
-from npa.adapters.skypilot.api import kubeconfig_env
+from npa.adapters.skypilot.api import (
+    NO_LOCAL_SERVER_ENV,
+    ApiServerDown,
+    configured_server_url,
+    kubeconfig_env,
+    server_reachable,
+)
 
 SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
 
@@ -61,25 +74,50 @@ def build_dag(task_yamls: list[str], name: str) -> Any:
 class SkyManagedJobs:
     """The real service, through SkyPilot's Python SDK."""
 
-    def __init__(self, *, kubeconfig: str | None) -> None:
+    def __init__(self, *, kubeconfig: str | None, start_server: bool = False) -> None:
         self.kubeconfig = kubeconfig
+        self.start_server = start_server
+
+    @contextlib.contextmanager
+    def _sdk(self) -> Iterator[None]:
+        """Around every SDK call: this kubeconfig, a server that answers (started through the
+        keeper only when this service may start one), and no implicit start by the SDK."""
+        if self.start_server:
+            from npa.adapters.skypilot.keeper import ensure_local_server
+            from npa.core.paths import NpaPaths
+
+            ensure_local_server(NpaPaths.from_env().root / "skypilot" / "api-keeper.log")
+        else:
+            url = configured_server_url()
+            if not server_reachable(url):
+                raise ApiServerDown(url)
+        before = os.environ.get(NO_LOCAL_SERVER_ENV)
+        os.environ[NO_LOCAL_SERVER_ENV] = "1"
+        try:
+            with kubeconfig_env(self.kubeconfig):
+                yield
+        finally:
+            if before is None:
+                os.environ.pop(NO_LOCAL_SERVER_ENV, None)
+            else:
+                os.environ[NO_LOCAL_SERVER_ENV] = before
 
     def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
-        import sky
+        with self._sdk(), layer.applied(config):
+            import sky
 
-        with kubeconfig_env(self.kubeconfig), layer.applied(config):
             return str(sky.jobs.launch(build_dag(task_yamls, name), name=name))
 
     def get(self, request_id: str) -> Any:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             return sky.get(request_id)  # type: ignore[arg-type]
 
     def queue(self, name: str) -> list[Any]:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             request = sky.jobs.queue_v2(
                 refresh=False, skip_finished=False, name_match=name, fields=None
             )
@@ -87,15 +125,15 @@ class SkyManagedJobs:
             return list(records)
 
     def cancel(self, job_ids: list[int]) -> None:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             sky.get(sky.jobs.cancel(job_ids=job_ids))
 
     def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             chunks = sky.jobs.tail_logs(
                 job_id=job_id, follow=follow, task=task, preload_content=False
             )
@@ -104,11 +142,12 @@ class SkyManagedJobs:
                     yield from chunk.splitlines()
 
 
-def load_service(kubeconfig: str | None) -> ManagedJobsService:
-    """The configured service: ``$NPA_SKYPILOT_JOBS_SERVICE`` or the real SDK."""
+def load_service(kubeconfig: str | None, *, start_server: bool = False) -> ManagedJobsService:
+    """The configured service: ``$NPA_SKYPILOT_JOBS_SERVICE`` or the real SDK (which may start
+    the local API server only with ``start_server``)."""
     target = os.environ.get(SERVICE_ENV)
     if not target:
-        return SkyManagedJobs(kubeconfig=kubeconfig)
+        return SkyManagedJobs(kubeconfig=kubeconfig, start_server=start_server)
     module_name, _, attr = target.partition(":")
     factory = getattr(importlib.import_module(module_name), attr or "service")
     service: ManagedJobsService = factory(kubeconfig=kubeconfig)
