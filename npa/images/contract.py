@@ -3,8 +3,9 @@
 A first-party image is built to run a stage as npa's fixed non-root user, through SkyPilot's pod
 start-up: a POSIX shell at ``/bin/sh`` and ``bash`` (SkyPilot's pod command), a writable
 ``/tmp``, a passwd entry for the user and a home it can write (SkyPilot's set-up works under
-``$HOME``), and passwordless ``sudo`` (SkyPilot's set-up runs ``sudo`` as that user, which
-refuses a user without a passwd entry). It says so with labels in its image config, so npa can
+``$HOME``), passwordless ``sudo`` (SkyPilot's set-up runs ``sudo`` as that user, which
+refuses a user without a passwd entry), and the AWS CLI (a stage's set-up fetches the source
+and its inputs from the run store with it). It says so with labels in its image config, so npa can
 verify the promise by reading metadata instead of running anything:
 
 ==================================  ============================================================
@@ -41,6 +42,7 @@ REQUIRED_CAPABILITIES = (
     "passwd-user",
     "writable-home",
     "sudo",
+    "aws-cli",
 )
 
 _USER = re.compile(r"^(?P<uid>[0-9]{1,10})(?::(?P<gid>[0-9]{1,10}))?$")

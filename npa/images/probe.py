@@ -4,8 +4,9 @@ The probe is a Pod in the project's namespace (the one provisioning created, whe
 pods will run) that runs the image, pinned by digest, under the pod security context the
 stage's task gets, with a fixed shell command that checks the contract's capabilities (what
 SkyPilot's pod start-up needs as that user: a passwd entry, a writable home, bash, passwordless
-sudo) and writes one line to the termination message. It is bounded three ways: small resource
-limits, ``activeDeadlineSeconds`` on the Pod, and npa's own wait timeout. Whatever the outcome,
+sudo; and the AWS CLI the stage's set-up fetches its inputs with) and writes one line to the
+termination message. It is bounded three ways: small resource limits,
+``activeDeadlineSeconds`` on the Pod, and npa's own wait timeout. Whatever the outcome,
 npa deletes the Pod and reads it back until the API answers 404; a Pod that will not go away
 fails the probe, because a probe must leave nothing running behind it.
 
@@ -47,10 +48,11 @@ PROBE_SCRIPT = (
     'if [ "$h" != / ] && : > "$g" 2>/dev/null; then rm -f "$g"; home=yes; fi; '
     'sudo=no; if [ "$uid" = 0 ]; then sudo=yes; '
     "elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then sudo=yes; fi; "
+    "aws=no; command -v aws >/dev/null 2>&1 && aws=yes; "
     f"printf 'npa-probe/{CONTRACT_VERSION} uid=%s posix-shell=yes writable-tmp=%s bash=%s "
-    "passwd-user=%s writable-home=%s sudo=%s\\n' "
-    '"$uid" "$tmp" "$bash" "$user" "$home" "$sudo" > /dev/termination-log; '
-    'test "$tmp$bash$user$home$sudo" = yesyesyesyesyes'
+    "passwd-user=%s writable-home=%s sudo=%s aws-cli=%s\\n' "
+    '"$uid" "$tmp" "$bash" "$user" "$home" "$sudo" "$aws" > /dev/termination-log; '
+    'test "$tmp$bash$user$home$sudo$aws" = yesyesyesyesyesyes'
 )
 _RESULT = re.compile(r"npa-probe/(?P<version>[0-9]+)(?P<fields>(?: [a-z-]+=[A-Za-z0-9-]+)*)")
 

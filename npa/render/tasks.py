@@ -3,12 +3,19 @@
 Rendering is pure: it takes the workflow, the run id, the kube context and the image digests,
 and returns file contents. It refuses to produce a task whose image is not pinned by digest,
 because a tag can point at different bytes by the time the pod pulls it.
+
+The staged source and the stage's inputs are fetched by the task's own ``setup``, in the pod,
+with the AWS CLI and the store credentials and endpoint the pod takes from the project's store
+Secret. They are not SkyPilot ``file_mounts``: SkyPilot reads those on its API server and jobs
+controller, and only when AWS itself is an enabled cloud there, which an S3-compatible store
+that is not AWS (MinIO, Nebius, moto) never makes it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -27,8 +34,26 @@ from npa.spec.model import Stage, Tool, Workflow, env_suffix
 TEMPLATE = "skypilot-task.yaml.j2"
 SOURCE_MOUNT = "/npa/source"
 INPUT_MOUNT = "/npa/inputs"
-# SkyPilot mounts these schemes as storage; file:// only exists on the machine that renders.
-MOUNTABLE = ("s3://", "gs://", "r2://")
+# What a task's setup fetches with the AWS CLI; file:// only exists on the machine that renders.
+MOUNTABLE = ("s3://",)
+# The setup's fixed part. A URI ending in "/" is a folder (synced); any other is one object
+# (copied), or a folder when no object has exactly that key, as SkyPilot decides for mounts.
+_FETCH = """set -e
+npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+npa_owned_dir() { npa_as_root mkdir -p "$1" && npa_as_root chown "$(id -u):$(id -g)" "$1"; }
+npa_fetch() {
+  case "$1" in
+    */) npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1" "$2" ;;
+    *) npa_owned_dir "$(dirname "$2")"
+       aws s3 cp --only-show-errors "$1" "$2" 2>/dev/null \\
+         || { npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1/" "$2"; } ;;
+  esac
+}
+command -v aws >/dev/null 2>&1 || {
+  echo "npa: the image has no aws CLI on PATH; a stage fetches its inputs with it" >&2
+  exit 127
+}
+"""
 
 
 class YamlText(str):
@@ -227,11 +252,11 @@ def task_context(
         "NPA_SHARDS": str(planned.waves.shards),
         "NPA_SHARDS_PER_WAVE": str(planned.waves.parallel),
     }
-    mounts = {SOURCE_MOUNT: f"{plan.run_prefix}/npa-workflow/source"}
+    fetch = {SOURCE_MOUNT: f"{plan.run_prefix}/npa-workflow/source/"}
     for inp in planned.inputs:
         assert inp.uri is not None
         envs[f"NPA_INPUT_{env_suffix(inp.name)}"] = inp.uri
-        mounts[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
+        fetch[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
     for out in planned.outputs:
         assert out.uri is not None
         envs[f"NPA_OUTPUT_{env_suffix(out.name)}"] = out.uri
@@ -254,12 +279,18 @@ def task_context(
         "disk_size": res.disk_gib,
         "retries": stage.retries,
         "envs": envs,
-        "file_mounts": mounts,
+        "setup": setup_script(fetch),
         "command": stage.command,
         "security_context": pod_security_context(
             tool.contract.run_as_user, tool.contract.run_as_group, tool.contract.fs_group
         ),
     }
+
+
+def setup_script(fetch: dict[str, str]) -> str:
+    """The task's setup: fetch each URI of ``fetch`` (path -> URI) to its path in the pod."""
+    calls = [f"npa_fetch {shlex.quote(uri)} {shlex.quote(path)}" for path, uri in fetch.items()]
+    return _FETCH + "\n".join(calls) + "\n"
 
 
 def render_workflow(
@@ -285,12 +316,16 @@ def render_workflow(
     if store is None:
         problems.append("no object store: set storage.uri or pass --store-uri")
     elif not store.startswith(MOUNTABLE):
-        problems.append(f"store {store!r} is not an object store SkyPilot can mount (s3://, gs://)")
+        problems.append(
+            f"store {store!r} is not an object store a stage can fetch from (s3://, AWS or "
+            "S3-compatible)"
+        )
     for stage in workflow.stages:
         for inp in stage.inputs:
             if inp.uri is not None and not inp.uri.startswith(MOUNTABLE):
                 problems.append(
-                    f"stage {stage.name!r} input {inp.name!r}: {inp.uri} is not mountable"
+                    f"stage {stage.name!r} input {inp.name!r}: {inp.uri} is not in an S3 or "
+                    "S3-compatible store (s3://), which a stage fetches its inputs from"
                 )
     if problems:
         raise InvalidInput(
@@ -331,7 +366,7 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
         "name": (parsed.get("name"), values["task_name"]),
         "envs": (parsed.get("envs"), values["envs"]),
         "run": (parsed.get("run"), values["command"]),
-        "file_mounts": (parsed.get("file_mounts"), values["file_mounts"]),
+        "setup": (parsed.get("setup"), values["setup"]),
         "image_id": (parsed.get("resources", {}).get("image_id"), values["image_id"]),
     }
     for key, (got, want) in checks.items():

@@ -31,12 +31,12 @@ D = "sha256:" + "c" * 64
 IMAGE = f"registry.example.com/probe/me@{D}"
 GOOD_REPORT = (
     "npa-probe/2 uid=1000 posix-shell=yes writable-tmp=yes bash=yes passwd-user=yes "
-    "writable-home=yes sudo=yes\n"
+    "writable-home=yes sudo=yes aws-cli=yes\n"
 )
 # What SkyPilot's `sudo` refused on the first real run: no passwd entry for the user.
 NO_PASSWD_REPORT = (
     "npa-probe/2 uid=1000 posix-shell=yes writable-tmp=yes bash=yes passwd-user=no "
-    "writable-home=no sudo=no\n"
+    "writable-home=no sudo=no aws-cli=no\n"
 )
 HOLD = "npa.test/hold"
 

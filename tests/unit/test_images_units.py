@@ -206,7 +206,7 @@ GOOD = {
     "io.npa.contract.version": "2",
     "io.npa.contract.user": "1000:1001",
     "io.npa.contract.capabilities": (
-        "posix-shell, writable-tmp, bash, passwd-user, writable-home, sudo, extra"
+        "posix-shell, writable-tmp, bash, passwd-user, writable-home, sudo, aws-cli, extra"
     ),
 }
 
@@ -333,7 +333,7 @@ def test_probe_pod_is_bounded_and_runs_as_the_task_does() -> None:
 def test_probe_result_line() -> None:
     line = (
         "noise\nnpa-probe/2 uid=1000 posix-shell=yes writable-tmp=no bash=yes passwd-user=no "
-        "writable-home=no sudo=no\n"
+        "writable-home=no sudo=no aws-cli=no\n"
     )
     fields = parse_result(line)
     assert fields == {
@@ -345,6 +345,7 @@ def test_probe_result_line() -> None:
         "passwd-user": "no",
         "writable-home": "no",
         "sudo": "no",
+        "aws-cli": "no",
     }
     assert parse_result("garbage") is None
     assert "/dev/termination-log" in PROBE_SCRIPT

@@ -36,7 +36,7 @@ def check_all(out: Path, context: str) -> list[Any]:
         assert task.name == config["name"]
         assert task.envs == config["envs"]
         assert task.run == config["run"]
-        assert task.file_mounts == config["file_mounts"]
+        assert task.setup == config["setup"] and not task.file_mounts
         recovery = config["resources"]["job_recovery"]
         # SkyPilot fills in the default strategy; the restart budget is ours.
         assert (
