@@ -110,7 +110,7 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     )
     assert [t.filename for t in tasks] == ["curate.yaml", "augment.yaml", "evaluate.yaml"]
     aug = parsed(tasks[1].text)
-    assert aug["name"] == "run-7-augment"
+    assert aug["name"] == "npa-run-7-augment"
     res = aug["resources"]
     assert res["infra"] == "k8s/other-ctx"
     assert res["image_id"] == f"docker:registry.example.com/gpu@{DIGEST_B}"
