@@ -52,6 +52,9 @@ NETCHECK_IPS = ("8.8.8.8", "1.1.1.1")
 # The images scripts/cluster-images builds, as the cluster's registry serves them.
 IMAGE_TAGS = ("pause", "busybox", "sky-runtime")
 READY_TIMEOUT = 120.0
+# The cgroup weight of the cluster's pods together: eight busy processes' worth (a node's pods
+# get the weight of the node's CPUs; here they share two cores with everything else).
+POD_CPU_SHARES = 8192
 
 
 @dataclass
@@ -600,6 +603,11 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             if hierarchy.name == "cpuset":  # a new cpuset starts empty: give it the parent's
                 for knob in ("cpuset.cpus", "cpuset.mems"):
                     (target / knob).write_text((hierarchy / knob).read_text())
+            if hierarchy.name == "cpu":
+                # All the pods weigh as one group against every other process of the host; with
+                # the default weight (one process's) a busy host starves them, and SkyPilot's
+                # jobs controller gives up on its own API server after 60 s without CPU.
+                (target / "cpu.shares").write_text(f"{POD_CPU_SHARES}\n")
 
         pki = _write_pki(work / "pki", gateway=gateway, node=node)
         tokens = {name: secrets.token_hex(24) for name in ("admin", "kubelet", "scheduler")}
