@@ -42,7 +42,7 @@ from typing import IO, Any
 import yaml
 
 from tests.harness.cluster_host import CGROUP_FS, HostRecord, run
-from tests.harness.procs import ManagedProcess, http_status, pid_alive, running
+from tests.harness.procs import ManagedProcess, http_status, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE_CIDR = "10.96.0.0/24"
@@ -55,6 +55,7 @@ READY_TIMEOUT = 120.0
 # The cgroup weight of the cluster's pods together: eight busy processes' worth (a node's pods
 # get the weight of the node's CPUs; here they share two cores with everything else).
 POD_CPU_SHARES = 8192
+STOP_GRACE = 3.0
 
 
 @dataclass
@@ -524,6 +525,14 @@ def _guardian(record: HostRecord) -> Iterator[subprocess.Popen[bytes]]:
             log.close()
 
 
+def _drop_bulk(work: Path) -> None:
+    from tests.harness.cluster_host import mounts_under
+
+    for bulk in (work / "containerd" / "root", work / "registry" / "data"):
+        if not mounts_under(bulk):
+            shutil.rmtree(bulk, ignore_errors=True)
+
+
 def _drain(cluster: Cluster, socket: Path, ctr: IO[bytes] | None = None) -> None:
     """Delete every pod while the kubelet still runs, so it tears each sandbox down cleanly
     (network namespace, CNI address and masquerade rules), and wait until none is left."""
@@ -581,12 +590,18 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
     procs: list[ManagedProcess] = []
 
     def start(proc: ManagedProcess, stack: contextlib.ExitStack) -> ManagedProcess:
-        stack.enter_context(running(proc))
+        # A short grace: once the pods are gone nothing of the cluster has state worth a
+        # graceful shutdown (the API server alone would take its time).
+        stack.callback(proc.stop, STOP_GRACE)
+        proc.start()
         _record_process(record, proc)
         procs.append(proc)
         return proc
 
     with contextlib.ExitStack() as stack:
+        # Runs last: the unpacked images (gigabytes) go once everything is unmounted; the logs
+        # stay with the test run's temporary files.
+        stack.callback(_drop_bulk, work)
         stack.enter_context(_guardian(record))
         # --- host network and cgroups ----------------------------------------------------
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
@@ -812,6 +827,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             stack,
         )
         containerd.wait_until(socket.exists, 30, "listening")
+        pull_images(socket, work / "containerd" / "certs.d", images, logs / "pull.log")
         kubelet_port, healthz = free_port_on(gateway), free_port_on("127.0.0.1")
         kubelet_conf = _kubelet_config(
             work,
@@ -939,6 +955,20 @@ def push_images(tools: ClusterTools, registry: str, log: Path) -> dict[str, str]
             )
             refs[tag] = f"{registry}/npa/{tag}@{digests[tag]}"
     return refs
+
+
+def pull_images(socket: Path, hosts: Path, images: dict[str, str], log: Path) -> None:
+    """Put every image into the node's image store now, as a node's usual images are: a cold
+    pull of the runtime image takes minutes on a busy host, longer than a capability probe (or
+    a test) should wait for a pod to start. Pods still ask the registry for each image's
+    manifest (SkyPilot's pods pull Always); the layers are there."""
+    with open(log, "ab") as out:
+        for ref in images.values():
+            subprocess.run(
+                ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "pull", "--plain-http",
+                 "--hosts-dir", str(hosts), ref],
+                stdout=out, stderr=subprocess.STDOUT, check=True, timeout=900,
+            )  # fmt: skip
 
 
 def tools_from_env() -> ClusterTools | str:

@@ -60,15 +60,22 @@ class SkyCluster:
         """The npa CLI in a subprocess, in this world's environment."""
         return run_npa(*args, env={**self.env, **env}, timeout=timeout)
 
-    def sky(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    def sky(self, *args: str, timeout: float = 300, **env: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(SKY), *args],
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **env},
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
+
+    def start_api_server(self) -> subprocess.CompletedProcess[str]:
+        """``sky api start`` as a user who set the cluster up would: with the kubeconfig
+        provisioning placed in the server's ``KUBECONFIG`` (the server resolves a launch's
+        context with its own kubeconfig)."""
+        placed = self.npa_home / "clusters" / self.context / "kubeconfig"
+        return self.sky("api", "start", "--host", "127.0.0.1", KUBECONFIG=str(placed))
 
     def store_keys(self, prefix: str) -> dict[str, int]:
         """Key -> size of every object under ``prefix`` in the run store."""
@@ -131,6 +138,41 @@ def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> 
     return left
 
 
+def api_server_port() -> int:
+    """A free port for SkyPilot's local API server whose request-queue port (which SkyPilot
+    derives from it, in 50000-59999 where this machine's client sockets also live) is free too."""
+    from sky.server.requests.queues import mp_queue
+
+    from tests.harness.procs import port_is_open
+
+    for _ in range(50):
+        port = free_port_on("127.0.0.1")
+        before = os.environ.get("SKYPILOT_API_SERVER_LOCAL_PORT")
+        os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = str(port)
+        try:
+            queue = mp_queue.get_queue_manager_port()
+        finally:
+            if before is None:
+                os.environ.pop("SKYPILOT_API_SERVER_LOCAL_PORT", None)
+            else:
+                os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = before
+        if not port_is_open(queue) and _bindable(queue):
+            return port
+    raise RuntimeError("no API server port whose queue port is free after 50 tries")
+
+
+def _bindable(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 @contextlib.contextmanager
 def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
     """Configure and provision project ``e2e`` on ``cluster``; see the module docstring."""
@@ -147,7 +189,7 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
             "AWS_ACCESS_KEY_ID": ACCESS_KEY,
             "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
             "AWS_DEFAULT_REGION": REGION,
-            "SKYPILOT_API_SERVER_LOCAL_PORT": str(free_port_on("127.0.0.1")),
+            "SKYPILOT_API_SERVER_LOCAL_PORT": str(api_server_port()),
             # SkyPilot copies files to pods and reads their logs through kubectl.
             "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
             "NPA_READYZ_WINDOW_SECONDS": "1",
@@ -175,10 +217,65 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
             assert provisioned.code == 0, provisioned.stdout + provisioned.stderr
             timings["provision_seconds"] = round(time.monotonic() - started, 1)
             started = time.monotonic()
-            api = world.sky("api", "start", "--host", "127.0.0.1")
+            api = world.start_api_server()
+            for _ in range(2):  # a queue port taken between the check and the start: once more
+                if api.returncode == 0:
+                    break
+                env["SKYPILOT_API_SERVER_LOCAL_PORT"] = str(api_server_port())
+                api = world.start_api_server()
             assert api.returncode == 0, api.stdout + api.stderr
             timings["api_server_seconds"] = round(time.monotonic() - started, 1)
             yield world
         finally:
             stop_lock_holders(npa_home, SUPERVISOR_LOCKS)
             stop_sky_processes(home, env)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.harness.skypilot_cluster up WORKDIR``: the cluster and project ``e2e``
+    (as the tests get them) until SIGTERM or SIGINT; ``WORKDIR/world.json`` holds what a shell
+    needs (the environment for npa, the context, the images). Used by ``make demo-cluster``."""
+    import json
+    import sys
+
+    from tests.harness.cluster import single_node_cluster, tools_from_env
+
+    if len(argv) != 2 or argv[0] != "up":
+        sys.stderr.write("usage: python -m tests.harness.skypilot_cluster up WORKDIR\n")
+        return 2
+    tools = tools_from_env()
+    if isinstance(tools, str):
+        sys.stderr.write(f"missing: {tools}; run scripts/bootstrap-tools, then source env.sh\n")
+        return 6
+    workdir = Path(argv[1])
+    stop = {"now": False}
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    started = time.monotonic()
+    with (
+        single_node_cluster(tools, workdir / "cluster") as cluster,
+        sky_cluster_world(cluster, workdir / "world") as world,
+    ):
+        info = {
+            "context": cluster.context,
+            "project": world.project,
+            "images": cluster.images,
+            "env": world.env,
+            "store": f"s3://{world.bucket}/runs",
+            "up_seconds": round(time.monotonic() - started, 1),
+        }
+        (workdir / "world.json").write_text(json.dumps(info, indent=1))
+        print(json.dumps({k: v for k, v in info.items() if k != "env"}), flush=True)
+        while not stop["now"] and all(pid_alive(p.pid) for p in cluster.processes):
+            time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    raise SystemExit(main(sys.argv[1:]))

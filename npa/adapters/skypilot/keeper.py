@@ -112,22 +112,39 @@ def keep() -> int:
     return 0
 
 
-def ensure_local_server(log: Path, timeout: float = START_TIMEOUT) -> str:
-    """The configured server's URL, after starting it through the keeper when it is local and
-    does not answer. Raises :class:`ApiServerDown` when it cannot be reached."""
+def server_kubeconfig(placed: list[Path]) -> str:
+    """``KUBECONFIG`` for a server npa starts: the kubeconfigs provisioning placed, then the
+    user's own. SkyPilot's server validates a launch's contexts in its own process, with its
+    own kubeconfig, so every context npa launches into must be in it."""
+    own = os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
+    entries = [str(p) for p in placed] + [e for e in own.split(os.pathsep) if e]
+    return os.pathsep.join(dict.fromkeys(e for e in entries if Path(e).is_file()))
+
+
+def ensure_local_server(log: Path, placed: list[Path], timeout: float = START_TIMEOUT) -> str:
+    """The configured server's URL, after starting it through the keeper (with ``placed``, the
+    kubeconfigs provisioning placed, in its ``KUBECONFIG``) when it is local and does not
+    answer. Raises :class:`ApiServerDown` when it cannot be reached."""
     url = configured_server_url()
     if server_reachable(url):
         return url
     if not is_local(url):
         raise ApiServerDown(url)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "ab") as out:
+    from npa.core.fsio import FILE_MODE, ensure_private_dir
+
+    ensure_private_dir(log.parent)
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+    with os.fdopen(fd, "ab") as out:
+        env = {**os.environ, "KUBECONFIG": server_kubeconfig(placed)}
+        if not env["KUBECONFIG"]:
+            env.pop("KUBECONFIG")
         keeper = subprocess.Popen(
             [sys.executable, "-m", "npa.adapters.skypilot.keeper"],
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
+            env=env,
         )
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

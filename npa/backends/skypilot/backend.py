@@ -57,6 +57,8 @@ _REJECTED = {
     "InvalidCloudConfigs",
     "UsageError",
 }
+# How SkyPilot says that a process of its own cannot resolve a context from its kubeconfig.
+_SERVER_CANNOT_SEE_CONTEXT = "Failed to load Kubernetes configuration for"
 # Statuses that are SkyPilot's own and map one to one; the rest are folded below.
 _STATUS = {
     "DEPRECATED_SUBMITTED": JobState.PENDING,
@@ -169,6 +171,15 @@ class SkyPilotBackend(ExecutionBackend):
             return BackendUnavailable(f"{doing}: {exc}", fix=exc.fix)
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
+        if self.kubeconfig and _SERVER_CANNOT_SEE_CONTEXT in str(exc):
+            # SkyPilot's API server validates the task's context in its own process, with its
+            # own kubeconfig: a server started without npa's placed kubeconfig cannot see it.
+            own = "$HOME/.kube/config"
+            return LaunchRejected(
+                f"{message}\n(the SkyPilot API server resolves contexts with its own "
+                f"kubeconfig, which does not hold {self.kubeconfig})",
+                fix=f"sky api stop && KUBECONFIG={self.kubeconfig}:{own} sky api start",
+            )
         if kinds & _REJECTED:
             return LaunchRejected(
                 message, fix="npa workbench workflow render SPEC --run-id RUN --out DIR  # check"

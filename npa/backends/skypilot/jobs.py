@@ -86,7 +86,9 @@ class SkyManagedJobs:
             from npa.adapters.skypilot.keeper import ensure_local_server
             from npa.core.paths import NpaPaths
 
-            ensure_local_server(NpaPaths.from_env().root / "skypilot" / "api-keeper.log")
+            paths = NpaPaths.from_env()
+            placed = sorted(paths.clusters_dir.glob("*/kubeconfig"))
+            ensure_local_server(paths.root / "skypilot" / "api-keeper.log", placed)
         else:
             url = configured_server_url()
             if not server_reachable(url):
