@@ -41,7 +41,7 @@ from typing import IO, Any
 
 import yaml
 
-from tests.harness.cluster_host import CGROUP_FS, HostRecord, run
+from tests.harness.cluster_host import CGROUP_FS, SHARED, HostRecord, run
 from tests.harness.procs import ManagedProcess, http_status, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +56,9 @@ READY_TIMEOUT = 120.0
 # get the weight of the node's CPUs; here they share two cores with everything else).
 POD_CPU_SHARES = 8192
 STOP_GRACE = 3.0
+# An upper bound for containerd's tmpfs (images, unpacked layers, the pods' writable layers);
+# memory is used only as it fills (about 2 GiB with the runtime image and a few pods).
+CONTAINERD_TMPFS = "8g"
 
 
 @dataclass
@@ -315,17 +318,19 @@ def _kubeconfig(path: Path, *, server: str, ca: Path, context: str, user: str, t
 # --- configuration files ----------------------------------------------------------------------
 
 
-def _containerd_config(work: Path, tools: ClusterTools, network_dir: Path, pause: str) -> Path:
+def _containerd_config(
+    work: Path, tools: ClusterTools, network_dir: Path, pause: str, socket: Path
+) -> Path:
     base = work / "containerd"
     text = f"""version = 2
 root = "{base}/root"
 state = "{base}/state"
 
 [grpc]
-  address = "{base}/containerd.sock"
+  address = "{socket}"
 
 [ttrpc]
-  address = "{base}/containerd.sock.ttrpc"
+  address = "{socket}.ttrpc"
 
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{pause}"
@@ -525,14 +530,6 @@ def _guardian(record: HostRecord) -> Iterator[subprocess.Popen[bytes]]:
             log.close()
 
 
-def _drop_bulk(work: Path) -> None:
-    from tests.harness.cluster_host import mounts_under
-
-    for bulk in (work / "containerd" / "root", work / "registry" / "data"):
-        if not mounts_under(bulk):
-            shutil.rmtree(bulk, ignore_errors=True)
-
-
 def _drain(cluster: Cluster, socket: Path, ctr: IO[bytes] | None = None) -> None:
     """Delete every pod while the kubelet still runs, so it tears each sandbox down cleanly
     (network namespace, CNI address and masquerade rules), and wait until none is left."""
@@ -571,7 +568,10 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
     work = workdir
     work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o700)
-    socket = work / "containerd" / "containerd.sock"
+    # Unix socket paths are short (108 bytes), and containerd and the kubelet make sockets in
+    # their state folders: those live in a short folder of the machine-wide one.
+    rundir = SHARED / cluster_id
+    socket = rundir / "containerd.sock"
     record = HostRecord(
         cluster_id=cluster_id,
         workdir=str(work),
@@ -589,9 +589,14 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
     logs = work / "logs"
     procs: list[ManagedProcess] = []
 
+    def teardown_mark(what: str) -> None:
+        with open(logs / "teardown.log", "a") as out:
+            out.write(f"{time.time():.1f} {what}\n")
+
     def start(proc: ManagedProcess, stack: contextlib.ExitStack) -> ManagedProcess:
         # A short grace: once the pods are gone nothing of the cluster has state worth a
         # graceful shutdown (the API server alone would take its time).
+        stack.callback(teardown_mark, f"stopped {proc.name}")
         stack.callback(proc.stop, STOP_GRACE)
         proc.start()
         _record_process(record, proc)
@@ -599,9 +604,6 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
         return proc
 
     with contextlib.ExitStack() as stack:
-        # Runs last: the unpacked images (gigabytes) go once everything is unmounted; the logs
-        # stay with the test run's temporary files.
-        stack.callback(_drop_bulk, work)
         stack.enter_context(_guardian(record))
         # --- host network and cgroups ----------------------------------------------------
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
@@ -811,9 +813,16 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
         # --- containerd and the kubelet --------------------------------------------------
         network_dir = work / "cni"
         _cni_config(network_dir, work, record.network, record.bridge, str(subnet), gateway)
-        _registry_hosts(work, registry)
-        containerd_conf = _containerd_config(work, tools, network_dir, images["pause"])
+        # containerd's images and the pods' layers live in memory: unpacking the runtime image
+        # is then quick, and tearing it down is one unmount instead of deleting tens of
+        # thousands of files (minutes on a busy host).
         record.did("containerd")
+        (work / "containerd").mkdir(exist_ok=True)
+        run("mount", "-t", "tmpfs", "-o", f"size={CONTAINERD_TMPFS},mode=0700", "npa-containerd",
+            str(work / "containerd"), check=True)  # fmt: skip
+        _registry_hosts(work, registry)
+        socket.parent.mkdir(mode=0o700, parents=True)
+        containerd_conf = _containerd_config(work, tools, network_dir, images["pause"], socket)
         containerd = start(
             ManagedProcess(
                 name="containerd",
@@ -859,7 +868,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
                     str(tools.kubelet),
                     f"--config={kubelet_conf}",
                     f"--kubeconfig={kubeconfigs / 'kubelet'}",
-                    f"--root-dir={work / 'kubelet' / 'root'}",
+                    f"--root-dir={rundir / 'kubelet'}",
                     f"--hostname-override={node}",
                     f"--node-ip={gateway}",
                     "--v=1",
@@ -874,6 +883,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             stack,
         )
         # Pods go away first at teardown, while the kubelet can still tear them down cleanly.
+        stack.callback(teardown_mark, "drained")
         stack.callback(_drain, cluster, socket)
 
         # --- our own NAT: the kubernetes Service and SkyPilot's network check ------------

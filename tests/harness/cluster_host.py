@@ -308,7 +308,8 @@ def undo(workdir: Path) -> dict[str, object]:
             os.kill(pid, signal.SIGKILL)
     report["killed_shims"] = shims
     report["killed_in_cgroups"] = _kill_cgroup(record.cgroup_root)
-    report["unmounted"] = _unmount_under(Path(record.workdir))
+    rundir = Path(record.containerd_socket).parent  # the cluster's short folder of sockets
+    report["unmounted"] = _unmount_under(rundir) + _unmount_under(Path(record.workdir))
     report["iptables"] = _remove_iptables(record)
     if run("ip", "link", "show", record.bridge).returncode == 0:
         run("ip", "link", "del", record.bridge)
@@ -324,6 +325,7 @@ def undo(workdir: Path) -> dict[str, object]:
                 if link.is_symlink() and os.readlink(link).startswith(record.workdir):
                     link.unlink()
     _remove_cgroups(record.cgroup_root)
+    shutil.rmtree(rundir, ignore_errors=True)
     report["shared"] = leave(record.cluster_id)
     (workdir / UNDONE).write_text(json.dumps(report, indent=1))
     return report

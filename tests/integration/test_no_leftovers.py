@@ -132,6 +132,7 @@ def _assert_host_restored(seen: dict[str, dict[str, str]], ip_forward_before: st
     assert host["chain"] not in nat, nat
     assert f'"{host["network"]}"' not in nat, nat
     assert mounts_under(Path(host["workdir"])) == []
+    assert not (SHARED / host["id"]).exists()  # its sockets and the kubelet's state
     left = [h.name for h in CGROUP_FS.iterdir() if (h / host["cgroup_root"].lstrip("/")).exists()]
     assert left == [], f"cgroups left in {left}"
     results = Path("/var/lib/cni/results")
