@@ -105,9 +105,7 @@ class FakeManagedJobs:
             yield state
             write_state(self.path, state)
 
-    def launch(
-        self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None
-    ) -> str:
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         names = self._task_names(task_yamls, name)
         with self._state() as state:
             state["launch_calls"] += 1

@@ -134,10 +134,11 @@ def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
 
     answer, _ = follow(world, run_id, pull_failure, timeout=600)
     if not terminal(answer):
-        [pod] = [
+        pulls = [
             p for p in answer["pending"] if p["reason"] in ("ErrImagePull", "ImagePullBackOff")
         ]
-        assert pod["image"] == absent and pod["namespace"] == world.namespace, pod
+        assert all(p["namespace"] == world.namespace for p in pulls), pulls
+        assert any(p["image"] == absent for p in pulls), pulls
         assert any("preflight-images" in n for n in answer["next"]), answer["next"]
     final, _ = follow(world, run_id, terminal, timeout=900)
     assert final["state"] == "FAILED_STARTUP", json.dumps(final, indent=1)
@@ -195,7 +196,8 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     assert "numbers (missing)" in view["detail"], view
     assert final["stages"]["after"]["state"] in ("PENDING", "CANCELLED"), final["stages"]
     artifacts = world.npa(*WF, "artifacts", run_id, "--project", world.project, "--json")
-    assert artifacts.code == 1, artifacts.stdout + artifacts.stderr
+    [generate] = [s for s in artifacts.json()["stages"] if s["stage"] == "generate"]
+    assert [o["status"] for o in generate["outputs"]] == ["missing"], generate
 
 
 def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> None:
