@@ -13,7 +13,7 @@ TOOLS_CACHE ?= $(or $(NPA_TOOLS_CACHE),$(HOME)/.cache/npa-tools)
 TOOLS_ENV := $(TOOLS_CACHE)/env.sh
 PYTEST_ARGS ?=
 
-.PHONY: setup tools tools-demo lint-tools lint test demo demo-cluster bench clean
+.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint test demo demo-cluster bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,11 +23,19 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 
 setup: $(BIN)/.installed
 
-tools: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools --profile test
+tools:
+	scripts/bootstrap-tools --profile test
 
-tools-demo: setup
-	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools --profile demo
+tools-demo:
+	scripts/bootstrap-tools --profile demo
+
+# The venv and the tools do not depend on each other: on a fresh machine pip's downloads and the
+# Go builds overlap instead of running one after the other.
+prepare-test:
+	$(MAKE) --no-print-directory -j2 setup tools
+
+prepare-demo:
+	$(MAKE) --no-print-directory -j2 setup tools-demo
 
 lint-tools:
 	scripts/bootstrap-tools --only shellcheck
@@ -36,20 +44,21 @@ lint: setup lint-tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
-	shellcheck -x scripts/* .ci/run
+	$(BIN)/python -m tests.import_graph
+	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 
-test: tools lint
+test: prepare-test lint
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)
 
-demo: tools-demo
+demo: prepare-demo
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
 
 # Not one of the two commands: the lifecycle on the test harness's single-node Kubernetes
 # cluster through SkyPilot managed jobs (root; the tools and images of the test profile).
-demo-cluster: tools
+demo-cluster: prepare-test
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo-cluster
 
-bench: tools
+bench: prepare-test
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/cli_startup.py
 
 clean:

@@ -1,24 +1,28 @@
-"""The one interface every execution backend implements, and the records they share.
+"""The one interface every execution backend implements, the capabilities some declare, and
+the records they share.
 
-A backend runs one run's stages as one job. The launch transaction (:mod:`npa.launch`) talks to
-a backend only through this interface, so the SkyPilot managed-jobs backend and the local
-process backend are launched, reconciled, adopted, followed and cancelled the same way, by an
-immutable job id and never by name.
+A backend runs one run's stages as one job. Launch (:mod:`npa.launch`), the services and the
+CLI talk to a backend only through :class:`ExecutionBackend`, so every backend is launched,
+reconciled, adopted, watched, followed and cancelled the same way, by an immutable job id and
+never by name. What only some backends do is a capability: a small mixin class below that a
+backend inherits and callers test with ``isinstance``, never by comparing a backend's name.
+docs/development.md lists the methods and capabilities, and which backend has which.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from npa.core.errors import InvalidInput, NpaError, Unavailable
-
 if TYPE_CHECKING:
-    from npa.runs.manifest import RunManifest
+    from npa.adapters.kube.pods import PodReason
+    from npa.adapters.storage import ObjectStore
 
 
 class JobState(StrEnum):
@@ -113,13 +117,6 @@ class JobStages(BaseModel):
     stages: list[str] | None  # every stage of the run; None when not known (no manifest yet)
     adopted: list[str] = Field(default_factory=list)
 
-    @classmethod
-    def of_run(cls, manifest: RunManifest) -> JobStages:
-        """The stages the manifest's current job runs: every stage but those the last resume
-        adopted (a supervisor's relaunch of a resumed job runs the same stages)."""
-        adopted = manifest.resumes[-1].adopted_stages if manifest.resumes else []
-        return cls(run_id=manifest.run_id, stages=list(manifest.tasks), adopted=list(adopted))
-
     @property
     def launched(self) -> list[str] | None:
         """The stages this job runs; None when the run's stages are not known."""
@@ -169,49 +166,108 @@ class JobSubmission(BaseModel):
     adopted_waves: dict[str, list[int]] = Field(default_factory=dict)
 
 
-class BackendError(NpaError):
-    """A backend refused or failed an operation."""
-
-    kind = "backend_error"
+# --- what a backend runs: one task per stage ---------------------------------------------------
 
 
-class BackendUnavailable(Unavailable):
-    """The backend could not be asked: nothing may be concluded about existence."""
+class TaskInput(BaseModel):
+    """One input of a stage: an upstream stage's output in the run's store, or an external URI."""
 
-    kind = "backend_unavailable"
+    model_config = ConfigDict(extra="forbid")
 
-
-class TransientRefusal(BackendError):
-    """The backend refused to create its controller for a reason that may pass (API server
-    restarting, controller pod evicted, quota being released). Retrying is allowed only after
-    the job's absence is proven."""
-
-    kind = "transient_refusal"
+    name: str
+    variable: str  # the environment variable that names it to the stage (NPA_INPUT_<NAME>)
+    uri: str | None  # the full URI (None when the run has no store URI)
+    key: str | None = None  # store key of an upstream output; None for an external URI
+    kind: str = "prefix"  # file | prefix
 
 
-class LaunchRejected(BackendError):
-    """The backend rejected the job itself (bad task, unknown infra): retrying cannot help."""
+class TaskOutput(BaseModel):
+    """One declared output of a stage."""
 
-    exit_code = InvalidInput.exit_code
-    kind = "launch_rejected"
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    variable: str  # NPA_OUTPUT_<NAME>
+    path: str  # as declared (a prefix keeps its trailing "/")
+    kind: str  # file | prefix
+    uri: str | None
+    key: str  # its key in the run's store
+
+
+def pod_security_context(run_as_user: int, run_as_group: int, fs_group: int) -> dict[str, Any]:
+    """The pod security context a stage's task runs under (rendered into its ``pod_config``);
+    the image capability probe runs under exactly this one."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_group,
+        "fsGroup": fs_group,
+    }
+
+
+class StageTask(BaseModel):
+    """Everything a backend needs to run one stage, in backend-neutral terms: the domain fills
+    it from the spec and the plan (:mod:`npa.render.tasks`), a backend encodes it as its task
+    file (:meth:`ExecutionBackend.render_tasks`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    stage: str
+    task_name: str
+    command: str
+    env: dict[str, str]  # the stage's own variables, as the spec gives them
+    image: str | None  # the pinned image when the backend pulls images, else None
+    depends_on: list[str]
+    shards: int
+    parallel: int
+    waves: int
+    retries: int
+    accelerators: str | None  # "<name>:<count>", renamed to the cluster's label when known
+    cpus: float | None
+    memory_gib: float | None
+    disk_gib: int | None
+    inputs: list[TaskInput]
+    outputs: list[TaskOutput]
+    checkpoint_uri: str | None = None
+    checkpoint_loader: str | None = None
+    run_as_user: int
+    run_as_group: int
+    fs_group: int
+
+
+class RunTasks(BaseModel):
+    """One run's stage tasks, in plan order, with where the run lives."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    workflow: str
+    run_id: str
+    store: str | None  # the store URI the run's data lives in
+    prefix: str  # the run prefix inside the store (<workflow>/<run>/npa-workflow)
+    run_root: str | None  # <store>/<workflow>/<run>, NPA_RUN_PREFIX
+    tasks: list[StageTask]
+
+
+# --- the interface --------------------------------------------------------------------------------
 
 
 class ExecutionBackend(abc.ABC):
-    """A place runs execute. Implementations: ``local`` and ``skypilot``."""
+    """A place runs execute. Implementations: ``npa/backends/<name>/backend.py``."""
 
-    #: ``local`` or ``skypilot``; recorded in receipts and manifests.
-    name: str
+    #: Recorded in receipts and manifests; :func:`npa.backends.open_backend` opens it again.
+    name: ClassVar[str]
     #: Where ``queue`` answers come from, for the launch transaction's record.
     queue_source: str
-
-    @abc.abstractmethod
-    def render_tasks(self, context: TaskContext) -> dict[str, str]:
-        """Stage name -> the task file this backend runs for it (``tasks/<stage>.<ext>``)."""
 
     @property
     @abc.abstractmethod
     def task_suffix(self) -> str:
         """File suffix of the rendered tasks (``.yaml`` or ``.json``)."""
+
+    @abc.abstractmethod
+    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+        """Stage name -> the task file this backend runs for it (``tasks/<stage><suffix>``),
+        in plan order. Raises InvalidInput when this backend cannot run the run as given."""
 
     @abc.abstractmethod
     def request_launch(self, submission: JobSubmission) -> str:
@@ -254,15 +310,223 @@ class ExecutionBackend(abc.ABC):
         (``stages`` says which of the run's stages the job runs). Raises NotFound when the
         backend answers that the stage has no log in this job (yet)."""
 
+    def observer(self) -> Callable[[str], None] | None:
+        """A hook the launch transaction calls at each of its steps (``locked``,
+        ``launch_requested``, ``launch_accepted``), given to the backend's constructor (a test
+        stops its process at a chosen step with it); None when none was given."""
+        return None
 
-class TaskContext(BaseModel):
-    """What a backend renders its task files from."""
+    def controller_fix(self, project: str) -> str | None:
+        """The command that shows this backend's controller side (what to run when a job's
+        controller failed); None when the job's own logs are the place to look."""
+        return None
 
-    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
-    workflow: Any  # npa.spec.model.Workflow
-    plan: Any  # npa.plan.model.WorkflowPlan
-    images: dict[str, str]  # TOOL_REF -> pinned reference (verified by preflight)
-    store: str
-    kube_context: str | None = None
-    accelerators: dict[str, str] = Field(default_factory=dict)  # spec name -> node-label name
+# --- capabilities -------------------------------------------------------------------------------
+
+
+class AdoptsPartialWaves:
+    """The backend runs a stage's waves one by one and can start a stage at any wave, so a
+    resumed run keeps the waves of a partly finished stage that succeeded."""
+
+
+class PullsPinnedImages(abc.ABC):
+    """Stages run in container images pulled by digest: submit verifies each image first
+    (image preflight) and the tasks name the verified digests."""
+
+    @abc.abstractmethod
+    def pull_context(self) -> str | None:
+        """The Kubernetes context the images are pulled in (an image without a contract label
+        is probed there); None when there is none."""
+
+
+class RunsOnThisMachine:
+    """Stages run on this machine, so its disk must hold the run's outputs (the quota gate
+    checks the local store's free space)."""
+
+
+@dataclass(frozen=True)
+class Prerequisite:
+    """One thing a backend needs before a launch can work, as it found it."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str | None = None
+
+
+class HasPrerequisites(abc.ABC):
+    """The backend depends on things outside npa (a kubeconfig, an SDK); submit checks each as
+    a gate before anything is written."""
+
+    @abc.abstractmethod
+    def prerequisites(self, project: str) -> list[Prerequisite]:
+        """Each prerequisite with its state; reads only."""
+
+
+class PreparesLaunch(abc.ABC):
+    """Before its launch transaction, ``submit`` (and only it) hands the backend the submission:
+    the backend puts in place what its job needs from this process (credentials the job's pods
+    read, a local service it may start), so that nothing of it is written into a task file."""
+
+    @abc.abstractmethod
+    def prepare_launch(self, submission: JobSubmission) -> None:
+        """Make ``submission`` launchable; raises an NpaError with its fix when it cannot."""
+
+
+@dataclass(frozen=True)
+class ReadinessTarget:
+    """The API a launch needs stable first, and one question to it (``/readyz``)."""
+
+    context: str
+    kubeconfig: Path
+    ask: Callable[[], tuple[int | None, str]]  # -> (HTTP status or None, short detail)
+
+
+class NeedsReadinessCheck(abc.ABC):
+    """A launch is sent to an API that must be stable first (the launch transaction checks it
+    before reconciling and before every retry)."""
+
+    @abc.abstractmethod
+    def readiness_target(self) -> ReadinessTarget | None:
+        """The API to check; None when it is not configured (a prerequisite reports that)."""
+
+
+class ResolvesAccelerators(abc.ABC):
+    """The cluster names GPU types its own way (node labels); submit renames the spec's
+    accelerators to the names the cluster uses."""
+
+    @abc.abstractmethod
+    def can_resolve_accelerators(self) -> bool:
+        """False when the cluster cannot be asked (a prerequisite gate says why)."""
+
+    @abc.abstractmethod
+    def accelerator_names(self) -> list[str]:
+        """The GPU type names the cluster's nodes carry. Raises what its client raises."""
+
+    @abc.abstractmethod
+    def node_labels_fix(self) -> str:
+        """The command that shows the nodes' labels to a person."""
+
+    @abc.abstractmethod
+    def gpus_fix(self) -> str:
+        """The npa command that lists the cluster's GPUs against the spec."""
+
+
+class ReportsPodReasons(abc.ABC):
+    """A waiting job's pods can say why they wait (image pull, scheduling): status asks."""
+
+    @abc.abstractmethod
+    def pending_reasons(self, record: JobRecord, project: str) -> list[PodReason]:
+        """Why ``record``'s pods (of ``project``) are not running, and why those that could not
+        start and are gone failed; [] when they run or do not exist yet. Raises what its client
+        raises (the caller reports "unavailable")."""
+
+    @abc.abstractmethod
+    def startup_failures(self, record: JobRecord, project: str) -> list[tuple[str, PodReason]]:
+        """Every pod of ``record`` that could not start, gone ones included (one per pod,
+        oldest first), with the name of the task it ran; the run watcher counts them while the
+        job itself still waits. Raises what its client raises."""
+
+    @abc.abstractmethod
+    def pods_source(self, project: str) -> PodSource:
+        """Where the answer comes from, and whether it can be asked."""
+
+
+@dataclass(frozen=True)
+class PodSource:
+    where: str
+    missing: str | None  # why the pods cannot be asked (None when they can)
+    fix: str  # the command a person runs to look at the pods
+
+
+class PolledByWatcher(abc.ABC):
+    """The job runs under a controller npa does not own: npa's run watcher polls it by id,
+    mirrors its state into the run's manifest and relaunches it as the supervision policy
+    allows (:mod:`npa.launch.watch`)."""
+
+    @property
+    @abc.abstractmethod
+    def poll_seconds(self) -> float:
+        """Seconds between two polls."""
+
+    @property
+    def watcher_enabled(self) -> bool:
+        """False when the user switched the watcher off for this backend."""
+        return True
+
+
+@dataclass(frozen=True)
+class WaveVerdict:
+    """What the supervision policy decided about a failed wave."""
+
+    retry: bool  # run the wave again
+    state: JobState | None  # the job's final state when it must end now
+    classification: str
+    detail: str
+    spends_retry: bool  # a retry of the payload itself: it counts against the stage's retries
+
+
+class RunRecorder(Protocol):
+    """What an executor reports to while it runs a job: launch implements it by recording the
+    run's manifest and applying the supervision policy, so an executor needs neither."""
+
+    def retry_budget(self, stage_retries: int) -> int:
+        """How many times a failed payload may be run again (``--retries`` or the stage's)."""
+
+    def started(self, job_id: int, stages: list[str]) -> None: ...
+
+    def running(self) -> None: ...
+
+    def restore_source(self, store: ObjectStore, prefix: str, into: Path) -> None:
+        """Rebuild the run's committed source tree under ``into``."""
+
+    def stage_started(self, stage: str) -> None: ...
+
+    def wave_started(self, stage: str, wave: int, shards: list[int], attempt: int) -> None: ...
+
+    def wave_succeeded(
+        self,
+        stage: str,
+        wave: int,
+        shards: list[int],
+        codes: dict[int, int],
+        attempt: int,
+        stored: dict[str, int],
+    ) -> None: ...
+
+    def wave_failed(
+        self,
+        stage: str,
+        wave: int,
+        shards: list[int],
+        codes: dict[int, int],
+        attempt: int,
+        retries_left: int,
+    ) -> WaveVerdict:
+        """Record a failed wave (its first failing shard decides) and say what happens next."""
+
+    def outputs_missing(self, stage: str, found: dict[str, int], missing: list[str]) -> str:
+        """Record a stage that exited 0 without its declared outputs; returns the detail."""
+
+    def stage_succeeded(self, stage: str, outputs: dict[str, int]) -> None: ...
+
+    def ended(self, state: JobState, detail: str | None, *, infrastructure: bool) -> None:
+        """Record the job's final state (``infrastructure``: the controller side failed)."""
+
+
+class HostsExecutor(abc.ABC):
+    """npa itself executes the backend's jobs, in the run watcher's process (there is no other
+    controller): the watcher hands the job to :meth:`execute` and records what it reports."""
+
+    @abc.abstractmethod
+    def needs_executor(self, job_id: int) -> bool:
+        """True while nothing executes the job yet and it is not final or cancelled."""
+
+    @abc.abstractmethod
+    def executor_started(self, job_id: int, pid: int) -> None:
+        """Record the process that will execute the job (a reader can then tell it died)."""
+
+    @abc.abstractmethod
+    def execute(self, job_id: int, recorder: RunRecorder) -> int:
+        """Run the job to its end in this process; returns the process exit code."""

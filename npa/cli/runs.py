@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
+from npa.cli.progress import ProgressFlag, staging_progress
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -29,7 +29,10 @@ def _warn(lines: list[str]) -> None:
 @workflow_app.command("prepare-run")
 def prepare_run(
     spec: Annotated[Path, Arg(help="The workflow spec (its metadata.name names the workflow).")],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Reserve a new run id and print only it: RUN_ID="$(npa ... prepare-run SPEC --project P)"."""
@@ -65,30 +68,13 @@ def _ask(candidates: list[RunEntry]) -> str | None:
     return None
 
 
-@contextmanager
-def _progress_bar(enabled: bool) -> Iterator[object]:
-    """A rich progress bar on stderr when it is a terminal; None (no output) otherwise."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
-
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        DownloadColumn(),
-        TransferSpeedColumn(),
-        console=Console(stderr=True),
-        transient=True,
-    ) as bar:
-        yield bar
-
-
 @workflow_app.command("stage-source")
 def stage_source(
     spec: Annotated[Path, Arg(help="The workflow spec of the run.")],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     run_id: Annotated[
         str | None,
         Opt("--run-id", "--resume-run", help="The reserved run (from prepare-run) to stage for."),
@@ -101,6 +87,15 @@ def stage_source(
         int | None,
         Opt("--jobs", min=1, max=64, help="Parallel uploads (default: 4 per CPU, at most 32)."),
     ] = None,
+    verify: Annotated[
+        bool,
+        Opt(
+            "--verify",
+            help="List the stored blobs and repair missing or damaged ones (a plain re-run "
+            "confirms the committed source with one request and trusts it).",
+        ),
+    ] = False,
+    progress: ProgressFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Stage a source tree for a run: content-addressed, idempotent, committed once."""
@@ -108,21 +103,7 @@ def stage_source(
     def produce() -> Result:
         from npa.services.runs import stage_run_source
 
-        with _progress_bar(not as_json and sys.stderr.isatty()) as bar:
-            progress = None
-            if bar is not None:
-                from rich.progress import Progress, TaskID
-
-                assert isinstance(bar, Progress)
-                tasks: dict[str, TaskID] = {}
-
-                def progress(phase: str, n: int) -> None:
-                    # "skip" is bytes the store already holds: shown as upload progress.
-                    name = "hashing" if phase == "hash" else "uploading"
-                    if name not in tasks:
-                        tasks[name] = bar.add_task(name, total=None)
-                    bar.update(tasks[name], advance=n)
-
+        with staging_progress(progress, as_json) as reporter:
             result = stage_run_source(
                 spec,
                 project,
@@ -131,7 +112,8 @@ def stage_source(
                 jobs=jobs,
                 interactive=_interactive(),
                 ask=_ask,
-                progress=progress,
+                progress=reporter,
+                verify=verify,
             )
         _warn(result.warnings)
         return result

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
+from npa.cli.progress import ProgressFlag, staging_progress
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -19,7 +21,10 @@ Opt = typer.Option
 @workflow_app.command("submit")
 def submit(
     spec: Annotated[Path, typer.Argument(help="Workflow spec (YAML).", show_default=False)],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     run_id: Annotated[
         str | None, Opt("--run-id", help="The run prepare-run reserved (a fresh submit).")
     ] = None,
@@ -27,7 +32,13 @@ def submit(
         str | None, Opt("--resume-run", help="Continue this run (adopts its job if launched).")
     ] = None,
     infra: Annotated[
-        str, Opt("--infra", metavar="local|k8s/CONTEXT", help="Where the run executes.")
+        str,
+        Opt(
+            "--infra",
+            metavar="local|k8s/CONTEXT",
+            help="Where the run executes.",
+            autocompletion=complete.infra,
+        ),
     ] = "local",
     image_override: Annotated[
         list[str] | None,
@@ -76,6 +87,7 @@ def submit(
     max_parallel: Annotated[
         int, Opt("--max-parallel", min=1, max=256, help="Local backend: processes at once.")
     ] = 4,
+    progress: ProgressFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Check every gate, stage the source, render the tasks, then launch the run once.
@@ -88,23 +100,25 @@ def submit(
         from npa.services.submit import SubmitOptions
         from npa.services.submit import submit as service
 
-        return service(
-            SubmitOptions(
-                spec=spec,
-                project=project,
-                run_id=run_id,
-                resume_run=resume_run,
-                infra=infra,
-                image_overrides=tuple(image_override or ()),
-                image=image,
-                registry_auth=tuple(registry_auth or ()),
-                retries=retries,
-                startup_failure_threshold=startup_failure_threshold,
-                max_infrastructure_recoveries=max_infrastructure_recoveries,
-                resolve_accelerators=not no_resolve_accelerators,
-                preflight_images=not no_preflight_images,
-                max_parallel=max_parallel,
+        with staging_progress(progress, as_json) as reporter:
+            return service(
+                SubmitOptions(
+                    spec=spec,
+                    project=project,
+                    run_id=run_id,
+                    resume_run=resume_run,
+                    infra=infra,
+                    image_overrides=tuple(image_override or ()),
+                    image=image,
+                    registry_auth=tuple(registry_auth or ()),
+                    retries=retries,
+                    startup_failure_threshold=startup_failure_threshold,
+                    max_infrastructure_recoveries=max_infrastructure_recoveries,
+                    resolve_accelerators=not no_resolve_accelerators,
+                    preflight_images=not no_preflight_images,
+                    max_parallel=max_parallel,
+                ),
+                progress=reporter,
             )
-        )
 
     finish(as_json, produce)

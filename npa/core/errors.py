@@ -1,12 +1,43 @@
-"""One error hierarchy for npa.
+"""Every error npa reports to a user, in one hierarchy.
 
 Every failure a user can meet is an :class:`NpaError`: a message that says what is wrong, an exit
 code, and where one exists the exact command that fixes it. The CLI prints these cleanly (never a
-traceback) and, under ``--json``, as an object.
+traceback) and, under ``--json``, as an object whose ``kind`` is the class's.
+
+The tree (exit code in brackets; a subclass keeps its parent's unless it says otherwise)::
+
+    NpaError [1]
+    +-- InvalidInput [2]                 the user's input is wrong
+    |   +-- InvalidStoreUri                  a store URI npa cannot use
+    |   +-- SourceRefused                    a source tree that cannot be staged as it is
+    +-- NotFound [3]                     every applicable source said it does not exist
+    |   +-- ObjectAbsent                     a store key
+    |   +-- BucketAbsent                     the bucket or file-store root itself
+    +-- Unavailable [4]                  a source could not be asked: unknown, never absent
+    |   +-- StoreUnavailable                 the object store
+    |   |   +-- VerificationUnavailable          it could not confirm a committed source
+    |   +-- BackendUnavailable               an execution backend (nothing is concluded)
+    |   +-- NotStable                        an API that is not stable enough to launch into
+    |   +-- AmbiguousExistence               whether a run's job exists cannot be told
+    +-- LockBusy [5]                     another process holds a lock npa needs
+    +-- ToolMissing [6]                  an external tool is not installed
+    +-- StateCorrupt [1]                 a state file npa cannot read as what it wrote
+    +-- SecretLeak [1]                   a record about to be written holds a credential value
+    +-- SourceChanged [1]                a file changed while it was staged
+    +-- StackOperationFailed [1]         the pulumi engine failed a stack operation
+    +-- BackendError [1]                 a backend refused or failed an operation
+    |   +-- TransientRefusal                 refused for a reason that may pass
+    |   +-- LaunchRejected [2]               the job itself was rejected
+    +-- LaunchStopped [1]                supervision ended a launch (it carries the final state)
+    +-- GatesFailed [1]                  a gate of submit did not pass; nothing was written
+    +-- Interrupted [130]                the user stopped a multi-step operation
+
+Exceptions that never reach a user (control flow inside one module) are not part of it.
 """
 
 from __future__ import annotations
 
+from enum import Enum
 from typing import Any, ClassVar
 
 # Exit codes are part of the CLI contract; scripts branch on them.
@@ -91,3 +122,132 @@ class StateCorrupt(NpaError):
 
     exit_code = EXIT_FAILURE
     kind = "state_corrupt"
+
+
+# --- input ------------------------------------------------------------------------------------
+
+
+class InvalidStoreUri(InvalidInput):
+    kind = "invalid_store_uri"
+
+
+class SourceRefused(InvalidInput):
+    """The tree cannot be staged as it is (escaping symlink, committed source differs, ...)."""
+
+    kind = "source_refused"
+
+
+# --- the object store ---------------------------------------------------------------------------
+
+
+class ObjectAbsent(NotFound):
+    """The store answered that this key does not exist."""
+
+    kind = "object_absent"
+
+
+class BucketAbsent(NotFound):
+    """The bucket (or the file-store root) itself does not exist: a configuration problem."""
+
+    kind = "bucket_absent"
+
+
+class StoreUnavailable(Unavailable):
+    """The store could not be reached, refused us, or answered something npa cannot trust."""
+
+    kind = "store_unavailable"
+
+
+class VerificationUnavailable(StoreUnavailable):
+    """The store could not confirm a run's committed source: unknown, never "changed"."""
+
+    kind = "verification_unavailable"
+
+
+# --- records and staging ------------------------------------------------------------------------
+
+
+class SecretLeak(NpaError):
+    kind = "secret_leak"
+
+
+class SourceChanged(NpaError):
+    """A file changed while npa read it; the staged source would not be one consistent tree."""
+
+    kind = "source_changed"
+
+
+class StackOperationFailed(NpaError):
+    """The pulumi engine reported a failure for a stack operation."""
+
+    kind = "stack_operation_failed"
+
+
+# --- backends and launching ---------------------------------------------------------------------
+
+
+class BackendError(NpaError):
+    """A backend refused or failed an operation."""
+
+    kind = "backend_error"
+
+
+class BackendUnavailable(Unavailable):
+    """The backend could not be asked: nothing may be concluded about existence."""
+
+    kind = "backend_unavailable"
+
+
+class TransientRefusal(BackendError):
+    """The backend refused to create its controller for a reason that may pass (API server
+    restarting, controller pod evicted, quota being released). Retrying is allowed only after
+    the job's absence is proven."""
+
+    kind = "transient_refusal"
+
+
+class LaunchRejected(BackendError):
+    """The backend rejected the job itself (bad task, unknown infra): retrying cannot help."""
+
+    exit_code = InvalidInput.exit_code
+    kind = "launch_rejected"
+
+
+class NotStable(Unavailable):
+    """The API a launch goes to did not answer ready long enough in a row."""
+
+    kind = "api_not_stable"
+
+
+class AmbiguousExistence(Unavailable):
+    """npa cannot tell whether the run's job exists: launching could duplicate it."""
+
+    kind = "ambiguous_existence"
+
+
+class LaunchStopped(NpaError):
+    """Supervision ended the launch (FAILED_STARTUP, recovery exhausted, or a rejection);
+    ``state`` is the run's final state (a :class:`npa.backends.base.JobState`)."""
+
+    kind = "launch_stopped"
+
+    def __init__(self, message: str, *, state: Enum, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.state = state
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+class GatesFailed(NpaError):
+    """At least one gate did not pass; nothing was staged or launched."""
+
+    exit_code = EXIT_FAILURE
+    kind = "gates_failed"
+
+
+class Interrupted(NpaError):
+    """The user stopped a multi-step operation; its journal holds the resume command."""
+
+    exit_code = 130
+    kind = "interrupted"

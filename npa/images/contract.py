@@ -17,7 +17,8 @@ verify the promise by reading metadata instead of running anything:
 An image without ``io.npa.contract.version``, or built for an older version (which promises less
 than this npa needs), is unattested: it gets one bounded capability probe
 (:mod:`npa.images.probe`) that checks the same capabilities by running the image under the
-security context its tasks get (:func:`pod_security_context`).
+security context its tasks get
+(:func:`npa.backends.base.pod_security_context`).
 """
 
 from __future__ import annotations
@@ -69,17 +70,6 @@ def labels_of(config: Mapping[str, Any]) -> dict[str, str]:
     if not isinstance(labels, dict):
         return {}
     return {str(k): str(v) for k, v in labels.items()}
-
-
-def pod_security_context(run_as_user: int, run_as_group: int, fs_group: int) -> dict[str, Any]:
-    """The pod security context a stage's task runs under (rendered into its ``pod_config``);
-    the capability probe runs under exactly this one."""
-    return {
-        "runAsNonRoot": True,
-        "runAsUser": run_as_user,
-        "runAsGroup": run_as_group,
-        "fsGroup": fs_group,
-    }
 
 
 def read_attestation(config: Mapping[str, Any]) -> Attestation | None:

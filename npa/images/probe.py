@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from npa.images.contract import CONTRACT_VERSION, REQUIRED_CAPABILITIES, pod_security_context
+from npa.backends.base import pod_security_context
+from npa.images.contract import CONTRACT_VERSION, REQUIRED_CAPABILITIES
 
 PROBE_LABEL = "npa.io/probe"
 MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -381,14 +382,12 @@ def _api_reason(exc: Any) -> str:
 
 
 def core_api(target: ProbeTarget) -> Any:
-    """A CoreV1Api for the target's context."""
-    from kubernetes import client
+    """A CoreV1Api for the target's context, from the one client factory."""
     from kubernetes import config as kconfig
 
+    from npa.adapters.kube.client import core_api as kube_core_api
+
     try:
-        api_client = kconfig.new_client_from_config(
-            config_file=target.kubeconfig, context=target.context
-        )
+        return kube_core_api(target.kubeconfig, target.context)
     except (kconfig.ConfigException, OSError) as exc:
         raise ProbeSetupError(f"cannot use kube context {target.context!r}: {exc}") from None
-    return client.CoreV1Api(api_client)

@@ -132,8 +132,8 @@ def _is_host(text: str) -> bool:
     return _HOST.fullmatch(text) is not None
 
 
-def _problem(value: str) -> str | None:
-    """Why ``value`` is not a reference, or None when the shared grammar accepts it."""
+def _shape_problem(value: str) -> str | None:
+    """What is wrong with the text as a whole (before it is split into parts)."""
     if not value:
         return "it is empty"
     if any(c.isspace() for c in value):
@@ -142,15 +142,11 @@ def _problem(value: str) -> str | None:
         return f"it is longer than {MAX_LENGTH} characters"
     if "://" in value:
         return "it has a URL scheme; a reference has none"
-    rest, at, digest = value.partition("@")
-    if at and not DIGEST.fullmatch(digest):
-        return f"digest {digest!r} is not sha256:<64 lowercase hex>"
-    name, tag = rest, None
-    last = rest.rsplit("/", 1)[-1]
-    if ":" in last:
-        name, tag = rest.rsplit(":", 1)
-    if tag is not None and not _TAG.fullmatch(tag):
-        return f"tag {tag!r} is not valid (letters, digits, _ . -, at most 128, no leading . or -)"
+    return None
+
+
+def _name_problem(name: str) -> str | None:
+    """What is wrong with the repository name (``[registry[:port]/]path``)."""
     if not name or name.startswith("/") or name.endswith("/") or "//" in name:
         return "the repository name is empty or has an empty path component"
     components = name.split("/")
@@ -164,6 +160,26 @@ def _problem(value: str) -> str | None:
                 f"repository component {part!r} must be lowercase letters and digits, "
                 "separated by '.', '_', '__' or '-'"
             )
+    return None
+
+
+def _problem(value: str) -> str | None:
+    """Why ``value`` is not a reference, or None when the shared grammar accepts it."""
+    shape = _shape_problem(value)
+    if shape is not None:
+        return shape
+    rest, at, digest = value.partition("@")
+    if at and not DIGEST.fullmatch(digest):
+        return f"digest {digest!r} is not sha256:<64 lowercase hex>"
+    name, tag = rest, None
+    last = rest.rsplit("/", 1)[-1]
+    if ":" in last:
+        name, tag = rest.rsplit(":", 1)
+    if tag is not None and not _TAG.fullmatch(tag):
+        return f"tag {tag!r} is not valid (letters, digits, _ . -, at most 128, no leading . or -)"
+    named = _name_problem(name)
+    if named is not None:
+        return named
     if parse_image_ref(value) is None:
         return "it does not match [registry[:port]/]repository[:tag][@digest]"
     return None

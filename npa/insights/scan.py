@@ -17,8 +17,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
-from npa.core.errors import NotFound, StateCorrupt
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
+from npa.core.errors import NotFound
+from npa.core.layout import MANIFEST_NAME, PLAN_NAME
+from npa.runs.manifest import RunManifest, parse_manifest, parse_plan
 from npa.runs.secrets import CREDENTIAL_VARIABLES
 
 TAIL_LINES = 20
@@ -133,92 +135,98 @@ def parse_metrics(name: str, data: bytes) -> dict[str, float]:
     return found
 
 
-def _get_json(store: ObjectStore, key: str) -> Any:
-    try:
-        return json.loads(store.get(key))
-    except ObjectAbsent:
-        return None
-    except ValueError as exc:
-        raise StateCorrupt(f"{store.uri}/{key} is not JSON: {exc}") from None
+def _stage_facts(
+    store: ObjectStore,
+    objects: list[str],
+    manifest: RunManifest,
+    name: str,
+    position: int,
+    tool: str | None,
+) -> StageFacts:
+    """One stage: its record, its metrics files and the tails of its logs."""
+    rec = manifest.stages.get(name)
+    waves = rec.waves if rec is not None else []
+    prefix = f"stages/{name}/"
+    metrics: dict[str, float] = {}
+    tails: dict[str, str] = {}
+    for key in objects:
+        if not key.startswith(prefix):
+            continue
+        base = key.rsplit("/", 1)[-1]
+        if base in METRIC_FILES:
+            metrics.update(parse_metrics(base, store.get(key)))
+        elif key.startswith(prefix + "logs/") and base.endswith(".log"):
+            tails[key] = _tail(store.get(key))
+    recoveries = sum(
+        1
+        for a in manifest.supervisor.attempts
+        if a.what.startswith(f"stage {name}") and a.recovery not in (None, "stopped")
+    )
+    started = rec.started_at if rec is not None else None
+    ended = rec.ended_at if rec is not None else None
+    return StageFacts(
+        stage=name,
+        position=position,
+        state=(rec.state if rec is not None else None) or "NOT_RECORDED",
+        classification=rec.classification if rec is not None else None,
+        detail=rec.detail if rec is not None else None,
+        started_at=started,
+        ended_at=ended,
+        duration_s=_seconds(started, ended),
+        waves=len(waves),
+        attempts=sum(w.attempts for w in waves),
+        recoveries=recoveries,
+        tool=tool,
+        image=manifest.images.get(tool) if tool else None,
+        output_bytes=sum(rec.outputs.values()) if rec is not None else 0,
+        metrics=metrics,
+        log_tails=tails,
+    )
 
 
 def scan(store: ObjectStore, where: str) -> RunFacts:
-    """Everything the run under ``store`` (opened at its ``npa-workflow`` prefix) left behind."""
+    """Everything the run under ``store`` (opened at its run prefix) left behind."""
     try:
-        raw = store.get("manifest.json")
+        raw = store.get(MANIFEST_NAME)
     except ObjectAbsent:
         raise NotFound(
-            f"{where} holds no run manifest (manifest.json)",
-            fix="npa workbench insights ingest-run --input-path "
-            "<store>/<workflow>/<run>/npa-workflow --output-path insights.db",
+            f"{where} holds no run manifest ({MANIFEST_NAME})",
+            fix=inspect_command(store, "", listing=True)
+            + f"  # a run prefix holds {MANIFEST_NAME}; npa workbench workflow list --json "
+            "shows them",
         ) from None
+    manifest = parse_manifest(
+        raw, f"{where}/{MANIFEST_NAME}", inspect_command(store, MANIFEST_NAME)
+    )
     try:
-        manifest = json.loads(raw)
-        workflow, run_id = str(manifest["workflow"]), str(manifest["run_id"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StateCorrupt(f"{where}/manifest.json is not an npa run manifest: {exc}") from None
-    plan = _get_json(store, "plan.json") or {}
-    plan_stages = {s.get("name"): s for s in plan.get("stages") or [] if isinstance(s, dict)}
-    recorded = manifest.get("stages") or {}
-    order = list(plan.get("order") or []) or list(recorded)
+        plan = parse_plan(
+            store.get(PLAN_NAME), f"{where}/{PLAN_NAME}", inspect_command(store, PLAN_NAME)
+        )
+    except ObjectAbsent:
+        plan = None
+    tools = {s.name: s.tool for s in plan.stages} if plan is not None else {}
+    recorded = manifest.stages
+    order = (list(plan.order) if plan is not None else []) or list(recorded)
     order += [s for s in recorded if s not in order]
     objects = [o.key for o in store.list("")]
-    supervisor = manifest.get("supervisor") or {}
-    stages = []
-    for position, name in enumerate(order):
-        rec = recorded.get(name) or {}
-        waves = rec.get("waves") or []
-        tool = (plan_stages.get(name) or {}).get("tool")
-        prefix = f"stages/{name}/"
-        metrics: dict[str, float] = {}
-        tails: dict[str, str] = {}
-        for key in objects:
-            if not key.startswith(prefix):
-                continue
-            base = key.rsplit("/", 1)[-1]
-            if base in METRIC_FILES:
-                metrics.update(parse_metrics(base, store.get(key)))
-            elif key.startswith(prefix + "logs/") and base.endswith(".log"):
-                tails[key] = _tail(store.get(key))
-        recoveries = sum(
-            1
-            for a in supervisor.get("attempts") or []
-            if str(a.get("what", "")).startswith(f"stage {name}")
-            and a.get("recovery") not in (None, "stopped")
-        )
-        stages.append(
-            StageFacts(
-                stage=name,
-                position=position,
-                state=str(rec.get("state") or "NOT_RECORDED"),
-                classification=rec.get("classification"),
-                detail=rec.get("detail"),
-                started_at=rec.get("started_at"),
-                ended_at=rec.get("ended_at"),
-                duration_s=_seconds(rec.get("started_at"), rec.get("ended_at")),
-                waves=len(waves),
-                attempts=sum(int(w.get("attempts") or 0) for w in waves),
-                recoveries=recoveries,
-                tool=tool,
-                image=(manifest.get("images") or {}).get(tool) if tool else None,
-                output_bytes=sum(int(v) for v in (rec.get("outputs") or {}).values()),
-                metrics=metrics,
-                log_tails=tails,
-            )
-        )
+    stages = [
+        _stage_facts(store, objects, manifest, name, position, tools.get(name))
+        for position, name in enumerate(order)
+    ]
+    supervisor = manifest.supervisor.model_dump(mode="json")
     run_logs = {k: _tail(store.get(k)) for k in objects if k.startswith("logs/")}
     return RunFacts(
-        workflow=workflow,
-        run_id=run_id,
-        project=str(manifest.get("project") or ""),
-        backend=str(manifest.get("backend") or ""),
-        state=str(manifest.get("state") or ""),
-        submitted_at=str(manifest.get("submitted_at") or ""),
-        updated_at=str(manifest.get("updated_at") or ""),
+        workflow=manifest.workflow,
+        run_id=manifest.run_id,
+        project=manifest.project,
+        backend=manifest.backend,
+        state=manifest.state,
+        submitted_at=manifest.submitted_at,
+        updated_at=manifest.updated_at,
         prefix_uri=where,
         manifest_sha256=hashlib.sha256(raw).hexdigest(),
         supervisor={k: v for k, v in supervisor.items() if k != "attempts"}
-        | {"attempts": supervisor.get("attempts") or []},
+        | {"attempts": supervisor["attempts"]},
         stages=stages,
         run_logs=run_logs,
     )

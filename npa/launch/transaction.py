@@ -1,6 +1,6 @@
 """The launch transaction: one run, one job, ever.
 
-1. Readiness: the selected context's API must be stable (:mod:`npa.launch.readyz`).
+1. Readiness: when the backend needs it, its API must be stable (:mod:`npa.launch.readiness`).
 2. Lock: an owner-only lock per run (``locks/launch.<project>.<run>.lock``); a second submit of
    the same run waits for it and then finds the first one's job.
 3. Earlier evidence: the run's launch journal may hold a job id (adopt it, by id) or a launch
@@ -18,6 +18,7 @@ Nothing here ever cancels or launches by name; every identity is a job id.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -25,17 +26,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from npa.backends.base import (
+from npa.backends.base import ExecutionBackend, JobState, JobSubmission
+from npa.core.errors import (
+    AmbiguousExistence,
     BackendUnavailable,
-    ExecutionBackend,
-    JobState,
-    JobSubmission,
     LaunchRejected,
+    LaunchStopped,
+    NotFound,
+    NotStable,
     TransientRefusal,
 )
-from npa.core.errors import NotFound, NpaError, Unavailable
 from npa.core.fsio import exclusive_lock
-from npa.launch.readyz import NotStable, ReadinessProbe, ReadinessRecord
+from npa.launch.readiness import ReadinessCheck, ReadinessRecord
 from npa.launch.supervision import Classification, Policy, record
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import SupervisorRecord
@@ -85,24 +87,10 @@ class LaunchTransaction(BaseModel):
         return self.launched_job_id if self.launched_job_id is not None else self.adopted_job_id
 
 
-class AmbiguousExistence(Unavailable):
-    """npa cannot tell whether the run's job exists: launching could duplicate it."""
-
-    kind = "ambiguous_existence"
-
-
-class LaunchStopped(NpaError):
-    """Supervision ended the launch (FAILED_STARTUP, recovery exhausted, or a rejection)."""
-
-    kind = "launch_stopped"
-
-    def __init__(self, message: str, *, state: JobState, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.state = state
-
-
 def _status_fix(run_id: str, project: str) -> str:
-    return f"npa workbench workflow status {run_id} --project {project} --json"
+    return shlex.join(
+        ["npa", "workbench", "workflow", "status", run_id, "--project", project, "--json"]
+    )
 
 
 class Transaction:
@@ -113,7 +101,7 @@ class Transaction:
         *,
         journal: OperationJournal,
         lock_path: Path,
-        readiness: ReadinessProbe | None,
+        readiness: ReadinessCheck | None,
         policy: Policy,
         supervisor: SupervisorRecord,
         lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
@@ -150,9 +138,6 @@ class Transaction:
         self.journal.append("readiness", "done", readiness=found.model_dump(mode="json"))
 
     def _adopt(self, job_id: int, how: str) -> LaunchTransaction:
-        adopt = getattr(self.backend, "adopt", None)
-        if adopt is not None:
-            adopt(job_id)
         self.record.adopted_job_id = job_id
         self.record.outcome = "adopted"
         self.journal.append("adopted", "done", job_id=job_id, how=how)
@@ -296,7 +281,8 @@ class Transaction:
                     f"({self.supervisor.startup_failures} startup failures, "
                     f"{self.supervisor.infrastructure_recoveries} infrastructure recoveries)",
                     state=verdict.terminal_state,
-                    fix="npa skypilot status --project P --context CTX  # the controller side",
+                    fix=(self.backend.controller_fix(self.submission.project) or self._fix())
+                    + "  # the controller side",
                 ) from None
             return None
         except LaunchRejected as rejected:

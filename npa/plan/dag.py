@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import heapq
-import math
 
 from npa.spec.model import Workflow
 from npa.spec.validate import upstream
@@ -45,8 +44,3 @@ def levels(workflow: Workflow, order: list[str]) -> dict[str, int]:
         deps = upstream(by_name[name])
         level[name] = 1 + max((level[d] for d in deps), default=-1)
     return level
-
-
-def wave_count(shards: int, parallel: int) -> int:
-    """How many waves run ``shards`` pieces ``parallel`` at a time."""
-    return math.ceil(shards / parallel)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from npa.core.layout import PREFIX_LEAF, checkpoint_key, output_key, wave_count
 from npa.core.paths import safe_component
-from npa.plan.dag import levels, topological_order, wave_count
+from npa.plan.dag import levels, topological_order
 from npa.plan.infra import DiskNeed, disk_needs
 from npa.spec.model import Workflow, parse_accelerators
 from npa.spec.validate import upstream
@@ -73,12 +74,6 @@ def run_prefix(store_uri: str | None, workflow: str, run_id: str) -> str | None:
     return f"{store_uri.rstrip('/')}/{workflow}/{run_id}"
 
 
-def stage_prefix(prefix: str, stage: str) -> str:
-    """Where one stage's data lives: ``<run prefix>/npa-workflow/stages/<stage>`` (the layout
-    in docs/storage-layout.md)."""
-    return f"{prefix}/npa-workflow/stages/{stage}"
-
-
 def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None) -> WorkflowPlan:
     """Plan a run of a validated workflow. Pure: reads nothing, writes nothing."""
     safe_component(run_id, "run id")
@@ -94,7 +89,7 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
     for stage in workflow.stages:
         for out in stage.outputs:
             outputs_uri[(stage.name, out.name)] = (
-                f"{stage_prefix(prefix, stage.name)}/outputs/{out.path}" if prefix else None
+                output_key(f"{prefix}/{PREFIX_LEAF}", stage.name, out.path) if prefix else None
             )
 
     stages = []
@@ -148,7 +143,7 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
                     for o in stage.outputs
                 ],
                 checkpoint_uri=(
-                    f"{stage_prefix(prefix, name)}/checkpoints/{stage.checkpoint.path}"
+                    checkpoint_key(f"{prefix}/{PREFIX_LEAF}", name, stage.checkpoint.path)
                     if prefix and stage.checkpoint
                     else None
                 ),

@@ -171,17 +171,9 @@ def _consensus(readings: list[QuotaReading]) -> tuple[int | None, bool, str | No
     return available, unlimited, None
 
 
-def assess(
-    requirements: Sequence[QuotaRequirement],
-    sources: Sequence[QuotaSource],
-    *,
-    needs: Sequence[DiskNeed] = (),
-    existing: Sequence[ExistingDisk] = (),
-) -> QuotaAssessment:
-    """Compare what the plan needs with what the sources say is available."""
-    names = [r.name for r in requirements]
+def _readings(sources: Sequence[QuotaSource], names: list[str]) -> dict[str, list[QuotaReading]]:
+    """Every source's answer for each quota; a source that fails answers "unavailable"."""
     readings: dict[str, list[QuotaReading]] = {n: [] for n in names}
-    problems: list[str] = []
     for source in sources:
         try:
             got = source.read(names)
@@ -194,50 +186,71 @@ def assess(
         for reading in got:
             if reading.name in readings:
                 readings[reading.name].append(reading)
+    return readings
 
+
+def _line(
+    req: QuotaRequirement,
+    readings: list[QuotaReading],
+    existing: Sequence[ExistingDisk],
+    existing_problems: list[str],
+) -> QuotaLine:
+    """One requirement against its readings, after what already exists is deducted."""
+    deducted = _deduction(req.name, existing) if not existing_problems else 0
+    new = max(req.required - deducted, 0)
+    available, unlimited, problem = _consensus(readings)
+    if existing_problems:
+        problem = "existing-resource evidence does not match the plan"
+    shortfall: int | None = None
+    if problem is not None:
+        verdict: LineVerdict = "unknown"
+        reason = problem
+    elif unlimited:
+        verdict, reason, shortfall = "ok", "the source reports no limit", 0
+    else:
+        assert available is not None
+        shortfall = max(new - available, 0)
+        verdict = "ok" if shortfall == 0 else "blocked"
+        reason = "enough is available" if verdict == "ok" else "not enough is available"
+    line = QuotaLine(
+        name=req.name,
+        unit=req.unit,
+        required=req.required,
+        existing=deducted,
+        required_new=new,
+        available=available,
+        shortfall=shortfall,
+        unlimited=unlimited,
+        verdict=verdict,
+        reason=reason,
+        sources=[r.source for r in readings],
+    )
+    if req.unit == "bytes":
+        line.required_gib = _ceil_gib(req.required)
+        line.existing_gib = deducted // GIB
+        line.required_new_gib = _ceil_gib(new)
+        line.available_gib = None if available is None else available // GIB
+        line.shortfall_gib = None if shortfall is None else _ceil_gib(shortfall)
+    return line
+
+
+def assess(
+    requirements: Sequence[QuotaRequirement],
+    sources: Sequence[QuotaSource],
+    *,
+    needs: Sequence[DiskNeed] = (),
+    existing: Sequence[ExistingDisk] = (),
+) -> QuotaAssessment:
+    """Compare what the plan needs with what the sources say is available."""
+    readings = _readings(sources, [r.name for r in requirements])
     existing_problems = _existing_problems(needs, existing)
-    problems.extend(existing_problems)
-
+    problems: list[str] = list(existing_problems)
     lines = []
     for req in requirements:
-        deducted = _deduction(req.name, existing) if not existing_problems else 0
-        new = max(req.required - deducted, 0)
-        available, unlimited, problem = _consensus(readings[req.name])
-        if existing_problems:
-            problem = "existing-resource evidence does not match the plan"
-        shortfall: int | None = None
-        if problem is not None:
-            verdict: LineVerdict = "unknown"
-            reason = problem
-        elif unlimited:
-            verdict, reason, shortfall = "ok", "the source reports no limit", 0
-        else:
-            assert available is not None
-            shortfall = max(new - available, 0)
-            verdict = "ok" if shortfall == 0 else "blocked"
-            reason = "enough is available" if verdict == "ok" else "not enough is available"
-        line = QuotaLine(
-            name=req.name,
-            unit=req.unit,
-            required=req.required,
-            existing=deducted,
-            required_new=new,
-            available=available,
-            shortfall=shortfall,
-            unlimited=unlimited,
-            verdict=verdict,
-            reason=reason,
-            sources=[r.source for r in readings[req.name]],
-        )
-        if req.unit == "bytes":
-            line.required_gib = _ceil_gib(req.required)
-            line.existing_gib = deducted // GIB
-            line.required_new_gib = _ceil_gib(new)
-            line.available_gib = None if available is None else available // GIB
-            line.shortfall_gib = None if shortfall is None else _ceil_gib(shortfall)
+        line = _line(req, readings[req.name], existing, existing_problems)
         lines.append(line)
-        if verdict == "unknown":
-            problems.append(f"{req.name}: {reason}")
+        if line.verdict == "unknown":
+            problems.append(f"{req.name}: {line.reason}")
 
     if any(line.verdict == "blocked" for line in lines):
         overall: Verdict = "blocked"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from npa import __version__
 from npa.core.errors import InvalidInput, Unavailable
 from npa.plan.infra import LOCAL_STORE_SIZE
-from npa.plan.quota import ExistingDisk, QuotaReading
+from npa.plan.quota import ExistingDisk, QuotaReading, QuotaSource
 from npa.spec.loader import load_text
 from npa.spec.validate import format_path
 
@@ -63,7 +64,7 @@ class FileQuotaSource:
         if not isinstance(data, dict) or not isinstance(data.get("quotas"), dict):
             raise InvalidInput(
                 f"quota file {path} must be a mapping with a 'quotas' mapping",
-                fix="see docs/spec.md#quota-files",
+                fix=f"cat {shlex.quote(str(path))}  # quotas: {{NAME: {{limit: N, usage: N}}}}",
             )
         unknown = set(data) - {"source", "quotas", "region"}
         if unknown:
@@ -269,3 +270,22 @@ def load_existing(path: Path) -> list[ExistingDisk]:
             )
             raise InvalidInput(f"{path}: {where}: {first['msg']}", fix=f"edit {path}") from None
     return disks
+
+
+def quota_sources(
+    files: Sequence[Path] = (),
+    *,
+    nebius: tuple[str, str, str | None] | None = None,
+    local_store: Path | None = None,
+    extra: Sequence[QuotaSource] = (),
+) -> list[QuotaSource]:
+    """Every source a quota check asks, in one order: reviewed files, the Nebius API
+    (``nebius``: parent id, region, endpoint), the local store's disk, then any given."""
+    sources: list[QuotaSource] = [FileQuotaSource(f) for f in files]
+    if nebius is not None:
+        parent, region, endpoint = nebius
+        sources.append(NebiusQuotaSource(parent, region, endpoint=endpoint))
+    if local_store is not None:
+        sources.append(LocalStoreSource(local_store))
+    sources.extend(extra)
+    return sources

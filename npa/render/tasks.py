@@ -1,117 +1,26 @@
-"""Render a validated workflow into one SkyPilot task YAML per stage.
+"""The stage tasks of a run, and the SkyPilot task YAML a person reviews with ``render``.
 
-Rendering is pure: it takes the workflow, the run id, the kube context and the image digests,
-and returns file contents. It refuses to produce a task whose image is not pinned by digest,
-because a tag can point at different bytes by the time the pod pulls it.
-
-The staged source and the stage's inputs are fetched by the task's own ``setup``, in the pod,
-with the AWS CLI and the store credentials and endpoint the pod takes from the project's store
-Secret. They are not SkyPilot ``file_mounts``: SkyPilot reads those on its API server and jobs
-controller, and only when AWS itself is an enabled cloud there, which an S3-compatible store
-that is not AWS (MinIO, Nebius, moto) never makes it.
+:func:`stage_tasks` turns a validated workflow and its plan into one backend-neutral
+:class:`StageTask` per stage (what each stage runs, reads and writes, and where); a backend
+encodes those as its task files. :func:`render_workflow` is the ``render`` verb's path: it pins
+every image by digest (a tag can point at different bytes by the time the pod pulls it) and
+encodes the tasks as SkyPilot YAML. Both are pure: they read and write nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shlex
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from npa import __version__
+import npa.backends.skypilot.tasks as skypilot_tasks
+from npa.backends.base import RunTasks, StageTask, TaskInput, TaskOutput
 from npa.core.errors import InvalidInput
-from npa.images.contract import pod_security_context
-from npa.plan.model import StagePlan, WorkflowPlan, build_plan
-from npa.render.yamlsafe import yaml_value
+from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
+from npa.plan.model import WorkflowPlan, build_plan
 from npa.spec.imageref import DIGEST, parse_image_ref
-from npa.spec.model import Stage, Tool, Workflow, env_suffix
-
-TEMPLATE = "skypilot-task.yaml.j2"
-SOURCE_MOUNT = "/npa/source"
-INPUT_MOUNT = "/npa/inputs"
-# What a task's setup fetches with the AWS CLI; file:// only exists on the machine that renders.
-MOUNTABLE = ("s3://",)
-# The setup's fixed part. A URI ending in "/" is a folder (synced); any other is one object
-# (copied), or a folder when no object has exactly that key, as SkyPilot decides for mounts.
-_FETCH = """set -e
-npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-npa_owned_dir() { npa_as_root mkdir -p "$1" && npa_as_root chown "$(id -u):$(id -g)" "$1"; }
-npa_fetch() {
-  case "$1" in
-    */) npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1" "$2" ;;
-    *) npa_owned_dir "$(dirname "$2")"
-       aws s3 cp --only-show-errors "$1" "$2" 2>/dev/null \\
-         || { npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1/" "$2"; } ;;
-  esac
-}
-command -v aws >/dev/null 2>&1 || {
-  echo "npa: the image has no aws CLI on PATH; a stage fetches its inputs with it" >&2
-  exit 127
-}
-"""
-
-
-class YamlText(str):
-    """Text the yaml filter produced; the only thing a template may output."""
-
-
-def templates_dir() -> Path:
-    """``$NPA_TEMPLATES_DIR``, else the repository's ``templates/`` (a checkout or an editable
-    install), else the copy an installed wheel put under ``<prefix>/share/npa/templates``."""
-    override = os.environ.get("NPA_TEMPLATES_DIR")
-    if override:
-        return Path(override)
-    checkout = Path(__file__).resolve().parents[2] / "templates"
-    if (checkout / TEMPLATE).is_file():
-        return checkout
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        files = distribution("npa").files or []
-    except PackageNotFoundError:
-        files = []
-    for file in files:
-        if file.name == TEMPLATE and file.parent.name == "templates":
-            return Path(str(file.locate())).resolve().parent
-    return checkout  # missing: the caller's error names this path
-
-
-def _finalize(value: Any) -> Any:
-    if not isinstance(value, YamlText):
-        raise InvalidInput(
-            f"template bug: a value ({type(value).__name__}) was written without the yaml filter",
-            fix=f"pipe every value through '| yaml' in {templates_dir() / TEMPLATE}",
-        )
-    return value
-
-
-@lru_cache(maxsize=4)
-def _environment(root: str) -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(root),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # the output is YAML; the yaml filter does the escaping
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        finalize=_finalize,
-    )
-    env.filters["yaml"] = lambda value: YamlText(yaml_value(value))
-    return env
-
-
-def task_name(run_id: str, stage: str) -> str:
-    """The name a stage's task carries: unique within a run (stage names are), so it picks the
-    stage's task out of the run's pipeline job. It starts with a letter because SkyPilot names
-    the task's cluster after it, and a cluster name must (a run id starts with a digit)."""
-    return f"npa-{run_id}-{stage}"
+from npa.spec.model import Tool, Workflow
 
 
 @dataclass(frozen=True)
@@ -144,7 +53,7 @@ def load_digests(path: Path) -> dict[str, str]:
     ):
         raise InvalidInput(
             f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
-            fix=f"printf 'curator: sha256:<64 hex>\\n' > {path}",
+            fix=f"cat {shlex.quote(str(path))}  # each line maps a tool ref to sha256:<64 hex>",
         )
     return dict(data)
 
@@ -187,11 +96,7 @@ def resolve_images(
         raise InvalidInput(
             "cannot render: images must be pinned by digest\n"
             + "\n".join(f"  - {p}" for p in problems),
-            fix=(
-                "npa workbench workflow preflight-images <spec.yaml> --registry <registry>  "
-                "# or pass --digests FILE mapping TOOL_REF: sha256:<digest>"
-            ),
-            details={"problems": problems},
+            details={"problems": problems, "unpinned": True},
         )
     return pinned
 
@@ -222,76 +127,84 @@ def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | Non
     return None, image.pinned(digest)
 
 
-def _number(value: float) -> int | float:
-    return int(value) if float(value).is_integer() else value
-
-
-def task_context(
-    stage: Stage,
-    planned: StagePlan,
+def stage_tasks(
+    workflow: Workflow,
     plan: WorkflowPlan,
-    tool: Tool,
     *,
-    kube_context: str,
-    image: str,
+    images: dict[str, str],
     accelerators: dict[str, str] | None = None,
-) -> dict[str, Any]:
-    """The values one stage's template is rendered with. ``accelerators`` renames GPU types
-    (spec name -> the name the cluster's node labels use)."""
-    assert plan.run_prefix is not None
-    envs: dict[str, str] = {
-        "NPA_WORKFLOW": plan.workflow,
-        "NPA_RUN_ID": plan.run_id,
-        "NPA_STAGE": stage.name,
-        "NPA_RUN_PREFIX": plan.run_prefix,
-        # The staged source as stored (blobs named by digest + manifest.json); the backend
-        # materialises the tree from the manifest.
-        "NPA_SOURCE_MANIFEST": f"{SOURCE_MOUNT}/manifest.json",
-        # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
-        "NPA_WAVE": "0",
-        "NPA_WAVES": str(planned.waves.waves),
-        "NPA_SHARDS": str(planned.waves.shards),
-        "NPA_SHARDS_PER_WAVE": str(planned.waves.parallel),
-    }
-    fetch = {SOURCE_MOUNT: f"{plan.run_prefix}/npa-workflow/source/"}
-    for inp in planned.inputs:
-        assert inp.uri is not None
-        envs[f"NPA_INPUT_{env_suffix(inp.name)}"] = inp.uri
-        fetch[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
-    for out in planned.outputs:
-        assert out.uri is not None
-        envs[f"NPA_OUTPUT_{env_suffix(out.name)}"] = out.uri
-    if stage.checkpoint is not None and planned.checkpoint_uri is not None:
-        envs["NPA_CHECKPOINT_URI"] = planned.checkpoint_uri
-        envs["NPA_CHECKPOINT_LOADER"] = stage.checkpoint.loader
-    envs.update(stage.env)
-    res = stage.resources
-    accel = res.accelerators
-    if accel is not None and accelerators:
-        name, _, count = accel.partition(":")
-        accel = f"{accelerators.get(name, name)}:{count}"
-    return {
-        "task_name": task_name(plan.run_id, stage.name),
-        "infra": f"k8s/{kube_context}",
-        "image_id": f"docker:{image}",
-        "accelerators": accel,
-        "cpus": None if res.cpus is None else _number(res.cpus),
-        "memory": None if res.memory_gib is None else _number(res.memory_gib),
-        "disk_size": res.disk_gib,
-        "retries": stage.retries,
-        "envs": envs,
-        "setup": setup_script(fetch),
-        "command": stage.command,
-        "security_context": pod_security_context(
-            tool.contract.run_as_user, tool.contract.run_as_group, tool.contract.fs_group
-        ),
-    }
-
-
-def setup_script(fetch: dict[str, str]) -> str:
-    """The task's setup: fetch each URI of ``fetch`` (path -> URI) to its path in the pod."""
-    calls = [f"npa_fetch {shlex.quote(uri)} {shlex.quote(path)}" for path, uri in fetch.items()]
-    return _FETCH + "\n".join(calls) + "\n"
+) -> RunTasks:
+    """Each stage's neutral task, in plan order. ``images`` maps TOOL_REF to the image a stage
+    runs in (none for a backend that runs no image); ``accelerators`` renames GPU types (spec
+    name -> the name the cluster's node labels use)."""
+    prefix = run_prefix(plan.workflow, plan.run_id)
+    stages = {s.name: s for s in workflow.stages}
+    declared = {(s.name, o.name): o for s in workflow.stages for o in s.outputs}
+    tasks = []
+    for planned in plan.stages:
+        stage = stages[planned.name]
+        inputs = []
+        for inp in planned.inputs:
+            if inp.from_stage is not None and inp.from_output is not None:
+                upstream = declared[(inp.from_stage, inp.from_output)]
+                key = output_key(prefix, inp.from_stage, upstream.path).rstrip("/")
+                kind = upstream.kind.value
+            else:
+                key, kind = None, "prefix"
+            variable = input_variable(inp.name)
+            inputs.append(
+                TaskInput(name=inp.name, variable=variable, uri=inp.uri, key=key, kind=kind)
+            )
+        accel = stage.resources.accelerators
+        if accel is not None and accelerators:
+            name, _, count = accel.partition(":")
+            accel = f"{accelerators.get(name, name)}:{count}"
+        tool = workflow.tools[stage.tool]
+        tasks.append(
+            StageTask(
+                stage=stage.name,
+                task_name=task_name(plan.run_id, stage.name),
+                command=stage.command,
+                env=dict(stage.env),
+                image=images.get(stage.tool),
+                depends_on=planned.depends_on,
+                shards=planned.waves.shards,
+                parallel=planned.waves.parallel,
+                waves=planned.waves.waves,
+                retries=planned.retries,
+                accelerators=accel,
+                cpus=stage.resources.cpus,
+                memory_gib=stage.resources.memory_gib,
+                disk_gib=stage.resources.disk_gib,
+                inputs=inputs,
+                outputs=[
+                    TaskOutput(
+                        name=o.name,
+                        variable=output_variable(o.name),
+                        path=o.path,
+                        kind=o.kind,
+                        uri=o.uri,
+                        key=output_key(prefix, stage.name, o.path).rstrip("/"),
+                    )
+                    for o in planned.outputs
+                ],
+                checkpoint_uri=planned.checkpoint_uri if stage.checkpoint else None,
+                checkpoint_loader=stage.checkpoint.loader if stage.checkpoint else None,
+                run_as_user=tool.contract.run_as_user,
+                run_as_group=tool.contract.run_as_group,
+                fs_group=tool.contract.fs_group,
+            )
+        )
+    return RunTasks(
+        workflow=plan.workflow,
+        run_id=plan.run_id,
+        store=None
+        if plan.run_prefix is None
+        else plan.run_prefix.removesuffix(f"/{plan.workflow}/{plan.run_id}"),
+        prefix=prefix,
+        run_root=plan.run_prefix,
+        tasks=tasks,
+    )
 
 
 def render_workflow(
@@ -304,7 +217,8 @@ def render_workflow(
     verified: dict[str, str] | None = None,
     accelerators: dict[str, str] | None = None,
 ) -> list[RenderedTask]:
-    """Render every stage, in plan order. Raises InvalidInput listing everything missing.
+    """Render every stage as SkyPilot task YAML, in plan order. Raises InvalidInput listing
+    everything missing.
 
     ``verified``: pinned references preflight verified, used as they are (see
     :func:`resolve_images`); ``accelerators``: GPU renames from the cluster's node labels.
@@ -314,69 +228,24 @@ def render_workflow(
     problems = []
     if context is None:
         problems.append("no kube context: set infrastructure.context or pass --context")
-    if store is None:
-        problems.append("no object store: set storage.uri or pass --store-uri")
-    elif not store.startswith(MOUNTABLE):
-        problems.append(
-            f"store {store!r} is not an object store a stage can fetch from (s3://, AWS or "
-            "S3-compatible)"
-        )
-    for stage in workflow.stages:
-        for inp in stage.inputs:
-            if inp.uri is not None and not inp.uri.startswith(MOUNTABLE):
-                problems.append(
-                    f"stage {stage.name!r} input {inp.name!r}: {inp.uri} is not in an S3 or "
-                    "S3-compatible store (s3://), which a stage fetches its inputs from"
-                )
+    external = [
+        (stage.name, inp.name, inp.uri)
+        for stage in workflow.stages
+        for inp in stage.inputs
+        if inp.uri is not None
+    ]
+    problems += skypilot_tasks.mount_problems(store, external)
     if problems:
         raise InvalidInput(
             "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            fix="npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
-            "--context <kube-context> --store-uri s3://<bucket>/<prefix>",
-            details={"problems": problems},
+            details={"problems": problems, "context": context, "store": store},
         )
     assert context is not None
     images = resolve_images(workflow, digests, verified)
     plan = build_plan(workflow, run_id, store_uri=store)
-    template = _environment(str(templates_dir())).get_template(TEMPLATE)
-    stages = {s.name: s for s in workflow.stages}
-    rendered = []
-    for planned in plan.stages:
-        stage = stages[planned.name]
-        values = task_context(
-            stage,
-            planned,
-            plan,
-            workflow.tools[stage.tool],
-            kube_context=context,
-            image=images[stage.tool],
-            accelerators=accelerators,
-        )
-        text = template.render(**values)
-        _check_structure(text, values)
-        rendered.append(RenderedTask(stage=stage.name, filename=f"{stage.name}.yaml", text=text))
-    return rendered
-
-
-def _check_structure(text: str, values: dict[str, Any]) -> None:
-    """Parse what was rendered and confirm the values came back exactly, so a template change
-    that lets a value leak into the structure fails here rather than on the cluster."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    parsed = yaml.load(text, Loader=loader)  # a safe loader: plain data only
-    checks = {
-        "name": (parsed.get("name"), values["task_name"]),
-        "envs": (parsed.get("envs"), values["envs"]),
-        "run": (parsed.get("run"), values["command"]),
-        "setup": (parsed.get("setup"), values["setup"]),
-        "image_id": (parsed.get("resources", {}).get("image_id"), values["image_id"]),
-    }
-    for key, (got, want) in checks.items():
-        if got != want:
-            raise InvalidInput(
-                f"template bug: rendered {key} does not read back as written",
-                fix=f"check {templates_dir() / TEMPLATE}",
-            )
-
-
-def version_banner() -> str:
-    return f"npa {__version__}"
+    run = stage_tasks(workflow, plan, images=images, accelerators=accelerators)
+    texts = skypilot_tasks.encode(run, kube_context=context)
+    return [
+        RenderedTask(stage=stage, filename=f"{stage}.yaml", text=text)
+        for stage, text in texts.items()
+    ]

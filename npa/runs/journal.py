@@ -65,7 +65,3 @@ class OperationJournal:
         }
         line = json.dumps(record, sort_keys=True, ensure_ascii=False)
         append_line(self.path, ensure_secret_free(line, f"journal {self.path}"))
-
-    def resume_command(self) -> str | None:
-        first = self.records()[:1]
-        return str(first[0]["resume"]) if first and "resume" in first[0] else None

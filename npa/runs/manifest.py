@@ -2,9 +2,11 @@
 
 It says what was submitted (plan, source, tasks, images, backend, job identity) and how the run
 is doing (its state, each stage and wave, and the supervisor's record of failures and the
-recovery taken). ``submit`` writes it before launching; the backend (the local supervisor)
-updates it as the run progresses. Writers on one machine serialise on a local lock, and every
-write replaces the whole object, so a reader sees one consistent version.
+recovery taken). ``submit`` writes it before launching; the run's watcher (and the executor it
+hosts) updates it as the run progresses. Writers on one machine serialise on a local lock, and
+every write replaces the whole object, so a reader sees one consistent version.
+
+The run's ``plan.json`` beside it is written and read here too, always through its model.
 """
 
 from __future__ import annotations
@@ -17,13 +19,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
+from npa.backends.base import JobStages
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
+from npa.core.layout import manifest_key, plan_key
+from npa.plan.model import WorkflowPlan
 from npa.runs.secrets import ensure_secret_free
 
-MANIFEST_VERSION = 1
-MANIFEST_NAME = "manifest.json"
+RUN_MANIFEST_VERSION = 1
 
 
 def now_iso() -> str:
@@ -93,7 +97,7 @@ class ResumeRecord(_Model):
 
 
 class RunManifest(_Model):
-    version: int = MANIFEST_VERSION
+    version: int = RUN_MANIFEST_VERSION
     project: str
     workflow: str
     run_id: str
@@ -119,8 +123,11 @@ class RunManifest(_Model):
     resumes: list[ResumeRecord] = Field(default_factory=list)
 
 
-def manifest_key(prefix: str) -> str:
-    return f"{prefix}/{MANIFEST_NAME}"
+def job_stages(manifest: RunManifest) -> JobStages:
+    """The stages the manifest's current job runs: every stage but those the last resume
+    adopted (a watcher's relaunch of a resumed job runs the same stages)."""
+    adopted = manifest.resumes[-1].adopted_stages if manifest.resumes else []
+    return JobStages(run_id=manifest.run_id, stages=list(manifest.tasks), adopted=list(adopted))
 
 
 def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
@@ -129,12 +136,19 @@ def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
         raw = store.get(manifest_key(prefix))
     except ObjectAbsent:
         return None
+    key = manifest_key(prefix)
+    return parse_manifest(raw, f"{store.uri}/{key}", inspect_command(store, key))
+
+
+def parse_manifest(raw: bytes, where: str, inspect: str) -> RunManifest:
+    """A stored manifest's bytes as the model; StateCorrupt names ``where`` when they are not,
+    with ``inspect`` (the command that shows the stored object) as its fix."""
     try:
         return RunManifest.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as exc:
         raise StateCorrupt(
-            f"{store.uri}/{manifest_key(prefix)} is not an npa run manifest: {exc}",
-            fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
+            f"{where} is not an npa run manifest: {exc}",
+            fix=inspect + "  # inspect before resubmitting",
         ) from None
 
 
@@ -157,8 +171,39 @@ def update_manifest(
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {store.uri}/{prefix} disappeared while the run was live",
-                fix="npa workbench workflow status RUN_ID --project P",
+                fix=inspect_command(store, prefix, listing=True),
             )
         mutate(manifest)
         write_manifest(store, manifest)
         return manifest
+
+
+def plan_text(plan: WorkflowPlan) -> str:
+    """``plan.json`` as submit stores it (its digest is the manifest's ``plan_digest``)."""
+    return json.dumps(plan.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def write_plan(store: ObjectStore, prefix: str, plan: WorkflowPlan) -> None:
+    store.put(plan_key(prefix), plan_text(plan).encode())
+
+
+def read_plan(store: ObjectStore, prefix: str) -> WorkflowPlan | None:
+    """The run's plan, or None when the store says it does not exist (errors propagate)."""
+    try:
+        raw = store.get(plan_key(prefix))
+    except ObjectAbsent:
+        return None
+    key = plan_key(prefix)
+    return parse_plan(raw, f"{store.uri}/{key}", inspect_command(store, key))
+
+
+def parse_plan(raw: bytes, where: str, inspect: str) -> WorkflowPlan:
+    """A stored plan's bytes as the model; StateCorrupt names ``where`` when they are not,
+    with ``inspect`` (the command that shows the stored object) as its fix."""
+    try:
+        return WorkflowPlan.model_validate_json(raw)
+    except ValidationError as exc:
+        raise StateCorrupt(
+            f"{where} is not an npa run plan: {exc.errors()[0]['msg']}",
+            fix=inspect + "  # inspect before resubmitting",
+        ) from None

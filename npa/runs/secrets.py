@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from npa.core.errors import NpaError
+from npa.core.errors import SecretLeak
 
 # Variables whose values are credentials. Their names may be written; their values never.
 CREDENTIAL_VARIABLES = (
@@ -18,10 +18,6 @@ CREDENTIAL_VARIABLES = (
     "NPA_REGISTRY_PASSWORD",
     "DOCKER_PASSWORD",
 )
-
-
-class SecretLeak(NpaError):
-    kind = "secret_leak"
 
 
 def ensure_secret_free(text: str, where: str) -> str:

@@ -10,36 +10,17 @@ reads the run and never launches anything.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
-from pydantic import BaseModel, Field
-
-from npa.adapters.storage import ObjectAbsent, ObjectStore, open_store
+from npa.adapters.storage import ObjectStore, inspect_command, open_store
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError, Unavailable
+from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.plan.model import WorkflowPlan
+from npa.runs.manifest import RunManifest, read_plan
+from npa.runs.outputs import StageArtifacts, check_stage
 from npa.services.locate import Located, cmd, locate
-
-
-class OutputCheck(BaseModel):
-    name: str
-    path: str
-    kind: str  # file | prefix
-    key: str
-    status: str  # ok | missing | empty
-    objects: int
-    bytes: int
-    empty_objects: list[str] = Field(default_factory=list)  # zero-byte files inside a prefix
-
-
-class StageArtifacts(BaseModel):
-    stage: str
-    state: str  # as the manifest records it
-    outputs: list[OutputCheck]
-    undeclared: list[str] = Field(default_factory=list)  # produced, not declared
-    ok: bool
 
 
 class ArtifactsResult(Result):
@@ -53,16 +34,20 @@ class ArtifactsResult(Result):
     failures: list[str]
 
     def text_lines(self) -> list[str]:
+        from npa.core.table import table
+
         lines = [f"run {self.run_id} ({self.run_state}): {self.run_prefix}"]
         for s in self.stages:
             lines.append(f"  stage {s.stage} [{s.state}] {'ok' if s.ok else 'NOT OK'}")
-            for o in s.outputs:
-                lines.append(
-                    f"    {o.name:16} {o.status:8} {o.objects:5} objects {o.bytes:12} bytes"
-                    f"  {o.path}"
+            if s.outputs:
+                lines += table(
+                    ["OUTPUT", "STATUS", "OBJECTS", "BYTES", "PATH"],
+                    [[o.name, o.status, o.objects, o.bytes, o.path] for o in s.outputs],
+                    indent=4,
                 )
+            for o in s.outputs:
                 if o.empty_objects:
-                    lines.append(f"      zero-byte: {', '.join(o.empty_objects[:5])}")
+                    lines.append(f"    {o.name}: zero-byte: {', '.join(o.empty_objects[:5])}")
             if s.undeclared:
                 lines.append(f"    undeclared: {', '.join(s.undeclared[:5])}")
         if self.first_stage_without_outputs:
@@ -90,55 +75,40 @@ def _require_manifest(located: Located) -> None:
     )
 
 
-def _plan(store: ObjectStore, prefix: str) -> dict[str, Any]:
-    try:
-        data: dict[str, Any] = json.loads(store.get(f"{prefix}/plan.json"))
-    except ObjectAbsent:
+def _plan(store: ObjectStore, prefix: str) -> WorkflowPlan:
+    plan = read_plan(store, prefix)
+    if plan is None:
         raise NotFound(
-            f"{store.uri}/{prefix}/plan.json is missing: the declared outputs are unknown",
-            fix="npa workbench workflow status RUN --project P",
-        ) from None
-    return data
-
-
-def check_stage(
-    store: ObjectStore, prefix: str, planned: dict[str, Any], state: str
-) -> StageArtifacts:
-    """Declared outputs of one stage against the store (one listing of its outputs)."""
-    name = planned["name"]
-    base = f"{prefix}/stages/{name}/outputs/"
-    produced = {o.key[len(base) :]: o.size for o in store.list(base)}
-    used: set[str] = set()
-    checks = []
-    for out in planned["outputs"]:
-        path = out["path"].rstrip("/")
-        if out["kind"] == "file":
-            size = produced.get(path)
-            members = {path: size} if size is not None else {}
-        else:
-            members = {k: v for k, v in produced.items() if k.startswith(path + "/")}
-        used |= set(members)
-        total = sum(members.values())
-        status = "missing" if not members else ("empty" if total == 0 else "ok")
-        checks.append(
-            OutputCheck(
-                name=out["name"],
-                path=out["path"],
-                kind=out["kind"],
-                key=f"{base}{path}",
-                status=status,
-                objects=len(members),
-                bytes=total,
-                empty_objects=sorted(k for k, v in members.items() if v == 0),
-            )
+            f"{store.uri}/{plan_key(prefix)} is missing: the declared outputs are unknown",
+            fix=inspect_command(store, prefix, listing=True) + "  # what the run stored",
         )
-    return StageArtifacts(
-        stage=name,
-        state=state,
-        outputs=checks,
-        undeclared=sorted(set(produced) - used),
-        ok=all(c.status == "ok" for c in checks),
-    )
+    return plan
+
+
+def _checked_stages(
+    located: Located, m: RunManifest, plan: WorkflowPlan, stage: str | None
+) -> list[StageArtifacts]:
+    """Each planned stage (or only ``stage``) in plan order, checked against the store."""
+    assert located.store is not None and located.prefix is not None
+    names = [p.name for p in plan.stages]
+    if stage is not None and stage not in names:
+        raise InvalidInput(
+            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(names)})",
+            fix=cmd("workbench", "workflow", "artifacts", located.run_id, "--project",
+                    located.project),
+        )  # fmt: skip
+    order = {n: i for i, n in enumerate(plan.order or names)}
+    planned = sorted(plan.stages, key=lambda p: order.get(p.name, len(order)))
+    return [
+        check_stage(
+            located.store,
+            located.prefix,
+            p,
+            m.stages[p.name].state if p.name in m.stages else "PENDING",
+        )
+        for p in planned
+        if stage is None or p.name == stage
+    ]
 
 
 def artifacts(
@@ -154,27 +124,7 @@ def artifacts(
     _require_manifest(located)
     m = located.manifest
     assert m is not None and located.store is not None and located.prefix is not None
-    plan = _plan(located.store, located.prefix)
-    planned = plan["stages"]
-    names = [p["name"] for p in planned]
-    if stage is not None and stage not in names:
-        raise InvalidInput(
-            f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(names)})",
-            fix=cmd("workbench", "workflow", "artifacts", located.run_id, "--project",
-                    located.project),
-        )  # fmt: skip
-    order = {n: i for i, n in enumerate(plan.get("order", names))}
-    planned = sorted(planned, key=lambda p: order.get(p["name"], len(order)))
-    checked = [
-        check_stage(
-            located.store,
-            located.prefix,
-            p,
-            m.stages[p["name"]].state if p["name"] in m.stages else "PENDING",
-        )
-        for p in planned
-        if stage is None or p["name"] == stage
-    ]
+    checked = _checked_stages(located, m, _plan(located.store, located.prefix), stage)
     first = next(
         (s.stage for s in checked if s.outputs and all(o.status != "ok" for o in s.outputs)),
         None,
@@ -211,9 +161,11 @@ class LoadedArtifact(Result):
     relaunched: bool = False  # never: load-artifact only reads the run
 
     def text_lines(self) -> list[str]:
+        from npa.core.text import plural
+
         return [
-            f"loaded {self.objects} objects ({self.bytes} bytes) of run {self.run_id} "
-            f"(final stages {', '.join(self.stages)}) into {self.destination}",
+            f"loaded {plural(self.objects, 'object')} ({plural(self.bytes, 'byte')}) of run "
+            f"{self.run_id} (final stages {', '.join(self.stages)}) into {self.destination}",
             "  nothing was relaunched",
         ]
 
@@ -247,8 +199,8 @@ def load_artifact(
     located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
     assert located.store is not None and located.prefix is not None
     plan = _plan(located.store, located.prefix)
-    upstream = {d for p in plan["stages"] for d in p["depends_on"]}
-    finals = [p for p in plan["stages"] if p["name"] not in upstream]
+    upstream = {d for p in plan.stages for d in p.depends_on}
+    finals = [p for p in plan.stages if p.name not in upstream]
     target_uri = destination if "://" in destination else Path(destination).resolve().as_uri()
     try:
         target = open_store(target_uri, paths=paths)
@@ -256,17 +208,17 @@ def load_artifact(
         raise
     objects = size = 0
     for planned in finals:
-        base = f"{located.prefix}/stages/{planned['name']}/outputs/"
+        base = output_key(located.prefix, planned.name, "")
         for obj in located.store.list(base):
             rel = obj.key[len(base) :]
-            target.put(f"{planned['name']}/{rel}", located.store.get(obj.key))
+            target.put(f"{planned.name}/{rel}", located.store.get(obj.key))
             objects += 1
             size += obj.size
     return LoadedArtifact(
         project=located.project,
         run_id=located.run_id,
         destination=target.uri,
-        stages=[p["name"] for p in finals],
+        stages=[p.name for p in finals],
         objects=objects,
         bytes=size,
     )

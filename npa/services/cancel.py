@@ -8,8 +8,6 @@ ambiguous name).
 
 from __future__ import annotations
 
-from pydantic import BaseModel
-
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -30,11 +28,6 @@ class CancelResult(Result):
     def text_lines(self) -> list[str]:
         job = f" (job {self.job_id})" if self.job_id is not None else ""
         return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}"]
-
-
-class _Job(BaseModel):
-    job_id: int | None
-    how: str
 
 
 def cancel(

@@ -11,11 +11,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from npa.adapters.kube.nodes import NodeGpus
+from npa.adapters.kube.nodes import GPU_LABELS, NodeGpus, cluster_names
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
-from npa.launch.accelerators import GPU_LABELS, AcceleratorRemap, cluster_names, resolve
+from npa.core.text import plural
+from npa.launch.accelerators import AcceleratorRemap, resolve
 
 
 class NodeRow(BaseModel):
@@ -41,6 +43,7 @@ class StageFit(BaseModel):
 
 class GpusResult(Result):
     cluster: str
+    kubeconfig: str | None = None  # the file(s) read, and why those
     nodes: list[NodeRow]
     labels: list[str]
     remap: dict[str, str] = Field(default_factory=dict)
@@ -48,12 +51,17 @@ class GpusResult(Result):
     stages: list[StageFit] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
-        lines = [f"cluster {self.cluster}: {len(self.nodes)} nodes"]
-        for n in self.nodes:
-            flags = "" if n.ready and n.schedulable else " (not ready/schedulable)"
-            lines.append(
-                f"  {n.node:30} {n.gpu_label or '-':28} allocatable {n.allocatable} "
-                f"requestable {n.requestable}{flags}"
+        from npa.core.table import table
+
+        where = f" (kubeconfig {self.kubeconfig})" if self.kubeconfig else ""
+        lines = [f"cluster {self.cluster}: {plural(len(self.nodes), 'node')}{where}"]
+        if self.nodes:
+            lines += table(
+                ["NODE", "GPU LABEL", "ALLOCATABLE", "REQUESTABLE", "READY", "SCHEDULABLE"],
+                [
+                    [n.node, n.gpu_label, n.allocatable, n.requestable, n.ready, n.schedulable]
+                    for n in self.nodes
+                ],
             )
         for spec_name, label in self.remap.items():
             lines.append(f"  remap: {spec_name} -> {label}")
@@ -73,40 +81,77 @@ def _label(labels: dict[str, str]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+def _nodes(cluster: str, paths: NpaPaths) -> tuple[str, list[NodeGpus]]:
+    """The kubeconfig read (with why that one) and the cluster's nodes."""
+    from npa.adapters.kube import kubeconfig as kubeconfigs
     from npa.adapters.kube.nodes import node_gpus
 
-    paths = paths or NpaPaths.from_env()
-    kubeconfig = paths.cluster_kubeconfig(cluster)
-    if not kubeconfig.is_file():
+    chosen = kubeconfigs.for_context(paths, cluster)
+    # A KUBECONFIG list is passed on as it is: the kubernetes client splits it as kubectl does.
+    kubeconfig = Path(chosen.value)
+    if chosen.origin == "placed by npa" and not kubeconfig.is_file():
         raise NotFound(
-            f"no kubeconfig for cluster {cluster} at {kubeconfig}",
-            fix=f"npa provision-if-absent --project P --target kubernetes --context {cluster} "
-            "--kubeconfig PATH",
+            f"no kubeconfig defines context {cluster!r}: not $KUBECONFIG, not ~/.kube/config, "
+            f"and npa placed none at {kubeconfig}",
+            fix=provision_command(cluster),
         )
     try:
-        found: list[NodeGpus] = node_gpus(kubeconfig, cluster)
+        return f"{chosen.value} ({chosen.origin})", node_gpus(kubeconfig, cluster)
     except Exception as exc:
         raise Unavailable(
             f"cannot read nodes of {cluster}: {type(exc).__name__}: {exc}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {cluster} get nodes",
+            fix=kubectl_command(kubeconfig, cluster, "get", "nodes"),
         ) from None
-    rows = []
-    for n in found:
-        label, key = _label(n.labels)
-        rows.append(
-            NodeRow(
-                node=n.node,
-                gpu_label=label,
-                label_key=key,
-                allocatable=n.allocatable,
-                requestable=n.requestable if n.ready and n.schedulable else 0,
-                ready=n.ready,
-                schedulable=n.schedulable,
-            )
+
+
+def _row(n: NodeGpus) -> NodeRow:
+    label, key = _label(n.labels)
+    return NodeRow(
+        node=n.node,
+        gpu_label=label,
+        label_key=key,
+        allocatable=n.allocatable,
+        requestable=n.requestable if n.ready and n.schedulable else 0,
+        ready=n.ready,
+        schedulable=n.schedulable,
+    )
+
+
+def _fit(
+    stage: str, requested: str, count: int, answer: AcceleratorRemap, rows: list[NodeRow]
+) -> StageFit:
+    """Whether one stage's GPUs fit on one node of the cluster, now or once free."""
+    target = answer.resolved or answer.requested
+    holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
+    now = [r for r in holders if r.requestable >= count]
+    if holders:
+        detail = f"{plural(len(holders), 'node')} with {count} allocatable {target}"
+    elif answer.resolved:
+        most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
+        detail = (
+            f"no single node has {count} {target} GPUs (largest: {most}); SkyPilot places "
+            "all of a task's GPUs on one node"
         )
+    else:
+        detail = f"{answer.detail} for {answer.requested}"
+    return StageFit(
+        stage=stage,
+        requested=requested,
+        resolved=answer.resolved,
+        count=count,
+        fits=bool(holders),
+        fits_now=bool(now),
+        nodes=[r.node for r in holders],
+        detail=detail,
+    )
+
+
+def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
+    paths = paths or NpaPaths.from_env()
+    read, found = _nodes(cluster, paths)
+    rows = [_row(n) for n in found]
     names = cluster_names([n.labels for n in found])
-    result = GpusResult(cluster=cluster, nodes=rows, labels=names)
+    result = GpusResult(cluster=cluster, kubeconfig=read, nodes=rows, labels=names)
     if spec is None:
         return result
     from npa.spec.model import parse_accelerators
@@ -123,29 +168,6 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
             result.remap[name] = answer.resolved
         if answer not in result.remap_detail:
             result.remap_detail.append(answer)
-        target = answer.resolved or name
-        holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
-        now = [r for r in holders if r.requestable >= count]
-        if holders:
-            detail = f"{len(holders)} node(s) have {count} allocatable {target}"
-        else:
-            most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
-            detail = (
-                f"no single node has {count} {target} GPUs (largest: {most}); SkyPilot places "
-                "all of a task's GPUs on one node"
-                if answer.resolved
-                else f"{answer.detail} for {name}"
-            )
-        result.stages.append(
-            StageFit(
-                stage=stage.name,
-                requested=stage.resources.accelerators or "",
-                resolved=answer.resolved,
-                count=count,
-                fits=bool(holders),
-                fits_now=bool(now),
-                nodes=[r.node for r in holders],
-                detail=detail,
-            )
-        )
+        requested = stage.resources.accelerators or ""
+        result.stages.append(_fit(stage.name, requested, count, answer, rows))
     return result

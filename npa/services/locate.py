@@ -28,14 +28,14 @@ from npa.adapters.storage import (
     open_store,
 )
 from npa.core.errors import InvalidInput, NotFound, NpaError, StateCorrupt
+from npa.core.layout import PREFIX_LEAF, manifest_key, run_prefix
 from npa.core.paths import NpaPaths, safe_component
 from npa.runs.identity import ReservationRecord, RunEntry
-from npa.runs.manifest import RunManifest, manifest_key, read_manifest
+from npa.runs.manifest import RunManifest, read_manifest
 from npa.runs.receipts import Receipt, read_receipt
 from npa.services.configure import ProjectSettings, resolve_project
 
 Answer = Literal["found", "absent", "unavailable", "skipped", "not_applicable"]
-PREFIX_LEAF = "npa-workflow"
 # The shape prepare-run gives run ids; only folders of this shape are listed as runs.
 RUN_ID_SHAPE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
@@ -64,7 +64,7 @@ class RunRef:
     workflow: str | None = None
 
 
-def parse_run_ref(value: str) -> RunRef:
+def parse_run_ref(value: str, project: str = "default") -> RunRef:
     """``RUN_ID``, or a run prefix ``s3://B[/P]/<workflow>/<run>[/npa-workflow]`` / ``file://``.
 
     Only the exact run prefix is accepted: a deeper or shallower key is refused rather than
@@ -76,7 +76,7 @@ def parse_run_ref(value: str) -> RunRef:
     if scheme not in ("s3", "file"):
         raise InvalidInput(
             f"{value!r} is neither a run id nor an s3:// or file:// run prefix",
-            fix="npa workbench workflow list --project P  # to find the run id",
+            fix=cmd("workbench", "workflow", "list", "--project", project) + "  # the run ids",
         )
     parts = value.rstrip("/").split("/")
     if parts[-1] == PREFIX_LEAF:
@@ -87,7 +87,8 @@ def parse_run_ref(value: str) -> RunRef:
         raise InvalidInput(
             f"{value!r} is not a run prefix: expected "
             f"{scheme}://…/<workflow>/<run-id>[/{PREFIX_LEAF}]",
-            fix="npa workbench workflow list --project P --json  # prints each run's prefix",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
+            + "  # prints each run's prefix",
         )
     workflow = safe_component(parts[-2], "workflow in the run prefix")
     run_id = safe_component(parts[-1], "run id in the run prefix")
@@ -117,7 +118,7 @@ class Located:
     def prefix(self) -> str | None:
         if self.workflow is None:
             return None
-        return f"{self.workflow}/{self.run_id}/{PREFIX_LEAF}"
+        return run_prefix(self.workflow, self.run_id)
 
     @property
     def prefix_uri(self) -> str | None:
@@ -261,6 +262,96 @@ def _scan_store(store: ObjectStore, run_id: str) -> tuple[list[str], SourceAnswe
     )
 
 
+def _pinned(ref: RunRef, workflow_uri: str | None, project: str) -> RunRef:
+    """The run named by ``--workflow-s3-uri`` (which must be the same run), else ``ref``."""
+    if workflow_uri is None:
+        return ref
+    pinned = parse_run_ref(workflow_uri, project)
+    if "://" not in workflow_uri:
+        raise InvalidInput(
+            "--workflow-s3-uri takes the run prefix (s3://…/<workflow>/<run>/npa-workflow)",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json"),
+        )
+    if pinned.run_id != ref.run_id:
+        raise InvalidInput(
+            f"--workflow-s3-uri names run {pinned.run_id}, not {ref.run_id}",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
+            + "  # prints each run's prefix",
+        )
+    return pinned
+
+
+def _found_workflow(located: Located, store: ObjectStore, run_id: str) -> str | None:
+    """The one workflow of the store that holds the run; None when none does."""
+    workflows, scan = _scan_store(store, run_id)
+    located.sources.append(scan)
+    if len(workflows) > 1:
+        store_uri = located.store_uri
+        raise InvalidInput(
+            f"run {run_id} exists under several workflows of {store_uri}: "
+            f"{', '.join(workflows)}; npa will not pick one",
+            fix=located.status_command(
+                "--workflow-s3-uri", f"{store_uri}/{run_prefix(workflows[0], run_id)}"
+            ),
+        )
+    return workflows[0] if workflows else None
+
+
+def _read_run_manifest(located: Located, store: ObjectStore, prefix: str) -> bool:
+    """Ask the store for the run's manifest; True when the answer settles the run (found, or
+    the store could not answer), False when the manifest is absent."""
+    where = f"{located.store_uri}/{manifest_key(prefix)}"
+    try:
+        located.manifest = read_manifest(store, prefix)
+    except BucketAbsent as error:
+        located.sources.append(
+            SourceAnswer(
+                source="manifest",
+                where=where,
+                answer="absent",
+                detail="the bucket itself does not exist",
+                error=error.message,
+                fix=error.fix,
+            )
+        )
+        return True
+    except (StoreUnavailable, StateCorrupt) as error:
+        located.sources.append(_error("manifest", where, error))
+        return True
+    m = located.manifest
+    if m is None:
+        located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
+        return False
+    located.sources.append(
+        SourceAnswer(
+            source="manifest",
+            where=where,
+            answer="found",
+            detail=f"recorded state {m.state}; {m.backend} job {m.job_id}",
+        )
+    )
+    return True
+
+
+def _list_run_prefix(located: Located, store: ObjectStore, prefix: str) -> None:
+    """What lies under a run prefix that has no manifest."""
+    where = f"{located.store_uri}/{prefix}/"
+    try:
+        page = store.list_page(f"{prefix}/", page_size=5)
+    except (StoreUnavailable, BucketAbsent) as error:
+        located.sources.append(_error("run-prefix", where, error))
+        return
+    located.partial = [o.key[len(prefix) + 1 :] for o in page.objects]
+    located.sources.append(
+        SourceAnswer(
+            source="run-prefix",
+            where=where,
+            answer="found" if page.objects else "absent",
+            detail=("holds " + ", ".join(located.partial)) if page.objects else "",
+        )
+    )
+
+
 def locate(
     run: str,
     project: str | None,
@@ -271,20 +362,7 @@ def locate(
     """Resolve ``run`` and ask every local and store source about it. Reads only."""
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
-    ref = parse_run_ref(run)
-    if workflow_uri is not None:
-        pinned = parse_run_ref(workflow_uri)
-        if "://" not in workflow_uri:
-            raise InvalidInput(
-                "--workflow-s3-uri takes the run prefix (s3://…/<workflow>/<run>/npa-workflow)",
-                fix=cmd("workbench", "workflow", "list", "--project", settings.project, "--json"),
-            )
-        if pinned.run_id != ref.run_id:
-            raise InvalidInput(
-                f"--workflow-s3-uri names run {pinned.run_id}, not {ref.run_id}",
-                fix="pass the prefix of the same run",
-            )
-        ref = pinned
+    ref = _pinned(parse_run_ref(run, settings.project), workflow_uri, settings.project)
     receipt, receipt_answer = _receipt(paths, settings.project, ref.run_id)
     entry, reserved_workflow, reservation_answer = _reservation(
         paths, settings.project, ref.run_id, ref.workflow
@@ -305,69 +383,17 @@ def locate(
         ref.store_uri
         or (receipt.store if receipt else None)
         or (entry.store if entry else None)
-        or normalize_store_uri(settings.value("store") or "local", paths)
+        or normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     )
     located.store_uri = store_uri
     store = open_run_store(store_uri, settings, receipt, paths)
     located.store = store
     if located.workflow is None:
-        workflows, scan = _scan_store(store, ref.run_id)
-        located.sources.append(scan)
-        if len(workflows) > 1:
-            raise InvalidInput(
-                f"run {ref.run_id} exists under several workflows of {store_uri}: "
-                f"{', '.join(workflows)}; npa will not pick one",
-                fix=located.status_command(
-                    "--workflow-s3-uri", f"{store_uri}/{workflows[0]}/{ref.run_id}/{PREFIX_LEAF}"
-                ),
-            )
-        if not workflows:
+        located.workflow = _found_workflow(located, store, ref.run_id)
+        if located.workflow is None:
             return located
-        located.workflow = workflows[0]
     prefix = located.prefix
     assert prefix is not None
-    where = f"{store_uri}/{manifest_key(prefix)}"
-    try:
-        located.manifest = read_manifest(store, prefix)
-    except BucketAbsent as error:
-        located.sources.append(
-            SourceAnswer(
-                source="manifest",
-                where=where,
-                answer="absent",
-                detail="the bucket itself does not exist",
-                error=error.message,
-                fix=error.fix,
-            )
-        )
-        return located
-    except (StoreUnavailable, StateCorrupt) as error:
-        located.sources.append(_error("manifest", where, error))
-        return located
-    if located.manifest is not None:
-        m = located.manifest
-        located.sources.append(
-            SourceAnswer(
-                source="manifest",
-                where=where,
-                answer="found",
-                detail=f"recorded state {m.state}; {m.backend} job {m.job_id}",
-            )
-        )
-        return located
-    located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
-    try:
-        page = store.list_page(f"{prefix}/", page_size=5)
-    except (StoreUnavailable, BucketAbsent) as error:
-        located.sources.append(_error("run-prefix", f"{store_uri}/{prefix}/", error))
-        return located
-    located.partial = [o.key[len(prefix) + 1 :] for o in page.objects]
-    located.sources.append(
-        SourceAnswer(
-            source="run-prefix",
-            where=f"{store_uri}/{prefix}/",
-            answer="found" if page.objects else "absent",
-            detail=("holds " + ", ".join(located.partial)) if page.objects else "",
-        )
-    )
+    if not _read_run_manifest(located, store, prefix):
+        _list_run_prefix(located, store, prefix)
     return located

@@ -16,10 +16,11 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from npa.adapters.storage import BucketAbsent, StoreUnavailable
-from npa.backends.base import JobStages
 from npa.core.errors import EXIT_UNAVAILABLE, InvalidInput, NotFound, NpaError
+from npa.core.layout import stage_logs_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.runs.manifest import job_stages
 from npa.services.locate import Located, cmd, locate
 from npa.services.status import open_located_backend
 
@@ -62,7 +63,7 @@ class LogsResult(Result):
 def _store_logs(located: Located, stage: str) -> tuple[list[str], LogSource]:
     store, prefix = located.store, located.prefix
     assert store is not None and prefix is not None
-    base = f"{prefix}/stages/{stage}/logs/"
+    base = f"{stage_logs_key(prefix, stage)}/"
     where = f"{store.uri}/{base}"
     lines: list[str] = []
     try:
@@ -106,7 +107,7 @@ def _live_logs(
     # Every backend answers for the one stage: the local backend reads that stage's log files,
     # SkyPilot tails the stage's own task of the run's pipeline job.
     m = located.manifest
-    stages = JobStages.of_run(m) if m is not None else None
+    stages = job_stages(m) if m is not None else None
     where = f"{name} job {job_id}"
     try:
         backend = open_located_backend(located, paths)
@@ -144,22 +145,8 @@ def _live_logs(
     )
 
 
-def logs(
-    run: str,
-    project: str | None,
-    *,
-    stage: str,
-    follow: bool = False,
-    cached: bool = False,
-    workflow_uri: str | None = None,
-    emit: Callable[[str], None] | None = None,
-    paths: NpaPaths | None = None,
-) -> LogsResult:
-    """A stage's logs; ``emit`` receives live lines as they arrive (``--follow``)."""
-    if follow and cached:
-        raise InvalidInput("--follow reads the live job and --cached never contacts it: pick one")
-    paths = paths or NpaPaths.from_env()
-    located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
+def _require_stage(located: Located, stage: str) -> None:
+    """The run was submitted and has ``stage``; else the error that says so."""
     if located.manifest is None and located.receipt is None:
         for source in located.unavailable:
             raise NpaError(
@@ -178,6 +165,36 @@ def logs(
             fix=cmd("workbench", "workflow", "status", located.run_id, "--project",
                     located.project),
         )  # fmt: skip
+
+
+def _empty_means(shown: list[str], answered: str | None, sources: list[LogSource]) -> str:
+    """What no lines mean, given which sources answered."""
+    if shown:
+        return "not empty"
+    if answered is not None:
+        return f"empty: {answered} answered and holds no lines for this stage"
+    if any(s.outcome == "unavailable" for s in sources):
+        return "unread: no source answered (see sources); nothing is concluded"
+    return "none written yet: every source answered that no log exists"
+
+
+def logs(
+    run: str,
+    project: str | None,
+    *,
+    stage: str,
+    follow: bool = False,
+    cached: bool = False,
+    workflow_uri: str | None = None,
+    emit: Callable[[str], None] | None = None,
+    paths: NpaPaths | None = None,
+) -> LogsResult:
+    """A stage's logs; ``emit`` receives live lines as they arrive (``--follow``)."""
+    if follow and cached:
+        raise InvalidInput("--follow reads the live job and --cached never contacts it: pick one")
+    paths = paths or NpaPaths.from_env()
+    located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
+    _require_stage(located, stage)
     sources: list[LogSource] = []
     shown: list[str] = []
     answered: str | None = None
@@ -203,21 +220,13 @@ def logs(
             shown, answered = stored, "store"
     if answered is None and any(s.outcome == "empty" for s in sources):
         answered = next(s.source for s in sources if s.outcome == "empty")
-    if shown:
-        empty_means = "not empty"
-    elif answered is not None:
-        empty_means = f"empty: {answered} answered and holds no lines for this stage"
-    elif any(s.outcome == "unavailable" for s in sources):
-        empty_means = "unread: no source answered (see sources); nothing is concluded"
-    else:
-        empty_means = "none written yet: every source answered that no log exists"
     return LogsResult(
         project=located.project,
         run_id=located.run_id,
         stage=stage,
         mode="cached" if cached else ("follow" if follow else "live"),
         answered_by=answered,
-        empty_means=empty_means,
+        empty_means=_empty_means(shown, answered, sources),
         sources=sources,
         lines=shown,
         streamed=follow and emit is not None and answered == "backend-live",

@@ -10,6 +10,7 @@ from typing import Literal
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.plan.infra import GIB, cluster_requirements, local_requirements
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.plan.quota import QuotaAssessment, QuotaLine, QuotaSource, assess
@@ -54,16 +55,16 @@ class PlanResult(Result):
                 res.append(f"{s.resources.disk_gib} GiB disk")
             after = f" after {', '.join(s.depends_on)}" if s.depends_on else ""
             lines.append(
-                f"  {s.level}. {s.name} [{s.tool}]{after}: {s.waves.shards} shards, "
-                f"{s.waves.parallel} at once = {s.waves.waves} waves; {', '.join(res)}; "
-                f"retries {s.retries}"
+                f"  {s.level}. {s.name} [{s.tool}]{after}: {plural(s.waves.shards, 'shard')}, "
+                f"{number(s.waves.parallel)} at once = {plural(s.waves.waves, 'wave')}; "
+                f"{', '.join(res)}; retries {s.retries}"
             )
             for o in s.outputs:
                 lines.append(f"       out {o.name}: {o.uri or o.path}")
         lines += ["", "infrastructure needed:"]
         for d in p.disks:
             lines.append(
-                f"  {d.role}: {d.count} x {d.size_gib} GiB {d.disk_type.value} "
+                f"  {d.role}: {number(d.count)} x {number(d.size_gib)} GiB {d.disk_type.value} "
                 f"({d.count * d.size_gib * GIB} bytes)"
             )
         q = self.quota
@@ -113,12 +114,7 @@ def plan_spec(
 ) -> PlanResult:
     """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
     from npa.plan.infra import disk_needs
-    from npa.plan.quota_sources import (
-        FileQuotaSource,
-        LocalStoreSource,
-        NebiusQuotaSource,
-        load_existing,
-    )
+    from npa.plan.quota_sources import load_existing, quota_sources
 
     options = quota or QuotaOptions()
     workflow = load_workflow(path)
@@ -131,7 +127,7 @@ def plan_spec(
     if existing and target == "local":
         raise InvalidInput("--existing describes cluster disks; the local target has none")
 
-    sources: list[QuotaSource] = [FileQuotaSource(f) for f in options.quota_files]
+    nebius = None
     if options.nebius_parent_id:
         region = options.nebius_region or workflow.infrastructure.region
         if not region:
@@ -139,12 +135,14 @@ def plan_spec(
                 "the Nebius quota source needs a region",
                 fix="add --nebius-region eu-north1 (or set infrastructure.region in the spec)",
             )
-        sources.append(
-            NebiusQuotaSource(options.nebius_parent_id, region, endpoint=options.nebius_endpoint)
-        )
-    if target == "local" or options.local:
-        sources.append(LocalStoreSource(NpaPaths.from_env().local_store))
-    sources.extend(options.extra_sources)
+        nebius = (options.nebius_parent_id, region, options.nebius_endpoint)
+    local = target == "local" or options.local
+    sources = quota_sources(
+        options.quota_files,
+        nebius=nebius,
+        local_store=NpaPaths.from_env().local_store if local else None,
+        extra=options.extra_sources,
+    )
 
     if options.skip:
         assessment = QuotaAssessment(

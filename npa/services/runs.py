@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import hashlib
 import shlex
 import time
 from pathlib import Path
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
-from npa.core.errors import InvalidInput, NpaError
+from npa.core.errors import Interrupted, InvalidInput, NpaError
 from npa.core.fsio import exclusive_lock
+from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.runs.identity import (
     legacy_run_id_warning,
     load_record,
@@ -24,21 +25,8 @@ from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
 from npa.services.configure import ProjectSettings, resolve_project
 
-
-class Interrupted(NpaError):
-    """The user stopped a multi-step operation; its journal holds the resume command."""
-
-    exit_code = 130
-    kind = "interrupted"
-
-
 # How long a stager waits for another one staging the same run.
 STAGE_LOCK_WAIT_SECONDS = 600.0
-
-
-def run_prefix(workflow: str, run_id: str) -> str:
-    """The canonical prefix of a run inside its project's store."""
-    return f"{workflow}/{run_id}/npa-workflow"
 
 
 def _prepare_command(spec: Path, project: str) -> str:
@@ -68,7 +56,7 @@ def prepare_run(spec: Path, project: str | None, *, paths: NpaPaths | None = Non
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
-    store = normalize_store_uri(settings.value("store") or "local", paths)
+    store = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     warnings = [w for w in [legacy_run_id_warning(paths)] if w]
     entry = reserve_run(
         paths,
@@ -103,30 +91,36 @@ class StagedSource(Result):
     files: int
     bytes: int
     blobs: int
+    hashed: int  # files read and hashed; the others' digests came from the stat index
     uploaded: int
     uploaded_bytes: int
     repaired: int
-    orphans_removed: int
     already_committed: bool
+    listed: bool  # the store's blobs were listed and checked (--verify, or nothing trusted)
     seconds: float
     journal: str
     resume_command: str
     warnings: list[str]
 
     def text_lines(self) -> list[str]:
-        state = "already committed, verified" if self.already_committed else "committed"
+        if not self.already_committed:
+            state = "committed"
+        elif self.listed:
+            state = "already committed, blobs verified"
+        else:
+            state = "already committed, confirmed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs",
-            f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
-            f"repaired {self.repaired}, removed {self.orphans_removed} orphans "
-            f"in {self.seconds:.2f}s",
+            f"  {plural(self.files, 'file')}, {plural(self.bytes, 'byte')}, "
+            f"{plural(self.blobs, 'distinct blob')}; {plural(self.hashed, 'file')} read and hashed",
+            f"  uploaded {plural(self.uploaded, 'blob')} ({plural(self.uploaded_bytes, 'byte')}), "
+            f"repaired {number(self.repaired)} in {self.seconds:.2f}s",
             f"  manifest: {self.manifest}",
         ]
 
 
 def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[str, ObjectStore]:
-    uri = normalize_store_uri(settings.value("store") or "local", paths)
+    uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     store = open_store(
         uri,
         endpoint_url=settings.value("endpoint_url"),
@@ -137,12 +131,6 @@ def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[s
         paths=paths,
     )
     return uri, store
-
-
-def _hash_index(paths: NpaPaths, tree: Path) -> Path:
-    """Where the digests of one source tree's files are remembered between stagings."""
-    name = hashlib.sha256(str(tree).encode()).hexdigest()[:32]
-    return paths.cache("source-index") / f"{name}.json"
 
 
 def stage_run_source(
@@ -156,8 +144,12 @@ def stage_run_source(
     ask: Ask | None = None,
     progress: Progress | None = None,
     paths: NpaPaths | None = None,
+    verify: bool = False,
 ) -> StagedSource:
-    """Stage the source of a reserved run: content-addressed, idempotent, committed once."""
+    """Stage the source of a reserved run: content-addressed, idempotent, committed once.
+
+    A run whose source is committed already is confirmed with one request; ``verify`` lists
+    the stored blobs instead and repairs missing or damaged ones."""
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
@@ -218,7 +210,7 @@ def stage_run_source(
             source=tree,
         )
         try:
-            manifest, plan = stage_source(
+            plan = stage_source(
                 store,
                 tree,
                 prefix,
@@ -226,7 +218,8 @@ def stage_run_source(
                 progress=progress,
                 step=lambda name, details: journal.append(name, "done", **details),
                 refuse_fix=f'RUN_ID="$({prepare})"  # a new run for a different source',
-                index=_hash_index(paths, tree),
+                index=paths.source_index(tree),
+                verify=verify,
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)
@@ -240,22 +233,23 @@ def stage_run_source(
                 "same command is safe and reuses what is already stored",
                 fix=resume,
             ) from None
-        journal.append("done", "done", source_digest=manifest.digest())
+        journal.append("done", "done", source_digest=plan.digest)
     return StagedSource(
         run_id=entry.run_id,
         project=settings.project,
         workflow=workflow,
         source=str(tree),
         manifest=f"{store.uri}/{prefix}/source/manifest.json",
-        source_digest=manifest.digest(),
-        files=len(manifest.files),
-        bytes=sum(f.size for f in manifest.files),
-        blobs=len({f.digest for f in manifest.files}),
+        source_digest=plan.digest,
+        files=len(plan.files),
+        bytes=sum(h.file.size for h in plan.files),
+        blobs=len({h.sha256 for h in plan.files}),
+        hashed=plan.hashed,
         uploaded=plan.uploaded,
         uploaded_bytes=plan.uploaded_bytes,
         repaired=plan.repaired,
-        orphans_removed=plan.orphans_removed,
         already_committed=plan.already_committed,
+        listed=plan.listed,
         seconds=round(time.monotonic() - started, 3),
         journal=str(journal.path),
         resume_command=resume,

@@ -3,10 +3,10 @@ project from the durable store.
 
 ``status`` resolves the run (:mod:`npa.services.locate`), then asks the backend for its job by
 id (never by name, except to find the id of a launch whose id was never recorded), and for a
-waiting SkyPilot job asks Kubernetes why its pods wait. The state it reports is decided by
-:func:`decide` from those answers alone: a source that could not be asked makes the state
-VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to have
-answered that the run is not there. ``--cached`` reads only local records and the store and
+waiting job of a backend whose pods can say why they wait, asks them. The state it reports is
+decided by :func:`decide` from those answers alone: a source that could not be asked makes the
+state VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to
+have answered that the run is not there. ``--cached`` reads only local records and the store and
 says so: CACHED is evidence, not truth. Both commands only read.
 """
 
@@ -22,13 +22,14 @@ from pydantic import BaseModel, Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
-from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
+from npa.backends.base import ExecutionBackend, JobRecord, JobState, ReportsPodReasons, TaskRecord
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
+from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
-from npa.runs.manifest import RunManifest, read_manifest
+from npa.core.text import plural
+from npa.runs.manifest import RunManifest, StageRecord, job_stages, read_manifest
 from npa.services.locate import (
-    PREFIX_LEAF,
     RUN_ID_SHAPE,
     Located,
     SourceAnswer,
@@ -104,7 +105,9 @@ class StatusResult(Result):
             head += f" (last known: {self.last_known_state}; NOT live-verified, not for automation)"
         lines = [head, f"  {self.reason}"]
         if self.job_id is not None:
-            lines.append(f"  job: {self.backend} {self.job_id} ({self.job_name}) {self.job_state}")
+            named = f" ({self.job_name})" if self.job_name else ""
+            state = self.job_state or "state not reported"
+            lines.append(f"  job: {self.backend} {self.job_id}{named}: {state}")
         if self.failure_reason:
             lines.append(f"  failure: {self.failure_reason}")
         for p in self.pending:
@@ -125,7 +128,7 @@ class StatusResult(Result):
             sup = self.supervisor
             lines.append(
                 f"  supervisor: {sup['classification']} -> {sup['recovery']} "
-                f"({len(sup.get('attempts', []))} attempts)"
+                f"({plural(len(sup.get('attempts', [])), 'attempt')})"
             )
         lines.append("  sources:")
         for s in self.sources:
@@ -201,23 +204,22 @@ def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]
 # --- asking the backend and the cluster ----------------------------------------------------------
 
 
-def open_located_backend(located: Located, paths: NpaPaths) -> Any:
+def open_located_backend(located: Located, paths: NpaPaths) -> ExecutionBackend:
+    """The backend the run was submitted to, as its manifest or receipt recorded it."""
     from npa.backends import open_backend
 
     name = located.backend_name
     assert name is not None
-    context = located.kube_context
-    kubeconfig = paths.cluster_kubeconfig(context) if context else None
-    return open_backend(
-        name, paths, kubeconfig=str(kubeconfig) if kubeconfig and kubeconfig.is_file() else None
-    )
+    return open_backend(name, paths, context=located.kube_context)
 
 
-def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnswer, SourceAnswer]:
+def ask_job(
+    located: Located, backend: ExecutionBackend | None, *, cached: bool
+) -> tuple[JobAnswer, SourceAnswer]:
     """The job by its recorded id; by exact name only to find the id of an unrecorded launch."""
     name = located.backend_name
     where = f"{name} backend"
-    if name is None:
+    if backend is None:
         return JobAnswer(answer="not_applicable"), SourceAnswer(
             source="backend-job", where="-", answer="not_applicable", detail="no job recorded"
         )
@@ -231,7 +233,6 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
             source="backend-job", where=where, answer="skipped", detail="final state recorded"
         )
     try:
-        backend = open_located_backend(located, paths)
         where = f"{name}: {backend.queue_source}"
         if located.job_id is not None:
             record = backend.job(located.job_id)
@@ -255,7 +256,7 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
                     detail=f"no job named {located.job_name}",
                 )
             record = queue.records[0]
-        stage_tasks = backend.stage_tasks(record, JobStages.of_run(m)) if m is not None else {}
+        stage_tasks = backend.stage_tasks(record, job_stages(m)) if m is not None else {}
     except NotFound as error:
         return JobAnswer(answer="absent"), SourceAnswer(
             source="backend-job", where=where, answer="absent", detail=error.message
@@ -290,47 +291,26 @@ def ask_job(located: Located, paths: NpaPaths, *, cached: bool) -> tuple[JobAnsw
 
 
 def ask_pods(
-    located: Located, record: JobRecord, paths: NpaPaths
+    backend: ReportsPodReasons, record: JobRecord, project: str
 ) -> tuple[list[PodReason], SourceAnswer]:
-    """Why a waiting SkyPilot job's pods wait, from the Kubernetes API: the pods that exist now,
-    and the events of those SkyPilot already deleted after they failed to start (it deletes a
-    pod that cannot pull its image within seconds and tries again with a new one)."""
-    from npa.adapters.kube.client import project_namespace
-    from npa.adapters.kube.pods import managed_job_clusters, pending_reasons, startup_failures
-
-    context = located.kube_context
-    kubeconfig = paths.cluster_kubeconfig(context) if context else None
-    where = f"kubernetes context {context}"
-    if kubeconfig is None or not kubeconfig.is_file():
+    """Why a waiting job's pods wait, from the pods themselves and from the events of those
+    that could not start and are gone."""
+    pods = backend.pods_source(project)
+    where = pods.where
+    if pods.missing is not None:
         return [], SourceAnswer(
-            source="kubernetes-pods",
-            where=where,
-            answer="not_applicable",
-            detail=f"no kubeconfig at {kubeconfig}",
+            source="kubernetes-pods", where=where, answer="not_applicable", detail=pods.missing
         )
-    tasks = [t.task_name for t in record.tasks if t.task_name]
-    clusters = managed_job_clusters(tasks or [record.job_name], record.job_id)
-    namespace = project_namespace(located.project)
     try:
-        reasons = pending_reasons(kubeconfig, context, clusters)
-        failed = startup_failures(kubeconfig, context, namespace, clusters)
+        reasons = backend.pending_reasons(record, project)
     except Exception as exc:
         return [], SourceAnswer(
             source="kubernetes-pods",
             where=where,
             answer="unavailable",
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {context} get pods -n {namespace}",
+            fix=pods.fix,
         )
-    live = {r.pod for r in reasons}
-    gone: dict[tuple[str, str | None], PodReason] = {}
-    for failure in failed:  # oldest first: the latest of each kind is kept, with the pod count
-        if failure.pod in live:
-            continue
-        key = (failure.reason, failure.image)
-        count = gone[key].count + 1 if key in gone else 1
-        gone[key] = failure.model_copy(update={"count": count})
-    reasons += list(gone.values())
     detail = "; ".join(
         f"{r.pod}: {r.reason}" + (f" ({r.count} pods, from events)" if r.source == "events" else "")
         for r in reasons
@@ -350,49 +330,56 @@ def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]
     return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
 
 
+def _recorded_view(rec: StageRecord | None) -> StageView:
+    """A stage as the manifest records it."""
+    waves = "no waves recorded"
+    if rec is not None and rec.waves:
+        done = sum(w.state == "SUCCEEDED" for w in rec.waves)
+        waves = f"{done}/{len(rec.waves)} waves succeeded"
+    return StageView(
+        state=rec.state if rec is not None else "PENDING",
+        waves=waves,
+        classification=rec.classification if rec else None,
+        detail=rec.detail if rec else None,
+    )
+
+
+def _stage_view(
+    name: str, rec: StageRecord | None, job: JobAnswer, adopted: bool, state: str
+) -> StageView:
+    """One stage: its own task's state while the backend reports per task, else the record."""
+    view = _recorded_view(rec)
+    recorded = view.state
+    record = job.record
+    task = job.stage_tasks.get(name)
+    unknown: str | None = None
+    if adopted:
+        view.source = "adopted"
+        view.detail = view.detail or "adopted from an earlier job when the run resumed"
+    elif record is not None and task is not None:
+        view.state, view.source = task.state.value, "backend"
+        view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
+        view.recorded_state = recorded if recorded != view.state else None
+        view.failure_reason = task.failure_reason
+    elif record is not None and record.tasks:
+        unknown = f"job {record.job_id} has no task npa can tell runs this stage"
+    elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
+        unknown = f"the backend could not be asked; the manifest last recorded {recorded}"
+    if unknown is not None:  # never the manifest's stale state, never absent
+        view.state, view.source, view.recorded_state = VERIFICATION_UNAVAILABLE, "unknown", recorded
+        view.detail = unknown
+    return view
+
+
 def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
     """Every stage of the run. While the job is live and its backend reports per task, each
     launched stage's state is its own task's; otherwise it is the manifest's record, unless the
     backend could not be asked about a stage the manifest holds as live."""
-    stages = JobStages.of_run(m)
-    record = job.record
-    per_task = record is not None and bool(record.tasks)
-    views: dict[str, StageView] = {}
-    for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]:
-        rec = m.stages.get(name)
-        recorded = rec.state if rec is not None else "PENDING"
-        waves = "no waves recorded"
-        if rec is not None and rec.waves:
-            done = sum(w.state == "SUCCEEDED" for w in rec.waves)
-            waves = f"{done}/{len(rec.waves)} waves succeeded"
-        view = StageView(
-            state=recorded,
-            waves=waves,
-            classification=rec.classification if rec else None,
-            detail=rec.detail if rec else None,
-        )
-        task = job.stage_tasks.get(name)
-        unknown: str | None = None
-        if name in stages.adopted:
-            view.source = "adopted"
-            view.detail = view.detail or "adopted from an earlier job when the run resumed"
-        elif record is not None and task is not None:
-            view.state, view.source = task.state.value, "backend"
-            view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
-            view.recorded_state = recorded if recorded != view.state else None
-            view.failure_reason = task.failure_reason
-        elif per_task and record is not None:
-            unknown = f"job {record.job_id} has no task npa can tell runs this stage"
-        elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
-            unknown = f"the backend could not be asked; the manifest last recorded {recorded}"
-        if unknown is not None:  # never the manifest's stale state, never absent
-            view.state, view.source, view.recorded_state = (
-                VERIFICATION_UNAVAILABLE,
-                "unknown",
-                recorded,
-            )
-            view.detail = unknown
-        views[name] = view
+    adopted = job_stages(m).adopted
+    views = {
+        name: _stage_view(name, m.stages.get(name), job, name in adopted, state)
+        for name in [*m.stages, *(s for s in m.tasks if s not in m.stages)]
+    }
     if job.stage_tasks:  # the job's task order is the plan order of the stages it runs
         position = {name: task.task_id for name, task in job.stage_tasks.items()}
         views = dict(
@@ -401,35 +388,42 @@ def _stages(m: RunManifest, job: JobAnswer, state: str) -> dict[str, StageView]:
     return views
 
 
+def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[str]:
+    """What to run about each reason a pod waits."""
+    wf = ("workbench", "workflow")
+    out: list[str] = []
+    for reason in pending:
+        if reason.reason in IMAGE_REASONS:
+            out.append(cmd(*wf, "preflight-images", spec, "--project", located.project, "--json"))
+        elif reason.reason == "Unschedulable":
+            context = located.kube_context or "CONTEXT"
+            out.append(cmd(*wf, "gpus", "--cluster", context, "--spec", spec))
+    return out
+
+
 def _next(
-    located: Located, state: str, pending: list[PodReason], stages: dict[str, StageView]
+    located: Located,
+    state: str,
+    pending: list[PodReason],
+    stages: dict[str, StageView],
+    controller_fix: str | None,
 ) -> list[str]:
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
     spec = located.reservation.spec if located.reservation else "SPEC"
-    out: list[str] = []
-    for reason in pending:
-        if reason.reason in IMAGE_REASONS:
-            out.append(cmd(*wf, "preflight-images", spec, "--project", project, "--json"))
-        elif reason.reason == "Unschedulable":
-            out.append(
-                cmd(*wf, "gpus", "--cluster", located.kube_context or "CONTEXT", "--spec", spec)
-            )
+    out = _pod_fixes(located, pending, spec)
     failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
+    logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
+    artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
+    resume = cmd(*wf, "submit", spec, "--project", project, "--resume-run", run)
     if state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
-        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
-        out.append(cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE"))
+        out += [artifacts, logs]
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
-        out.append(
-            cmd("skypilot", "status", "--project", project, "--context", located.kube_context)
-            if located.kube_context
-            else cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
-        )
-        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+        out += [controller_fix or logs, resume]
     elif state == "SUCCEEDED":
-        out.append(cmd(*wf, "artifacts", run, "--project", project, "--json"))
+        out.append(artifacts)
     elif state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
-        out.append(cmd(*wf, "submit", spec, "--project", project, "--resume-run", run))
+        out.append(resume)
     elif state == VERIFICATION_UNAVAILABLE:
         out += [s.fix for s in located.unavailable if s.fix]
         out.append(located.status_command("--cached"))
@@ -451,18 +445,15 @@ def status(
     """One status check of one run, from every applicable source."""
     paths = paths or NpaPaths.from_env()
     located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
-    job, job_source = ask_job(located, paths, cached=cached)
+    backend = open_located_backend(located, paths) if located.backend_name else None
+    job, job_source = ask_job(located, backend, cached=cached)
     located.sources.append(job_source)
     state, reason = decide(located, job, cached=cached)
     pending: list[PodReason] = []
     record = job.record
-    if (
-        record is not None
-        and state in WAITING
-        and located.backend_name == "skypilot"
-        and not cached
-    ):
-        pending, pods = ask_pods(located, record, paths)
+    waiting = record is not None and state in WAITING and not cached
+    if waiting and record is not None and isinstance(backend, ReportsPodReasons):
+        pending, pods = ask_pods(backend, record, located.project)
         located.sources.append(pods)
     m = located.manifest
     stages = _stages(m, job, state) if m else {}
@@ -484,7 +475,13 @@ def status(
         stages=stages,
         supervisor=m.supervisor.model_dump(mode="json") if m else None,
         sources=located.sources,
-        next=_next(located, state, pending, stages),
+        next=_next(
+            located,
+            state,
+            pending,
+            stages,
+            backend.controller_fix(located.project) if backend is not None else None,
+        ),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )
 
@@ -496,22 +493,20 @@ def watch(
     interval: float = 10.0,
     timeout: float | None = None,
     workflow_uri: str | None = None,
-    on_change: Callable[[StatusResult], None] | None = None,
+    on_poll: Callable[[StatusResult], None] | None = None,
     paths: NpaPaths | None = None,
 ) -> StatusResult:
-    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes).
+    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes); every
+    answer goes to ``on_poll`` (see :mod:`npa.services.watching` for what changed).
 
     A source that is briefly unavailable does not end the watch; the last answer is returned.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    last: tuple[str, str | None, tuple[str, ...]] | None = None
     while True:
         result = status(run, project, workflow_uri=workflow_uri, paths=paths)
         result.watched = True
-        key = (result.state, result.job_state, tuple(v.state for v in result.stages.values()))
-        if on_change is not None and key != last:
-            on_change(result)
-        last = key
+        if on_poll is not None:
+            on_poll(result)
         if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
             return result
         if deadline is not None and time.monotonic() >= deadline:
@@ -545,10 +540,26 @@ class RunList(Result):
     note: str = "states as recorded in the store; run status RUN_ID for a live answer"
 
     def text_lines(self) -> list[str]:
-        lines = [f"{len(self.runs)} runs of project {self.project} in {self.store}, newest first"]
-        for r in self.runs:
-            job = f" {r.backend} job {r.job_id}" if r.job_id is not None else ""
-            lines.append(f"  {r.run_id}  {r.workflow:20} {r.recorded_state:24}{job}")
+        from npa.core.table import table
+
+        lines = [
+            f"{plural(len(self.runs), 'run')} of project {self.project} in {self.store}, "
+            "newest first"
+        ]
+        if self.runs:
+            lines += table(
+                ["RUN", "WORKFLOW", "STATE", "JOB", "SUBMITTED"],
+                [
+                    [
+                        r.run_id,
+                        r.workflow,
+                        r.recorded_state,
+                        f"{r.backend} {r.job_id}" if r.job_id is not None else None,
+                        r.submitted_at,
+                    ]
+                    for r in self.runs
+                ],
+            )
         if self.truncated:
             lines.append("  (more runs exist: raise --limit)")
         lines.append(f"  {self.note}")
@@ -566,11 +577,11 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
     the objects the runs hold.
     """
     from npa.core.errors import InvalidInput
-    from npa.services.configure import resolve_project
+    from npa.services.configure import require_known_project, resolve_project
 
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     store = open_run_store(store_uri, settings, None, paths)
     candidates: list[tuple[str, str]] = []
     for workflow in store.children(""):
@@ -588,7 +599,7 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
     def row_of(candidate: tuple[str, str]) -> RunRow | str | None:
         """The row, "other" for another project's run, None for a folder that is no run."""
         run_id, workflow = candidate
-        prefix = f"{workflow}/{run_id}/{PREFIX_LEAF}"
+        prefix = run_prefix(workflow, run_id)
         row = RunRow(
             run_id=run_id, workflow=workflow, recorded_state="?", run_prefix=f"{store_uri}/{prefix}"
         )
@@ -626,6 +637,8 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
                 elif isinstance(found, RunRow):
                     rows.append(found)
     truncated = position < len(candidates)
+    if not rows and project is not None:
+        require_known_project(settings, paths, "workbench", "workflow", "list")
     return RunList(
         project=settings.project,
         store=store_uri,

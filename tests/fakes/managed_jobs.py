@@ -2,9 +2,9 @@
 
 It answers with SkyPilot's own ``ManagedJobRecord`` model and ``ManagedJobStatus`` enum and
 raises SkyPilot's own exception classes, and keeps its state in a JSON file (under a lock) so a
-killed submit and its rerun, or two concurrent submits, see the same jobs. Loaded by the CLI via
-``NPA_SKYPILOT_JOBS_SERVICE=tests.fakes.managed_jobs:FakeManagedJobs`` with
-``NPA_FAKE_JOBS_STATE`` naming the state file.
+killed submit and its rerun, or two concurrent submits, see the same jobs. The CLI gets it
+through its constructor when run as ``python -m tests.fakes.cli`` (:mod:`tests.fakes.entry`),
+with ``NPA_FAKE_JOBS_STATE`` naming the state file.
 
 Scripting (keys of the state file): ``refuse`` - exception class names the next launches fail
 with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling process when

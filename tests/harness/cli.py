@@ -27,13 +27,15 @@ def run_npa(
     input: str | None = None,
     timeout: float = 120,
     cwd: str | None = None,
+    module: str = "npa",
 ) -> CliResult:
-    """``python -m npa ARGS`` with the current environment plus ``env``."""
+    """``python -m npa ARGS`` with the current environment plus ``env``; ``module`` runs
+    another entry point of the same CLI (one that composes it with a test double)."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     proc = subprocess.run(
-        [sys.executable, "-m", "npa", *args],
+        [sys.executable, "-m", module, *args],
         capture_output=True,
         text=True,
         env=full_env,

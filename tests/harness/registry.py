@@ -101,18 +101,25 @@ class Registry:
         user: str | None = None,
         index: bool = False,
         payload: bytes = b"npa test layer\n",
+        layer: bytes | None = None,
     ) -> PushedImage:
-        """Push a small real image and return the digests the registry reports."""
+        """Push a small real image and return the digests the registry reports.
+
+        ``layer`` is the image's one layer as an uncompressed tar (a runnable root file system,
+        see tests/harness/images.py); without it the layer holds one file with ``payload``.
+        """
         session = requests.Session()
         session.auth = self.auth
 
-        layer_tar = io.BytesIO()
-        with tarfile.open(fileobj=layer_tar, mode="w") as tar:
-            info = tarfile.TarInfo("npa/hello.txt")
-            info.size = len(payload)
-            tar.addfile(info, io.BytesIO(payload))
-        diff_id = sha256_digest(layer_tar.getvalue())
-        layer = gzip.compress(layer_tar.getvalue(), mtime=0)
+        if layer is None:
+            buffer = io.BytesIO()
+            with tarfile.open(fileobj=buffer, mode="w") as tar:
+                info = tarfile.TarInfo("npa/hello.txt")
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+            layer = buffer.getvalue()
+        diff_id = sha256_digest(layer)
+        layer = gzip.compress(layer, mtime=0)
 
         config: dict[str, Any] = {
             "architecture": "amd64",

@@ -1,5 +1,6 @@
 """The set-up every SkyPilot-path CLI test starts from: an S3 store, a placed kubeconfig, the
-fake managed-jobs service, and a reserved run of the tiny example spec."""
+fake managed-jobs service, and a reserved run of the tiny example spec. :func:`run_npa` runs the
+CLI with the fake passed to the SkyPilot backend (:mod:`tests.fakes.entry`)."""
 
 from __future__ import annotations
 
@@ -10,13 +11,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.fakes.entry import CLI_MODULE
 from tests.fakes.managed_jobs import STATE_ENV
-from tests.harness.cli import run_npa
+from tests.harness.cli import CliResult
+from tests.harness.cli import run_npa as run_real_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = "team"
+
+
+def run_npa(*args: str, **kwargs: Any) -> CliResult:
+    """The CLI as a user runs it, with the managed-jobs double as SkyPilot's job service."""
+    return run_real_npa(*args, module=CLI_MODULE, **kwargs)
 
 
 def make_world(
@@ -36,7 +44,6 @@ def make_world(
         **s3.env,
         "NPA_HOME": str(npa_home),
         "HOME": str(npa_home.parent),
-        "NPA_SKYPILOT_JOBS_SERVICE": "tests.fakes.managed_jobs:FakeManagedJobs",
         STATE_ENV: str(state),
         "NPA_READYZ_WINDOW_SECONDS": "0.4",
         "NPA_READYZ_INTERVAL_SECONDS": "0.2",

@@ -75,7 +75,9 @@ def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
                 if k.lower() not in ("content-length", "transfer-encoding", "connection", "date",
                                      "server"):  # fmt: skip
                     self.send_header(k, v)
-            self.send_header("Content-Length", str(len(payload)))
+            # A HEAD answer has no body but the object's length, which must pass through.
+            length = resp.getheader("Content-Length") if self.command == "HEAD" else None
+            self.send_header("Content-Length", length or str(len(payload)))
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(payload)

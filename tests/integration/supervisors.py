@@ -8,8 +8,8 @@ import signal
 import time
 from pathlib import Path
 
-from npa.backends.skypilot.supervisor import alive
 from npa.core.paths import NpaPaths
+from npa.launch.watch import alive
 
 
 def live_pid(npa_home: Path, project: str, run_id: str) -> int | None:

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.fakes.managed_jobs import read_state, write_state
-from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.procs import free_port
 from tests.harness.s3 import S3Server
-from tests.integration.skypilot_world import make_world
+from tests.integration.skypilot_world import make_world, run_npa
 from tests.integration.store_proxy import ProxyState, store_proxy
 
 pytestmark = pytest.mark.integration

@@ -13,14 +13,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from npa.adapters.storage import S3_CLIENT_ENV, S3_CLIENTS
 from npa.core.paths import NpaPaths
 from npa.runs.receipts import Receipt, write_receipt
+from npa.runs.staging import scan_tree, timestamp_granularity_ns
 from tests.harness.cli import run_npa
 from tests.harness.procs import free_port
 from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
+from tests.integration.store_proxy import store_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -66,32 +70,43 @@ def stage(
     return subprocess.CompletedProcess(args, r.code, r.stdout, r.stderr)
 
 
+SHARED = "npa/curate-video/npa-source/"
+
+
 def source_objects(s3: S3Server, run_id: str) -> dict[str, bytes]:
+    """The run's committed manifest (``manifest.json``) and the workflow's shared source
+    (``blobs/<sha256>``, ``trees/<digest>.json``), by those short names."""
     client = s3.client()
-    prefix = f"npa/curate-video/{run_id}/npa-workflow/source/"
     out: dict[str, bytes] = {}
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
-        for o in page.get("Contents", []):
-            body = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
-            out[o["Key"][len(prefix) :]] = body
+    run_source = f"npa/curate-video/{run_id}/npa-workflow/source/"
+    for prefix in (run_source, SHARED):
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+            for o in page.get("Contents", []):
+                body = client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read()
+                out[o["Key"][len(prefix) :]] = body
     return out
 
 
 def assert_consistent(s3: S3Server, run_id: str, tree: Path | None) -> bool:
-    """The manifest-last invariant: a manifest, if present, names only blobs that are there and
-    correct; the prefix holds nothing but blobs (each under its own digest) and the manifest."""
+    """The commit-last invariant: a stored tree or committed manifest names only blobs that are
+    there and correct; the run's source holds nothing but its manifest, which is a stored
+    tree. Returns whether the run's source is committed."""
     objs = source_objects(s3, run_id)
     for key, body in objs.items():
-        if key != "manifest.json":
-            assert key.startswith("blobs/"), key
+        if key.startswith("blobs/"):
             assert hashlib.sha256(body).hexdigest() == key.removeprefix("blobs/"), key
+        elif key.startswith("trees/"):
+            assert hashlib.sha256(body).hexdigest() + ".json" == key.removeprefix("trees/")
+            named = {e["digest"][7:] for e in json.loads(body)["files"]}
+            assert {f"blobs/{d}" for d in named} <= set(objs), key
+        else:
+            assert key == "manifest.json", key
     if "manifest.json" not in objs:
         return False
-    manifest = json.loads(objs["manifest.json"])
-    digests = {e["digest"].removeprefix("sha256:") for e in manifest["files"]}
-    assert {f"blobs/{d}" for d in digests} <= set(objs)
+    body = objs["manifest.json"]
+    assert objs.get(f"trees/{hashlib.sha256(body).hexdigest()}.json") == body
     if tree is not None:
-        for e in manifest["files"]:
+        for e in json.loads(body)["files"]:
             assert (tree / e["path"]).read_bytes() == objs["blobs/" + e["digest"][7:]]
     return True
 
@@ -131,6 +146,15 @@ def test_prepare_run_prints_only_the_run_id(env: dict[str, str], tmp_path: Path)
     )
 
 
+def _wait_past_racy_window(tree: Path) -> None:
+    """Wait until the clock passes every file's last change by the stat index's granularity
+    (an event, whatever the machine's speed), so the index may trust what it records."""
+    files = scan_tree(tree)
+    newest = max(max(f.mtime_ns, f.ctime_ns) for f in files)
+    while time.time_ns() <= newest + timestamp_granularity_ns(files):
+        time.sleep(0.005)
+
+
 def test_stage_rerun_repair_and_refusal_on_s3(
     env: dict[str, str], s3: S3Server, tmp_path: Path
 ) -> None:
@@ -144,19 +168,26 @@ def test_stage_rerun_repair_and_refusal_on_s3(
     assert first.stderr == ""  # no progress bar, no noise on a pipe
     assert assert_consistent(s3, run_id, tree)
 
-    again = json.loads(stage(spec, run_id, env).stdout)
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        counted = {**env, "AWS_ENDPOINT_URL_S3": endpoint}
+        again = json.loads(stage(spec, run_id, counted).stdout)
+        # The unchanged re-run: one request confirms the commit, then it stops.
+        assert dict(proxy.counts) == {"HEAD": 1}
     assert again["uploaded"] == 0 and again["already_committed"] is True
+    assert again["listed"] is False
     assert again["source_digest"] == summary["source_digest"]
 
-    # Damage one blob in place (same size, other bytes) and delete another: a rerun repairs both.
+    # Damage one blob in place (same size, other bytes) and delete another. A plain re-run
+    # trusts the commit; --verify lists the blobs and repairs both.
     client = s3.client()
     blobs = sorted(k for k in source_objects(s3, run_id) if k.startswith("blobs/"))
-    base = f"npa/curate-video/{run_id}/npa-workflow/source/"
-    size = len(client.get_object(Bucket=BUCKET, Key=base + blobs[0])["Body"].read())
-    client.put_object(Bucket=BUCKET, Key=base + blobs[0], Body=b"\0" * size)
-    client.delete_object(Bucket=BUCKET, Key=base + blobs[1])
-    repaired = json.loads(stage(spec, run_id, env).stdout)
-    assert (repaired["uploaded"], repaired["repaired"]) == (2, 1)
+    size = len(client.get_object(Bucket=BUCKET, Key=SHARED + blobs[0])["Body"].read())
+    client.put_object(Bucket=BUCKET, Key=SHARED + blobs[0], Body=b"\0" * size)
+    client.delete_object(Bucket=BUCKET, Key=SHARED + blobs[1])
+    trusted = json.loads(stage(spec, run_id, env).stdout)
+    assert (trusted["uploaded"], trusted["listed"]) == (0, False)
+    repaired = json.loads(stage(spec, run_id, env, "--verify").stdout)
+    assert (repaired["uploaded"], repaired["repaired"], repaired["listed"]) == (2, 1, True)
     assert assert_consistent(s3, run_id, tree)
 
     (tree / "pkg1" / "mod1" / "f0001.py").write_bytes(b"edited")
@@ -165,6 +196,106 @@ def test_stage_rerun_repair_and_refusal_on_s3(
     err = json.loads(refused.stdout)["error"]
     assert "pkg1/mod1/f0001.py (content differs)" in err["message"]
     assert "prepare-run" in err["fix"]
+
+
+@pytest.mark.parametrize("client", S3_CLIENTS)
+def test_a_fault_on_the_single_request_is_verification_unavailable(
+    env: dict[str, str], s3: S3Server, tmp_path: Path, client: str
+) -> None:
+    tree = make_tree(tmp_path / "src", files=20, size=500)
+    spec = tree / "spec.yaml"
+    run_id = prepare(spec, env)
+    assert stage(spec, run_id, env).returncode == 0
+    for fault in ("fail_everything", "drop_connections"):
+        with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+            setattr(proxy, fault, True)
+            faulty = {**env, "AWS_ENDPOINT_URL_S3": endpoint, S3_CLIENT_ENV: client}
+            r = stage(spec, run_id, faulty)
+            assert set(proxy.counts) == {"HEAD"} and not proxy.writes, fault
+        assert r.returncode == 4, r.stdout + r.stderr
+        err = json.loads(r.stdout)["error"]
+        assert err["kind"] == "verification_unavailable", err
+        assert "differs" not in err["message"] and "nothing was changed" in err["message"]
+        assert err["fix"].startswith("npa workbench workflow stage-source ")
+        assert run_id in err["fix"]
+    assert assert_consistent(s3, run_id, tree)
+
+
+AUDITED_NPA = """
+import os, sys
+opened = open(os.environ["NPA_TEST_OPENED"], "a")
+root = os.environ["NPA_TEST_TREE"]
+def hook(event, args):
+    if event == "open" and isinstance(args[0], str) and args[0].startswith(root):
+        opened.write(args[0][len(root) + 1:] + "\\n")
+        opened.flush()
+sys.addaudithook(hook)
+from npa.cli.main import run
+sys.argv[0] = "npa"
+run()
+"""
+
+
+def _staged_reading(
+    spec: Path, run_id: str, env: dict[str, str], tree: Path, log: Path
+) -> tuple[dict[str, Any], dict[str, int]]:
+    """Stage through the real CLI with an audit hook that records every file of the tree the
+    process opens (but the spec, which every command reads); returns the summary and the
+    requests the store saw, by method."""
+    log.write_text("")
+    argv = [sys.executable, "-c", AUDITED_NPA, "workbench", "workflow", "stage-source",
+            str(spec), "--project", "team", "--run-id", run_id, "--json"]  # fmt: skip
+    with store_proxy(env["AWS_ENDPOINT_URL_S3"]) as (endpoint, proxy):
+        full = {**os.environ, **env, "AWS_ENDPOINT_URL_S3": endpoint,
+                "NPA_TEST_OPENED": str(log), "NPA_TEST_TREE": str(tree)}  # fmt: skip
+        proc = subprocess.run(argv, env=full, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        counts = dict(proxy.counts)
+    opened = [line for line in log.read_text().split() if line != spec.name]
+    log.write_text("".join(f"{line}\n" for line in opened))
+    return json.loads(proc.stdout), counts
+
+
+def test_stat_index_reads_only_changed_and_racy_files(
+    env: dict[str, str], s3: S3Server, tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=50, size=400)
+    spec = tree / "spec.yaml"
+    log = tmp_path / "opened.txt"
+    _wait_past_racy_window(tree)
+    run_id = prepare(spec, env)
+    first, _ = _staged_reading(spec, run_id, env, tree, log)
+    every = {f.path for f in scan_tree(tree)} - {spec.name}
+    assert first["hashed"] == 51 and set(log.read_text().split()) == every
+
+    # Unchanged: no file of the tree is opened, and one request confirms the commit.
+    again, counts = _staged_reading(spec, run_id, env, tree, log)
+    assert again["hashed"] == 0 and log.read_text() == "" and counts == {"HEAD": 1}
+
+    # One file changed, staged as a new run: that file is read (hashed, then uploaded) and
+    # nothing else; one blob PUT plus the two manifest writes (the tree, the run's commit).
+    edited = "pkg3/mod3/f0003.py"
+    (tree / edited).write_bytes(b"edited, same run of the workflow, new run id")
+    _wait_past_racy_window(tree)
+    run2 = prepare(spec, env)
+    changed, counts = _staged_reading(spec, run2, env, tree, log)
+    assert set(log.read_text().split()) == {edited}
+    assert changed["hashed"] == 1 and changed["uploaded"] == 1
+    assert counts["PUT"] == 3 and "DELETE" not in counts and "POST" not in counts
+    assert assert_consistent(s3, run2, tree)
+
+    # Racy-clean: a file whose mtime is not yet past the index's confirmation (here, stamped
+    # in the future, as a skewed clock would) is re-read every time although its stat is
+    # unchanged; the others are not.
+    racy = "pkg5/mod1/f0005.py"
+    future = time.time_ns() + 3_600_000_000_000
+    os.utime(tree / racy, ns=(future, future))
+    run3 = prepare(spec, env)
+    _staged_reading(spec, run3, env, tree, log)
+    for _ in range(2):
+        confirmed, counts = _staged_reading(spec, run3, env, tree, log)
+        assert confirmed["hashed"] == 1 and set(log.read_text().split()) == {racy}
+        assert counts == {"HEAD": 1}
 
 
 def test_run_is_never_picked_silently(env: dict[str, str], tmp_path: Path) -> None:
@@ -186,7 +317,8 @@ def test_unreachable_store_is_unavailable_with_the_resume_command(
     r = stage(tree / "spec.yaml", run_id, down)
     assert r.returncode == 4, r.stdout + r.stderr
     err = json.loads(r.stdout)["error"]
-    assert err["kind"] == "store_unavailable"
+    # The first thing staging asks is whether the run's source is committed: unanswered.
+    assert err["kind"] == "verification_unavailable"
     assert err["fix"].startswith("npa workbench workflow stage-source ") and run_id in err["fix"]
 
 
@@ -222,7 +354,9 @@ def test_sigkill_at_random_points_then_rerun(
     manifest = json.loads(objs["manifest.json"])
     assert len(manifest["files"]) == 401
     distinct = {e["digest"] for e in manifest["files"]}
-    assert len(objs) - 1 == len(distinct)  # every blob once, nothing else
+    # Every blob once, one stored tree, the run's commit, and nothing else.
+    assert sum(k.startswith("blobs/") for k in objs) == len(distinct)
+    assert sum(k.startswith("trees/") for k in objs) == 1 and len(objs) == len(distinct) + 2
     assert json.loads(stage(spec, run_id, env).stdout)["uploaded"] == 0
 
 
@@ -300,7 +434,32 @@ def test_progress_bar_on_a_terminal_only(env: dict[str, str], tmp_path: Path) ->
     code, out, terminal = _run_on_tty(argv, env)
     assert code == 0, out + terminal
     assert "uploading" in terminal or "hashing" in terminal  # rich drew a bar on the terminal
+    assert "/201 files" in terminal  # with the total known from the start
     assert "committed for run" in out
+    quiet = prepare(tree / "spec.yaml", env)
+    code, out, terminal = _run_on_tty([*argv[:-1], quiet, "--no-progress"], env)
+    assert code == 0 and "hashing" not in terminal and "uploading" not in terminal
+
+
+def test_progress_when_asked_goes_to_stderr_with_totals(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    tree = make_tree(tmp_path / "src", files=40, size=5000)
+    run_id = prepare(tree / "spec.yaml", env)
+    r = stage(tree / "spec.yaml", run_id, env, "--progress")
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)  # stdout is nothing but the JSON result
+    lines = r.stderr.splitlines()
+    mb = f"{summary['bytes'] / 1e6:.1f} MB"
+    assert lines[0] == f"hashing: 41 files, {mb}"
+    assert any(line.startswith(f"hashing: 41/41 files, {mb[:-3]}/{mb}") for line in lines)
+    upload = f"{summary['uploaded_bytes'] / 1e6:.1f} MB"
+    assert f"uploading: {summary['uploaded']} files, {upload}" in lines
+    assert any(f"uploading: {summary['uploaded']}/{summary['uploaded']} files" in x for x in lines)
+    assert all("ETA" in line for line in lines if "/" in line.split(",")[0])
+    # Without --progress, a pipe gets nothing; --no-progress wins on a terminal too.
+    again = stage(tree / "spec.yaml", run_id, env)
+    assert again.returncode == 0 and again.stderr == ""
 
 
 def test_interactive_shell_is_asked_which_run(env: dict[str, str], tmp_path: Path) -> None:

@@ -13,11 +13,10 @@ from typing import Any
 import pytest
 
 from tests.fakes.managed_jobs import STATE_ENV, FakeManagedJobs, read_state, set_tasks, write_state
-from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world, wait_for
+from tests.integration.skypilot_world import make_world, run_npa, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -228,6 +227,7 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
 
     from npa.backends.skypilot.backend import SkyPilotBackend
     from npa.core.errors import NotFound
+    from npa.core.paths import NpaPaths
 
     source = inspect.getsource(sky.jobs.utils.stream_logs_by_id)
     assert "f'Job {job_id} not found.'" in source
@@ -242,7 +242,7 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
     assert list(fake.tail_logs(4, False, 0)) == ["=== Task a(0) ===", "a says hi"]
     (message,) = fake.tail_logs(4, False, "c")
     assert message == "No task found matching 'c' in job 4. Valid task IDs are 0-1."
-    backend = SkyPilotBackend(kubeconfig=None, service=fake)
+    backend = SkyPilotBackend(NpaPaths(tmp_path), context=None, service=fake)
     with pytest.raises(NotFound, match="No task found matching 'c' in job 4"):
         backend._refuse_not_found(4, message)
     with pytest.raises(NotFound, match="Job 9 not found"):

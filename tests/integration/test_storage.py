@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 
 from npa.adapters.storage import (
+    S3_CLIENT_ENV,
+    S3_CLIENTS,
     BucketAbsent,
     ObjectAbsent,
     ObjectStore,
@@ -31,13 +33,26 @@ pytestmark = pytest.mark.integration
 BUCKET = "npa-store-test"
 
 
-@pytest.fixture(params=["s3", "file"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """(store URI, extra environment) for each backend; the S3 bucket exists and is empty."""
-    if request.param == "s3":
+@pytest.fixture(params=S3_CLIENTS)
+def s3_client(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each S3 client npa can use (subprocesses inherit the choice)."""
+    monkeypatch.setenv(S3_CLIENT_ENV, request.param)
+    return str(request.param)
+
+
+@pytest.fixture(params=[*(f"s3-{c}" for c in S3_CLIENTS), "file"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[str, dict[str, str]]:
+    """(store URI, extra environment) for each backend (and each S3 client); the S3 bucket
+    exists and is empty."""
+    if request.param.startswith("s3-"):
         s3: S3Server = request.getfixturevalue("s3")
         s3.client().create_bucket(Bucket=BUCKET)
-        return f"s3://{BUCKET}/some/prefix", s3.env
+        return f"s3://{BUCKET}/some/prefix", {
+            **s3.env,
+            S3_CLIENT_ENV: request.param.removeprefix("s3-"),
+        }
     return (tmp_path / "store").as_uri(), {}
 
 
@@ -66,7 +81,22 @@ def test_put_get_head_delete(store: ObjectStore) -> None:
         store.head("a/b/c.txt")
 
 
-def test_s3_etag_is_content_md5(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_endpoint_comes_from_the_environment_when_not_given(
+    s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both clients honour AWS_ENDPOINT_URL_S3 (as the AWS tools do) when npa passes none."""
+    for k, v in s3.env.items():
+        monkeypatch.setenv(k, v)
+    s3.client().create_bucket(Bucket=BUCKET)
+    store = open_store(f"s3://{BUCKET}/env")
+    store.put("k", b"from the environment's endpoint")
+    body = s3.client().get_object(Bucket=BUCKET, Key="env/k")["Body"].read()
+    assert body == b"from the environment's endpoint"
+
+
+def test_s3_etag_is_content_md5(
+    s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import hashlib
 
     for k, v in s3.env.items():
@@ -151,7 +181,7 @@ def test_create_if_absent_race_has_one_winner(
 
 
 def test_missing_bucket_is_not_a_missing_object(
-    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)
@@ -165,7 +195,9 @@ def test_missing_bucket_is_not_a_missing_object(
         list(store.list(""))
 
 
-def test_unreachable_endpoint_is_unavailable_not_absent(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_endpoint_is_unavailable_not_absent(
+    s3_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
     store = open_store(
@@ -222,7 +254,7 @@ def refusing_endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 def test_refusals_and_server_errors_are_unavailable(
-    refusing_endpoint: str, monkeypatch: pytest.MonkeyPatch
+    refusing_endpoint: str, s3_client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "y")
@@ -252,7 +284,9 @@ def test_file_store_killed_writer_leaves_no_partial_object(tmp_path: Path) -> No
     assert [o.key for o in store.list("")] == ["k"]
 
 
-def test_unknown_profile_is_invalid_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unknown_profile_is_invalid_input(
+    tmp_path: Path, s3_client: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     with pytest.raises(InvalidInput, match="no-such-profile"):
@@ -260,7 +294,7 @@ def test_unknown_profile_is_invalid_input(tmp_path: Path, monkeypatch: pytest.Mo
 
 
 def test_create_if_absent_falls_back_where_the_store_lacks_conditional_writes(
-    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server, s3_client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for k, v in s3.env.items():
         monkeypatch.setenv(k, v)

@@ -63,10 +63,12 @@ def test_tiny_spec_runs_to_success_with_outputs_in_the_store(
     spec: Path, env: dict[str, str], npa_home: Path
 ) -> None:
     run_id = prepare(spec, env)
-    r = submit(spec, run_id, env)
+    r = submit(spec, run_id, env, "--progress")
     assert r.code == 0, r.stdout + r.stderr
-    out = r.json()
+    out = r.json()  # progress asked for goes to stderr; stdout stays the JSON result
     assert out["backend"] == "local" and out["outcome"] == "launched"
+    # Staging's progress, with its totals, as plain lines (stderr is a pipe here).
+    assert "hashing: 1 files" in r.stderr and "uploading: 1/1 files" in r.stderr
     tx = out["launch_transaction"]
     assert tx["reconcile"][0]["answer"] == "absent" and tx["launched_job_id"] == out["job_id"]
     assert tx["lock"]["path"].endswith(f"launch.demo.{run_id}.lock")

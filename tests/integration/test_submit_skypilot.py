@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.entry import CLI_MODULE
 from tests.fakes.managed_jobs import read_state, write_state
-from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world
+from tests.integration.skypilot_world import make_world, run_npa
 
 pytestmark = pytest.mark.integration
 
@@ -182,7 +182,7 @@ def test_two_concurrent_submits_launch_once(world: dict[str, Any]) -> None:
     env = {**os.environ, **world["env"]}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "npa", *argv(world)],
+            [sys.executable, "-m", CLI_MODULE, *argv(world)],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.entry import WATCHER_MODULE
 from tests.fakes.managed_jobs import read_state, write_state
-from tests.harness.cli import run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world, manifest, wait_for
+from tests.integration.skypilot_world import make_world, manifest, run_npa, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -259,7 +259,7 @@ def test_a_second_supervisor_never_acts_on_the_same_run(world: dict[str, Any]) -
     assert again["outcome"] == "adopted" and pid(world) == first
     directory = world["home"] / "supervisors" / f"team.{world['run_id']}"
     extra = subprocess.run(
-        [sys.executable, "-m", "npa.backends.skypilot.supervisor", str(directory)],
+        [sys.executable, "-m", WATCHER_MODULE, str(directory)],
         env={**os.environ, **world["env"]},
         capture_output=True,
         text=True,

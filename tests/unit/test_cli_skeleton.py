@@ -11,7 +11,10 @@ from tests.harness.cli import imported_packages, run_npa
 
 pytestmark = pytest.mark.unit
 
-HEAVY = ("sky", "pulumi", "boto3", "botocore", "kubernetes", "pulumi_kubernetes", "pulumi_aws")
+HEAVY = (
+    "sky", "pulumi", "boto3", "botocore", "obstore", "kubernetes", "pulumi_kubernetes",
+    "pulumi_aws",
+)  # fmt: skip
 
 
 def test_version() -> None:

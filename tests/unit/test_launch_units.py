@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from npa.adapters.kube.nodes import cluster_names
 from npa.backends.base import JobState
 from npa.backends.skypilot.backend import job_state
-from npa.launch.accelerators import cluster_names, resolve
-from npa.launch.readyz import NotStable, ReadinessProbe
+from npa.launch.accelerators import resolve
+from npa.launch.readiness import NotStable, ReadinessCheck
 from npa.launch.supervision import (
     Classification,
     Policy,
@@ -27,10 +28,10 @@ from npa.runs.manifest import SupervisorRecord
 pytestmark = pytest.mark.unit
 
 
-def probe(answers: list[int | None], **kw: float) -> ReadinessProbe:
+def probe(answers: list[int | None], **kw: float) -> ReadinessCheck:
     it = iter(answers)
     clock = itertools.count(0.0, 1.0)
-    return ReadinessProbe(
+    return ReadinessCheck(
         context="ctx",
         kubeconfig=Path("/k"),
         ask=lambda: (next(it), "x"),
@@ -49,7 +50,7 @@ def test_the_default_window_really_spans_ten_seconds() -> None:
         calls.append(time.monotonic())
         return 200, "ok"
 
-    record_ = ReadinessProbe(context="ctx", kubeconfig=Path("/k"), ask=ask).establish()
+    record_ = ReadinessCheck(context="ctx", kubeconfig=Path("/k"), ask=ask).establish()
     assert record_.stable and len(record_.probes) == 3
     assert calls[-1] - calls[0] >= 10.0
     assert record_.spanned_seconds >= 10.0

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from npa.core.errors import InvalidInput, Unavailable
-from npa.plan.dag import levels, topological_order, wave_count
+from npa.core.layout import wave_count
+from npa.plan.dag import levels, topological_order
 from npa.plan.infra import (
     DISK_COUNT,
     GIB,

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
 from npa.render.tasks import load_digests, render_workflow, resolve_images
-from npa.render.yamlsafe import yaml_value
 from npa.services.render import INDEX, render_spec
 from npa.spec.model import Workflow
 from tests.unit.specdata import DIGEST_A, DIGEST_B, base_spec, dump
@@ -130,6 +130,7 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     ]
     assert "file_mounts" not in aug
     assert envs["NPA_SOURCE_MANIFEST"] == "/npa/source/manifest.json"
+    assert envs["NPA_SOURCE_BLOBS"] == "s3://bucket/workflows/demo/npa-source/blobs/"
     ctx = aug["config"]["kubernetes"]["pod_config"]["spec"]["securityContext"]
     assert ctx == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
     cur = parsed(tasks[0].text)
@@ -144,7 +145,20 @@ def test_unpinned_images_are_refused_all_at_once() -> None:
     with pytest.raises(InvalidInput) as exc:
         render_workflow(workflow, "run-1", kube_context=None, digests={})
     assert "'cur'" in exc.value.message and "'gpu'" in exc.value.message
-    assert exc.value.fix and "preflight-images" in exc.value.fix and "--digests" in exc.value.fix
+    assert exc.value.details["unpinned"] is True
+
+
+def test_render_of_a_spec_names_the_preflight_of_that_spec(tmp_path: Path) -> None:
+    from npa.services.render import render_spec
+
+    spec = base_spec()
+    spec["tools"]["gpu"]["image"] = "registry.example.com/gpu:2.0"
+    path = tmp_path / "my spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(InvalidInput) as exc:
+        render_spec(path, "run-1", tmp_path / "out", kube_context="c")
+    assert exc.value.fix is not None
+    assert exc.value.fix.startswith(f"npa workbench workflow preflight-images '{path}'")
 
 
 @pytest.mark.parametrize(

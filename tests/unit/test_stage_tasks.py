@@ -3,9 +3,12 @@ by position; the lone task SkyPilot renames after its job only when nothing else
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from npa.backends.base import JobRecord, JobStages, JobState, TaskRecord
 from npa.backends.skypilot.backend import SkyPilotBackend
-from npa.render.tasks import task_name
+from npa.core.layout import task_name
+from npa.core.paths import NpaPaths
 
 RUN = "20250101-000000-abcdef"
 ALL = ["curate", "augment", "evaluate"]
@@ -24,7 +27,8 @@ def job(*names: str | None, job_name: str = "npa-wf-run") -> JobRecord:
 
 
 def mapped(record: JobRecord, stages: JobStages) -> dict[str, int]:
-    found = SkyPilotBackend(kubeconfig=None).stage_tasks(record, stages)
+    backend = SkyPilotBackend(NpaPaths(Path("/nonexistent")), context=None)
+    found = backend.stage_tasks(record, stages)
     return {stage: task.task_id for stage, task in found.items()}
 
 

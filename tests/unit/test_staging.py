@@ -2,20 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import os
+import stat
+import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from npa.adapters.storage import open_store
 from npa.adapters.storage.base import ObjectStore
 from npa.runs.staging import (
+    HashIndex,
     SourceChanged,
     SourceLayout,
     SourceRefused,
+    canonical_manifest,
     hash_file,
     scan_tree,
     stage_source,
+    timestamp_granularity_ns,
 )
 
 pytestmark = pytest.mark.unit
@@ -86,7 +94,9 @@ def test_a_file_changing_while_read_is_detected(tree: Path) -> None:
 
 
 def test_stage_then_rerun_uploads_nothing(tree: Path, store: ObjectStore) -> None:
-    manifest, first = stage_source(store, tree, PREFIX)
+    first = stage_source(store, tree, PREFIX)
+    manifest = first.manifest()
+    assert first.digest == manifest.digest() and first.body == manifest.canonical_bytes()
     assert not first.already_committed
     assert first.uploaded == 8  # nine files, two with the same content
     layout = SourceLayout(PREFIX)
@@ -96,19 +106,22 @@ def test_stage_then_rerun_uploads_nothing(tree: Path, store: ObjectStore) -> Non
         data = store.get(layout.blob(entry.digest.removeprefix("sha256:")))
         assert data == (tree / entry.path).read_bytes()
     assert next(e for e in manifest.files if e.path == "main.py").mode == 0o755
-    again_manifest, again = stage_source(store, tree, PREFIX)
+    again = stage_source(store, tree, PREFIX)
     assert again.already_committed and again.uploaded == 0 and again.repaired == 0
-    assert again_manifest.digest() == manifest.digest()
+    assert again.manifest() == manifest
 
 
-def test_rerun_repairs_missing_and_damaged_blobs(tree: Path, store: ObjectStore) -> None:
-    manifest, _ = stage_source(store, tree, PREFIX)
+def test_rerun_trusts_the_commit_and_verify_repairs(tree: Path, store: ObjectStore) -> None:
+    manifest = stage_source(store, tree, PREFIX).manifest()
     layout = SourceLayout(PREFIX)
     digests = sorted({e.digest.removeprefix("sha256:") for e in manifest.files})
     store.delete(layout.blob(digests[0]))
     store.put(layout.blob(digests[1]), b"truncated")
-    _, plan = stage_source(store, tree, PREFIX)
-    assert plan.uploaded == 2 and plan.repaired == 1
+    # A plain re-run confirms the commit and trusts it: it neither lists nor uploads.
+    trusted = stage_source(store, tree, PREFIX)
+    assert trusted.already_committed and not trusted.listed and trusted.uploaded == 0
+    plan = stage_source(store, tree, PREFIX, verify=True)
+    assert plan.listed and plan.uploaded == 2 and plan.repaired == 1
     for d in digests[:2]:
         assert len(store.get(layout.blob(d))) == next(
             e.size for e in manifest.files if e.digest == "sha256:" + d
@@ -116,7 +129,7 @@ def test_rerun_repairs_missing_and_damaged_blobs(tree: Path, store: ObjectStore)
 
 
 def test_a_different_tree_under_the_same_run_is_refused(tree: Path, store: ObjectStore) -> None:
-    manifest, _ = stage_source(store, tree, PREFIX)
+    manifest = stage_source(store, tree, PREFIX).manifest()
     (tree / "pkg" / "util.py").write_text("X = 3\n")
     (tree / "new.py").write_text("")
     (tree / "other" / "same.txt").unlink()
@@ -130,59 +143,98 @@ def test_a_different_tree_under_the_same_run_is_refused(tree: Path, store: Objec
     assert store.get(layout.manifest) == manifest.canonical_bytes()
 
 
-def test_orphan_blobs_of_an_interrupted_other_tree_are_removed(
-    tree: Path, store: ObjectStore
-) -> None:
+def test_runs_of_a_workflow_share_blobs(tree: Path, store: ObjectStore) -> None:
     layout = SourceLayout(PREFIX)
-    store.put(layout.blob("0" * 64), b"left by a killed staging of another tree")
-    manifest, plan = stage_source(store, tree, PREFIX)
-    assert plan.orphans_removed == 1
-    assert {o.key for o in store.list(layout.blobs)} == {
-        layout.blob(e.digest.removeprefix("sha256:")) for e in manifest.files
+    # Blobs of other trees (another run, or a staging killed before its commit) are shared
+    # content and stay: a run's commit never deletes what other runs may name.
+    store.put(layout.blob("0" * 64), b"another tree's file")
+    first = stage_source(store, tree, PREFIX)
+    manifest = first.manifest()
+    assert first.listed  # nothing vouched for any blob: the store was asked
+    (tree / "pkg" / "util.py").write_text("X = 2\n")
+    second_prefix = "flow/run-2/npa-workflow"
+    plan = stage_source(store, tree, second_prefix)
+    changed = plan.manifest()
+    assert plan.uploaded == 1 and not plan.already_committed
+    assert {o.key for o in store.list(layout.blobs)} == {layout.blob("0" * 64)} | {
+        layout.blob(e.digest.removeprefix("sha256:")) for e in manifest.files + changed.files
     }
+    assert store.get(SourceLayout(second_prefix).manifest) == changed.canonical_bytes()
+    assert store.get(layout.tree(changed.digest())) == changed.canonical_bytes()
 
 
-def test_progress_reports_every_byte(tree: Path, store: ObjectStore) -> None:
-    seen: dict[str, int] = {}
+class Recorder:
+    def __init__(self) -> None:
+        self.totals: dict[str, tuple[int, int]] = {}
+        self.done: dict[str, list[int]] = {}
 
-    def progress(phase: str, n: int) -> None:
-        seen[phase] = seen.get(phase, 0) + n
+    def begin(self, phase: str, files: int, nbytes: int) -> None:
+        self.totals[phase] = (files, nbytes)
+        self.done[phase] = [0, 0]
 
-    manifest, _ = stage_source(store, tree, PREFIX, progress=progress, jobs=3)
+    def advance(self, phase: str, files: int, nbytes: int) -> None:
+        self.done[phase][0] += files
+        self.done[phase][1] += nbytes
+
+
+def test_progress_has_totals_before_any_work(tree: Path, store: ObjectStore) -> None:
+    seen = Recorder()
+    manifest = stage_source(store, tree, PREFIX, progress=seen, jobs=3).manifest()
     total = sum(e.size for e in manifest.files)
-    assert seen["hash"] == total
-    distinct = sum({e.digest: e.size for e in manifest.files}.values())
-    assert seen.get("upload", 0) + seen.get("skip", 0) == distinct
+    assert seen.totals["hash"] == (len(manifest.files), total)
+    distinct = {e.digest: e.size for e in manifest.files}
+    assert seen.totals["upload"] == (len(distinct), sum(distinct.values()))
+    assert {k: tuple(v) for k, v in seen.done.items()} == seen.totals
 
 
-def test_hash_index_skips_reading_only_unchanged_files(tree: Path, tmp_path: Path) -> None:
-    from npa.runs.staging import HashIndex
-
-    index = tmp_path / "index.json"
+def _wait_past_racy_window(tree: Path) -> None:
+    """Wait until the clock is past every file's change by the index's granularity: an event
+    (the clock passing a point), whatever the machine's speed."""
     files = scan_tree(tree)
-    HashIndex.save(index, [hash_file(f) for f in files])
-    fresh = HashIndex.load(index)
-    # Just written: every entry is too recent to trust (a same-tick write would not show).
-    assert all(fresh.lookup(f) is None for f in files)
-    old = HashIndex(fresh.entries, fresh.saved_ns + 10 * HashIndex.RACY_NS)
+    newest = max(max(f.mtime_ns, f.ctime_ns) for f in files)
+    while time.time_ns() <= newest + timestamp_granularity_ns(files):
+        time.sleep(0.005)
+
+
+def test_stat_index_reuses_unchanged_files_and_rehashes_racy_ones(
+    tree: Path, tmp_path: Path
+) -> None:
+    index = HashIndex()
+    _wait_past_racy_window(tree)
+    reference = time.time_ns()
+    files = scan_tree(tree)
+    index.record([hash_file(f) for f in files], reference, timestamp_granularity_ns(files))
     util = next(f for f in files if f.path == "pkg/util.py")
-    cached = old.lookup(util)
+    cached = index.lookup(util)
     assert cached is not None and cached.sha256 == hash_file(util).sha256
+    # Changed content changes the stat: the entry no longer matches.
     (tree / "pkg" / "util.py").write_text("X = 42\n")
     changed = next(f for f in scan_tree(tree) if f.path == "pkg/util.py")
-    assert old.lookup(changed) is None
-    index.write_text("{not json")
-    assert HashIndex.load(index).entries == {}
+    assert index.lookup(changed) is None
+    # Racy: an entry confirmed within a timestamp tick of its file's last change is not
+    # trusted, because a same-tick write would leave the stat exactly as recorded.
+    racy = HashIndex(index.entries, util.mtime_ns + 1, index.granularity_ns)
+    assert racy.lookup(util) is None
+    saved = tmp_path / "index.json"
+    index.save(saved)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert HashIndex.load(saved).lookup(util) is not None
+    saved.write_text("{not json")
+    assert HashIndex.load(saved).entries == {}
 
 
-def test_restaging_with_an_index_gives_the_same_manifest(
+def test_restaging_with_an_index_reads_only_what_changed(
     tree: Path, store: ObjectStore, tmp_path: Path
 ) -> None:
     index = tmp_path / "idx.json"
-    manifest, _ = stage_source(store, tree, PREFIX, index=index)
-    assert index.exists()
-    again, plan = stage_source(store, tree, PREFIX, index=index)
-    assert again.digest() == manifest.digest() and plan.uploaded == 0
+    _wait_past_racy_window(tree)
+    first = stage_source(store, tree, PREFIX, index=index)
+    assert first.hashed == len(first.files)
+    plan = stage_source(store, tree, PREFIX, index=index)
+    assert plan.digest == first.digest and plan.uploaded == 0 and plan.hashed == 0
+    (tree / "pkg" / "util.py").write_text("X = 7\n")
+    other = stage_source(store, tree, "flow/run-2/npa-workflow", index=index)
+    assert other.hashed == 1 and other.uploaded == 1
 
 
 def test_byte_budget_bounds_memory_but_admits_one_big_file() -> None:
@@ -208,3 +260,26 @@ def test_byte_budget_bounds_memory_but_admits_one_big_file() -> None:
     assert budget.used == 0 and len(seen) == 20
     assert all(used == 500 for n, used in seen if n == 500)  # the big file runs alone
     assert all(used <= 100 for n, used in seen if n != 500)
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1),
+            st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+            st.integers(min_value=0, max_value=1 << 40),
+            st.integers(min_value=0, max_value=0o7777),
+        ),
+        max_size=20,
+    )
+)
+def test_canonical_manifest_is_byte_for_byte_json_dumps(
+    rows: list[tuple[str, str, int, int]],
+) -> None:
+    """The hand-written serialiser must give exactly the bytes every earlier manifest has, so
+    digests of committed sources never change: any path text, any sizes and modes."""
+    entries = [(p, "sha256:" + d, s, m) for p, d, s, m in rows]
+    ordered = sorted(entries, key=lambda e: e[0].encode())
+    files = [{"digest": d, "mode": m, "path": p, "size": s} for p, d, s, m in ordered]
+    reference = json.dumps({"files": files, "version": 1}, sort_keys=True, separators=(",", ":"))
+    assert canonical_manifest(entries) == (reference + "\n").encode()

@@ -53,7 +53,7 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     assert proc.returncode == 0, proc.stderr
     probe = subprocess.run(
         [sys.executable, "-c",
-         "import npa.render.tasks as t; print(t.__file__); print(t.templates_dir())"],
+         "import npa.backends.skypilot.tasks as t; print(t.__file__); print(t.templates_dir())"],
         capture_output=True, text=True, env=env, cwd=elsewhere, check=True,
     )  # fmt: skip
     module, templates = probe.stdout.split()

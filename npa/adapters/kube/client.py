@@ -1,4 +1,9 @@
-"""A CoreV1 client for exactly one kubeconfig file and context."""
+"""The one place npa builds a Kubernetes client: for exactly one kubeconfig file and context.
+
+Every Kubernetes read npa makes (readiness, node labels and GPUs, pod reasons, the cluster
+facts SkyPilot relies on, the image probe's pods) starts from :func:`api_client`, so the file
+and context a command was given are the ones used, and nothing falls back to ``~/.kube``.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,24 @@ from typing import Any
 REQUEST_TIMEOUT = 10
 
 
-def core_api(kubeconfig: Path, context: str | None) -> Any:
-    from kubernetes import client, config
+def api_client(
+    kubeconfig: Path | str, context: str | None, *, impersonate: str | None = None
+) -> Any:
+    """A client for exactly this file (or ``KUBECONFIG``-style list of files) and context;
+    optionally acting as another user."""
+    from kubernetes import config
 
-    return client.CoreV1Api(
-        config.new_client_from_config(config_file=str(kubeconfig), context=context)
-    )
+    client = config.new_client_from_config(config_file=str(kubeconfig), context=context)
+    if impersonate:
+        client.set_default_header("Impersonate-User", impersonate)
+    return client
+
+
+def core_api(kubeconfig: Path | str, context: str | None) -> Any:
+    """A CoreV1 client for exactly this file and context."""
+    from kubernetes import client
+
+    return client.CoreV1Api(api_client(kubeconfig, context))
 
 
 def context_namespace(kubeconfig: Path, context: str | None) -> str:

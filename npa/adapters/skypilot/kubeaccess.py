@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from npa.launch.accelerators import GPU_LABELS
+from npa.adapters.kube.client import REQUEST_TIMEOUT
+from npa.adapters.kube.client import api_client as api_client
+from npa.adapters.kube.nodes import GPU_LABELS
 
-REQUEST_TIMEOUT = 10
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 Presence = Literal["present", "absent", "forbidden", "unknown"]
 
@@ -50,16 +51,6 @@ class Identity:
     username: str | None
     groups: list[str] = field(default_factory=list)
     detail: str = ""
-
-
-def api_client(kubeconfig: Path, context: str, *, impersonate: str | None = None) -> Any:
-    """A client for exactly this file and context; optionally acting as another user."""
-    from kubernetes import config
-
-    client = config.new_client_from_config(config_file=str(kubeconfig), context=context)
-    if impersonate:
-        client.set_default_header("Impersonate-User", impersonate)
-    return client
 
 
 def context_names(kubeconfig: Path) -> list[str]:

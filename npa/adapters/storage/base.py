@@ -12,29 +12,10 @@ import builtins
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from npa.core.errors import InvalidInput, NotFound, Unavailable
-
-
-class ObjectAbsent(NotFound):
-    """The store answered that this key does not exist."""
-
-    kind = "object_absent"
-
-
-class BucketAbsent(NotFound):
-    """The bucket (or the file-store root) itself does not exist: a configuration problem."""
-
-    kind = "bucket_absent"
-
-
-class StoreUnavailable(Unavailable):
-    """The store could not be reached, refused us, or answered something npa cannot trust."""
-
-    kind = "store_unavailable"
-
-
-class InvalidStoreUri(InvalidInput):
-    kind = "invalid_store_uri"
+from npa.core.errors import (
+    InvalidInput,
+    ObjectAbsent,
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +49,8 @@ class ObjectStore(abc.ABC):
 
     #: The URI this store was opened from, without any credential.
     uri: str
+    #: The endpoint an S3 store talks to when it is not AWS's own; None otherwise.
+    endpoint_url: str | None = None
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:

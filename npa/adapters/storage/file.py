@@ -14,15 +14,8 @@ import os
 import uuid
 from pathlib import Path
 
-from npa.adapters.storage.base import (
-    ListPage,
-    ObjectAbsent,
-    ObjectInfo,
-    ObjectStore,
-    StoreUnavailable,
-    check_key,
-)
-from npa.core.errors import InvalidInput
+from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
+from npa.core.errors import InvalidInput, ObjectAbsent, StoreUnavailable
 from npa.core.fsio import ensure_private_dir
 
 TMP_DIR = ".npa-tmp"

@@ -7,20 +7,13 @@ botocore is imported when a store is opened, never at CLI import time.
 from __future__ import annotations
 
 import builtins
+import shlex
 import threading
 import time
 from typing import Any
 
-from npa.adapters.storage.base import (
-    BucketAbsent,
-    ListPage,
-    ObjectAbsent,
-    ObjectInfo,
-    ObjectStore,
-    StoreUnavailable,
-    check_key,
-)
-from npa.core.errors import InvalidInput
+from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
+from npa.core.errors import BucketAbsent, InvalidInput, ObjectAbsent, StoreUnavailable
 
 # Error codes that mean "the thing is not there", as opposed to "you may not look".
 _ABSENT_KEY = {"NoSuchKey", "404", "NotFound"}
@@ -30,8 +23,58 @@ _REFUSED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch"
 _NO_CONDITIONAL = {"NotImplemented", "501"}
 
 
-class S3Store(ObjectStore):
-    """Objects under ``s3://bucket/prefix`` on one endpoint."""
+class S3Base(ObjectStore):
+    """What both S3 clients share: naming, the bucket check's answer, and the fallback for
+    stores without conditional writes."""
+
+    def __init__(
+        self, bucket: str, prefix: str, endpoint_url: str | None, fix_hint: str | None
+    ) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
+        self.endpoint_url = endpoint_url
+        self._fix_hint = fix_hint
+        self._bucket_checked = False
+        self._bucket_lock = threading.Lock()
+        # None until a conditional write tells us whether this store honours If-None-Match.
+        self.conditional_writes: bool | None = None
+
+    def _where(self, key: str | None = None) -> str:
+        # Not a full key: a listing prefix ends with "/" and must still be nameable.
+        full = f"{self.prefix}/{key}" if self.prefix and key else key
+        where = f"s3://{self.bucket}/{full}" if key else self.uri
+        if self.endpoint_url:
+            where += f" (endpoint {self.endpoint_url})"
+        return where
+
+    def _bucket_absent(self) -> BucketAbsent:
+        return BucketAbsent(
+            f"bucket {self.bucket!r} does not exist at {self._where()}",
+            fix=f"aws s3api create-bucket --bucket {self.bucket}"
+            + (f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""),
+        )
+
+    def _absent(self, key: str) -> ObjectAbsent:
+        return ObjectAbsent(f"{self._where(key)} does not exist")
+
+    def _create_if_absent_fallback(self, key: str, data: bytes) -> bool:
+        """Stores without conditional writes: look, then write. Not atomic across machines;
+        npa's own writers of one run serialise on a local lock (docs/storage-layout.md)."""
+        if self.exists(key):
+            return False
+        self.put(key, data)
+        return True
+
+    def _conflicts_exhausted(self, key: str) -> StoreUnavailable:
+        return StoreUnavailable(
+            f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
+            fix=self._fix_hint or "rerun the same command",
+        )
+
+
+class S3Store(S3Base):
+    """Objects under ``s3://bucket/prefix`` on one endpoint, through botocore."""
 
     def __init__(
         self,
@@ -50,11 +93,7 @@ class S3Store(ObjectStore):
         from botocore.config import Config
         from botocore.exceptions import ProfileNotFound
 
-        self.bucket = bucket
-        self.prefix = prefix.strip("/")
-        self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
-        self.endpoint_url = endpoint_url
-        self._fix_hint = fix_hint
+        super().__init__(bucket, prefix, endpoint_url, fix_hint)
         session = botocore.session.Session(profile=profile)
         try:
             self.client: Any = session.create_client(
@@ -72,15 +111,11 @@ class S3Store(ObjectStore):
         except ProfileNotFound:
             raise InvalidInput(
                 f"AWS profile {profile!r} is not defined in the shared config or credentials file",
-                fix=fix_hint or "aws configure --profile NAME",
+                fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
             ) from None
         # The *method* names where credentials came from (env, shared-credentials-file, ...);
         # it is safe to print, unlike the credentials themselves.
         self.credential_source = creds.method if creds is not None else "none"
-        self._bucket_checked = False
-        self._bucket_lock = threading.Lock()
-        # None until a conditional write tells us whether this store honours If-None-Match.
-        self.conditional_writes: bool | None = None
 
     # --- helpers ------------------------------------------------------------------------
     def _key(self, key: str) -> str:
@@ -89,14 +124,6 @@ class S3Store(ObjectStore):
 
     def _rel(self, full: str) -> str:
         return full[len(self.prefix) + 1 :] if self.prefix else full
-
-    def _where(self, key: str | None = None) -> str:
-        # Not _key(): a listing prefix ends with "/" and must still be nameable in an error.
-        full = f"{self.prefix}/{key}" if self.prefix and key else key
-        where = f"s3://{self.bucket}/{full}" if key else self.uri
-        if self.endpoint_url:
-            where += f" (endpoint {self.endpoint_url})"
-        return where
 
     def _unavailable(self, exc: Exception, what: str, key: str | None = None) -> StoreUnavailable:
         code, status = _error_code(exc)
@@ -115,13 +142,6 @@ class S3Store(ObjectStore):
             details={"store": self.uri, "code": code, "http_status": status},
         )
 
-    def _bucket_absent(self) -> BucketAbsent:
-        return BucketAbsent(
-            f"bucket {self.bucket!r} does not exist at {self._where()}",
-            fix=f"aws s3api create-bucket --bucket {self.bucket}"
-            + (f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""),
-        )
-
     def _check_bucket(self) -> None:
         """A HEAD 404 does not say whether the key or the bucket is missing: ask once."""
         with self._bucket_lock:
@@ -135,9 +155,6 @@ class S3Store(ObjectStore):
                     raise self._bucket_absent() from None
                 raise self._unavailable(exc, "check bucket of") from None
             self._bucket_checked = True
-
-    def _absent(self, key: str) -> ObjectAbsent:
-        return ObjectAbsent(f"{self._where(key)} does not exist")
 
     # --- operations ---------------------------------------------------------------------
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
@@ -249,18 +266,7 @@ class S3Store(ObjectStore):
                     raise self._bucket_absent() from None
                 raise self._unavailable(exc, "create", key) from None
             return True
-        raise StoreUnavailable(
-            f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
-            fix=self._fix_hint or "rerun the same command",
-        )
-
-    def _create_if_absent_fallback(self, key: str, data: bytes) -> bool:
-        """Stores without conditional writes: look, then write. Not atomic across machines;
-        npa's own writers of one run serialise on a local lock (docs/storage-layout.md)."""
-        if self.exists(key):
-            return False
-        self.put(key, data)
-        return True
+        raise self._conflicts_exhausted(key)
 
 
 def _etag(value: str | None) -> str | None:

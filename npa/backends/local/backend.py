@@ -1,4 +1,11 @@
-"""The local backend: launch = record a job and start its detached supervisor."""
+"""The local backend: stages run as processes on this machine, executed by npa itself.
+
+Launch records a job in the local job table (:mod:`npa.backends.local.jobs`); the run's watcher
+then executes it in its own process (:class:`HostsExecutor`, :mod:`npa.backends.local.executor`).
+
+Capabilities: runs on this machine (the local disk must hold the outputs), executed by npa
+(hosted), and a resume keeps the finished waves of a partly run stage.
+"""
 
 from __future__ import annotations
 
@@ -9,26 +16,27 @@ import time
 from collections.abc import Iterator
 
 from npa.backends.base import (
-    BackendUnavailable,
+    AdoptsPartialWaves,
     ExecutionBackend,
+    HostsExecutor,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
-    LaunchRejected,
     QueueAnswer,
-    TaskContext,
+    RunRecorder,
+    RunsOnThisMachine,
+    RunTasks,
 )
 from npa.backends.local import tasks
 from npa.backends.local.jobs import BACKEND, LocalJobTable
-from npa.core.errors import NotFound
-from npa.core.fsio import spawn_detached
+from npa.core.errors import BackendUnavailable, LaunchRejected, NotFound
 from npa.core.paths import NpaPaths
 
 REQUEST_PREFIX = "local-"
 
 
-class LocalBackend(ExecutionBackend):
+class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, HostsExecutor):
     name = BACKEND
 
     def __init__(self, paths: NpaPaths) -> None:
@@ -40,9 +48,8 @@ class LocalBackend(ExecutionBackend):
     def task_suffix(self) -> str:
         return ".json"
 
-    def render_tasks(self, context: TaskContext) -> dict[str, str]:
-        prefix = f"{context.plan.workflow}/{context.plan.run_id}/npa-workflow"
-        return tasks.render(context, prefix)
+    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+        return tasks.encode(run)
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
@@ -50,7 +57,6 @@ class LocalBackend(ExecutionBackend):
             if stage not in submission.tasks:
                 raise LaunchRejected(f"no local task for stage {stage!r}")
         job_id = self.table.create(submission)
-        self.start_supervisor(job_id)
         return f"{REQUEST_PREFIX}{job_id}"
 
     def launch_result(self, request_id: str) -> int:
@@ -63,22 +69,18 @@ class LocalBackend(ExecutionBackend):
         self.table.read(job_id)  # NotFound when the allocation never completed
         return job_id
 
-    def adopt(self, job_id: int) -> None:
-        """An adopted job whose supervisor was never started (submit killed in between) gets
-        one now; a started or finished job is left alone."""
+    # --- execution ---------------------------------------------------------------------------
+    def needs_executor(self, job_id: int) -> bool:
         job = self.table.read(job_id)
-        if not job.supervisor_started and not job.state.terminal and not job.cancel_requested:
-            self.start_supervisor(job_id)
+        return not job.supervisor_started and not job.state.terminal and not job.cancel_requested
 
-    def start_supervisor(self, job_id: int) -> None:
-        directory = self.table.job_dir(job_id)
-        pid = spawn_detached(
-            "npa.backends.local.supervisor",
-            directory,
-            directory / "logs" / "supervisor.log",
-            self.paths.root,
-        )
+    def executor_started(self, job_id: int, pid: int) -> None:
         self.table.update(job_id, supervisor_pid=pid, supervisor_started=True)
+
+    def execute(self, job_id: int, recorder: RunRecorder) -> int:
+        from npa.backends.local.executor import Executor
+
+        return Executor(self.paths, job_id, recorder).run()
 
     # --- reading -----------------------------------------------------------------------------
     def queue(self, job_name: str) -> QueueAnswer:

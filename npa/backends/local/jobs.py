@@ -14,10 +14,8 @@ run. Records are written atomically; ids are allocated under a lock.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
-import json
 import os
 import time
 from pathlib import Path
@@ -25,9 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from npa.backends.base import BackendUnavailable, JobRecord, JobState, JobSubmission
-from npa.core.errors import NotFound
-from npa.core.fsio import atomic_write_json, ensure_private_dir, exclusive_lock, read_json
+from npa.backends.base import JobRecord, JobState, JobSubmission
+from npa.core.errors import BackendUnavailable, NotFound
+from npa.core.fsio import (
+    atomic_write_json,
+    ensure_private_dir,
+    exclusive_lock,
+    pid_running,
+    read_json,
+)
 from npa.core.paths import NpaPaths
 
 BACKEND = "local"
@@ -148,12 +152,19 @@ class LocalJobTable:
         finally:
             os.close(fd)
 
+    def executor_gone(self, job: LocalJob) -> bool:
+        """True when the job's executor was started and neither holds the job's lock nor runs
+        (a process still starting up has not taken the lock yet)."""
+        if not job.supervisor_started or self.supervisor_alive(job.job_id):
+            return False
+        return job.supervisor_pid is None or not pid_running(job.supervisor_pid)
+
     def record(self, job: LocalJob) -> JobRecord:
-        """The job as the shared record; a live state whose supervisor is gone reads as
+        """The job as the shared record; a live state whose executor is gone reads as
         FAILED_CONTROLLER (the controller of this backend died)."""
         state = job.state
         reason = job.failure_reason
-        if not state.terminal and job.supervisor_started and not self.supervisor_alive(job.job_id):
+        if not state.terminal and self.executor_gone(job):
             state = JobState.FAILED_CONTROLLER
             reason = reason or "the local supervisor exited without recording a final state"
         return JobRecord(
@@ -170,13 +181,3 @@ class LocalJobTable:
                 "job_dir": str(self.job_dir(job.job_id)),
             },
         )
-
-
-def read_text_lines(path: Path) -> list[str]:
-    with contextlib.suppress(FileNotFoundError):
-        return path.read_text("utf-8", errors="replace").splitlines()
-    return []
-
-
-def dump(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True) + "\n"

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from npa.backends.base import TaskContext
+from npa.backends.base import RunTasks
 
 
 class LocalInput(BaseModel):
@@ -50,49 +50,34 @@ class LocalTask(BaseModel):
     outputs: list[LocalOutput]
 
 
-def stage_key(prefix: str, stage: str) -> str:
-    return f"{prefix}/stages/{stage}"
-
-
-def render(context: TaskContext, prefix: str) -> dict[str, str]:
+def encode(run: RunTasks) -> dict[str, str]:
     """Stage -> the JSON text of its local task, in plan order."""
-    workflow = context.workflow
-    plan = context.plan
-    stages = {s.name: s for s in workflow.stages}
-    kinds = {(s.name, o.name): (o.kind.value, o.path) for s in workflow.stages for o in s.outputs}
     out: dict[str, str] = {}
-    for planned in plan.stages:
-        stage = stages[planned.name]
-        inputs = []
-        for inp in planned.inputs:
-            if inp.from_stage is not None and inp.from_output is not None:
-                kind, path = kinds[(inp.from_stage, inp.from_output)]
-                key = f"{stage_key(prefix, inp.from_stage)}/outputs/{path}"
-                inputs.append(LocalInput(name=inp.name, key=key.rstrip("/"), kind=kind, uri=None))
-            else:
-                inputs.append(LocalInput(name=inp.name, key=None, kind="prefix", uri=inp.uri))
-        task = LocalTask(
-            stage=stage.name,
-            command=stage.command,
-            env=dict(stage.env),
-            image=context.images.get(stage.tool),
-            depends_on=planned.depends_on,
-            shards=planned.waves.shards,
-            parallel=planned.waves.parallel,
-            waves=planned.waves.waves,
-            retries=planned.retries,
-            inputs=inputs,
-            outputs=[
-                LocalOutput(
-                    name=o.name,
-                    path=o.path,
-                    kind=o.kind,
-                    key=f"{stage_key(prefix, stage.name)}/outputs/{o.path}".rstrip("/"),
+    for task in run.tasks:
+        local = LocalTask(
+            stage=task.stage,
+            command=task.command,
+            env=dict(task.env),
+            image=task.image,
+            depends_on=task.depends_on,
+            shards=task.shards,
+            parallel=task.parallel,
+            waves=task.waves,
+            retries=task.retries,
+            inputs=[
+                LocalInput(
+                    name=i.name,
+                    key=i.key,
+                    kind=i.kind,
+                    uri=None if i.key is not None else i.uri,
                 )
-                for o in planned.outputs
+                for i in task.inputs
+            ],
+            outputs=[
+                LocalOutput(name=o.name, path=o.path, kind=o.kind, key=o.key) for o in task.outputs
             ],
         )
-        out[stage.name] = json.dumps(task.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+        out[task.stage] = json.dumps(local.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
     return out
 
 

@@ -1,36 +1,71 @@
-"""The SkyPilot backend: launch, reconcile, follow and cancel one managed job per run.
+"""The SkyPilot backend: launch, reconcile, follow and cancel one managed job per run, on the
+Kubernetes context ``--infra k8s/<context>`` names.
 
 Answers of the managed-jobs service are translated here, once: SkyPilot's exceptions become
 transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`), and its
 ``ManagedJobRecord``/``ManagedJobStatus`` become npa's :class:`JobRecord`/:class:`JobState`.
+
+Capabilities: stages run in digest-pinned images; the context's kubeconfig and the SkyPilot SDK
+are prerequisites; the API must be stable before a launch; accelerators are renamed to the
+cluster's node labels; a waiting job's pods say why; npa's run watcher polls the job.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import re
-from collections.abc import Iterator
-from typing import Any
+import shlex
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from npa.adapters.kube.client import project_namespace
 from npa.adapters.skypilot.api import ApiServerDown
 from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
-    BackendUnavailable,
     ExecutionBackend,
+    HasPrerequisites,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
-    LaunchRejected,
+    NeedsReadinessCheck,
+    PodSource,
+    PolledByWatcher,
+    PreparesLaunch,
+    Prerequisite,
+    PullsPinnedImages,
     QueueAnswer,
-    TaskContext,
+    ReadinessTarget,
+    ReportsPodReasons,
+    ResolvesAccelerators,
+    RunTasks,
     TaskRecord,
-    TransientRefusal,
 )
 from npa.backends.skypilot import tasks
-from npa.backends.skypilot.jobs import ManagedJobsService, load_service
-from npa.core.errors import NotFound
-from npa.render.tasks import task_name
+from npa.backends.skypilot.jobs import ManagedJobsService, SkyManagedJobs
+from npa.core.commands import kubectl_command, provision_command
+from npa.core.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    LaunchRejected,
+    NotFound,
+    NpaError,
+    TransientRefusal,
+    Unavailable,
+)
+from npa.core.layout import task_name
+from npa.core.paths import NpaPaths
+
+if TYPE_CHECKING:
+    from sky.schemas.api.responses import ManagedJobRecord
+
+    from npa.adapters.kube.pods import PodReason
+
+POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
+WATCHER_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no watcher
+DEFAULT_POLL = 15.0
 
 BACKEND = "skypilot"
 
@@ -109,33 +144,262 @@ def job_state(status: Any) -> JobState:
         return JobState.PENDING
 
 
-class SkyPilotBackend(ExecutionBackend):
+class SkyPilotBackend(
+    ExecutionBackend,
+    PullsPinnedImages,
+    HasPrerequisites,
+    NeedsReadinessCheck,
+    ResolvesAccelerators,
+    ReportsPodReasons,
+    PolledByWatcher,
+    PreparesLaunch,
+):
     name = BACKEND
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
 
     def __init__(
         self,
+        paths: NpaPaths,
         *,
-        kubeconfig: str | None,
+        context: str | None,
         service: ManagedJobsService | None = None,
-        start_server: bool = False,
+        observe: Callable[[str], None] | None = None,
     ) -> None:
-        self.kubeconfig = kubeconfig
+        """``service``: the managed-jobs service (the real SDK when None); ``observe``: called
+        at each step of a launch transaction (see :meth:`observer`)."""
+        self.context = context
+        # The file provisioning placed for the context: SkyPilot is pointed at exactly it.
+        self.kubeconfig_path = paths.cluster_kubeconfig(context) if context else None
+        placed = self.kubeconfig_path is not None and self.kubeconfig_path.is_file()
+        self.kubeconfig = str(self.kubeconfig_path) if placed else None
         self._service = service
-        self.start_server = start_server
+        self._observe = observe
 
     @property
     def service(self) -> ManagedJobsService:
         if self._service is None:
-            self._service = load_service(self.kubeconfig, start_server=self.start_server)
+            self._service = SkyManagedJobs(kubeconfig=self.kubeconfig)
         return self._service
 
     @property
     def task_suffix(self) -> str:
         return ".yaml"
 
-    def render_tasks(self, context: TaskContext) -> dict[str, str]:
-        return tasks.render(context)
+    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+        external = [
+            (t.stage, i.name, i.uri) for t in run.tasks for i in t.inputs if i.key is None and i.uri
+        ]
+        problems = tasks.mount_problems(run.store, external)
+        unpinned = [t.stage for t in run.tasks if t.image is None]
+        if unpinned:
+            problems.append(f"stages without a pinned image: {', '.join(unpinned)}")
+        if problems:
+            # No fix here: the caller knows the spec and the project the fix line names.
+            raise InvalidInput(
+                "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
+                details={"problems": problems, "unpinned": bool(unpinned)},
+            )
+        assert self.context is not None
+        return tasks.encode(run, kube_context=self.context)
+
+    def observer(self) -> Callable[[str], None] | None:
+        return self._observe
+
+    def controller_fix(self, project: str) -> str | None:
+        if self.context is None:
+            return None
+        return shlex.join(
+            ["npa", "skypilot", "status", "--project", project, "--context", self.context]
+        )
+
+    # --- capabilities -------------------------------------------------------------------------
+    def prerequisites(self, project: str) -> list[Prerequisite]:
+        found: list[Prerequisite] = []
+        path = self.kubeconfig_path
+        if path is not None and path.is_file():
+            found.append(Prerequisite("kubeconfig", True, f"{path}"))
+        else:
+            fix = provision_command(str(self.context), project)
+            found.append(
+                Prerequisite(
+                    "kubeconfig", False, f"no kubeconfig for context {self.context} at {path}", fix
+                )
+            )
+        if importlib.util.find_spec("sky") is None:
+            found.append(
+                Prerequisite(
+                    "skypilot",
+                    False,
+                    "the SkyPilot SDK is not installed",
+                    "pip install 'skypilot[kubernetes]==0.14.1'",
+                )
+            )
+        else:
+            found.append(Prerequisite("skypilot", True, "SkyPilot SDK importable"))
+        if path is not None and path.is_file():
+            found.append(self._namespace(path, project))
+        return found
+
+    def _namespace(self, path: Path, project: str) -> Prerequisite:
+        """The project's namespace, where SkyPilot runs the job's pods, exists (read only)."""
+        from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
+
+        assert self.context is not None
+        namespace = project_namespace(project)
+        provision = provision_command(self.context, project)
+        try:
+            core_api(path, self.context).read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status in (403, 404):
+                why = "does not exist" if status == 404 else "cannot be read with this kubeconfig"
+                return Prerequisite("namespace", False, f"namespace {namespace} {why}", provision)
+            return Prerequisite(
+                "namespace",
+                False,
+                f"cannot read namespace {namespace}: {type(exc).__name__}",
+                kubectl_command(str(path), self.context, "get", "namespace", namespace),
+            )
+        return Prerequisite("namespace", True, f"{namespace} (the job's pods run there)")
+
+    def prepare_launch(self, submission: JobSubmission) -> None:
+        """Put the store's credentials and endpoint into the project's store Secret, which every
+        pod of the job takes as its environment (the values go from boto3 straight to the
+        API), and let this process start the local SkyPilot API server if none answers."""
+        from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
+
+        if self._service is None:
+            self._service = SkyManagedJobs(kubeconfig=self.kubeconfig, start_server=True)
+        elif isinstance(self._service, SkyManagedJobs):
+            self._service.start_server = True
+        if not submission.store.startswith("s3://") or self.kubeconfig_path is None:
+            return
+        assert self.context is not None
+        namespace = project_namespace(submission.project)
+        try:
+            ensure_store_secret(
+                self.kubeconfig_path,
+                self.context,
+                namespace,
+                profile=submission.profile,
+                endpoint_url=submission.endpoint_url,
+                region=submission.region,
+            )
+        except NoStoreCredentials as exc:
+            raise NpaError(
+                str(exc),
+                fix=f"npa configure --project {submission.project} --profile PROFILE  # or "
+                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            ) from None
+        except Exception as exc:
+            raise Unavailable(
+                f"cannot write the store Secret in namespace {namespace}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                fix=kubectl_command(
+                    str(self.kubeconfig_path),
+                    self.context,
+                    "auth",
+                    "can-i",
+                    "create",
+                    "secrets",
+                    "-n",
+                    namespace,
+                )
+                + "  # then rerun the same submit",
+            ) from None
+
+    def readiness_target(self) -> ReadinessTarget | None:
+        if self.kubeconfig is None or self.context is None:
+            return None
+        from npa.adapters.kube.readyz import readyz_asker
+
+        path = self.kubeconfig_path
+        assert path is not None
+        return ReadinessTarget(self.context, path, readyz_asker(path, self.context))
+
+    def accelerator_names(self) -> list[str]:
+        from npa.adapters.kube.nodes import gpu_label_values
+
+        assert self.kubeconfig_path is not None and self.context is not None
+        return gpu_label_values(self.kubeconfig_path, self.context)
+
+    def can_resolve_accelerators(self) -> bool:
+        return self.kubeconfig is not None and self.context is not None
+
+    def node_labels_fix(self) -> str:
+        return kubectl_command(
+            str(self.kubeconfig_path), str(self.context), "get", "nodes", "--show-labels"
+        )
+
+    def gpus_fix(self) -> str:
+        return shlex.join(["npa", "workbench", "workflow", "gpus", "--cluster", str(self.context)])
+
+    def pull_context(self) -> str | None:
+        return self.context
+
+    def pods_source(self, project: str) -> PodSource:
+        where = f"kubernetes context {self.context}"
+        missing = None if self.kubeconfig else f"no kubeconfig at {self.kubeconfig_path}"
+        fix = kubectl_command(
+            str(self.kubeconfig_path),
+            str(self.context),
+            "get",
+            "pods",
+            "-n",
+            project_namespace(project),
+        )
+        return PodSource(where=where, missing=missing, fix=fix)
+
+    def pending_reasons(self, record: JobRecord, project: str) -> list[PodReason]:
+        """The job's waiting pods, and the pods SkyPilot already deleted after they failed to
+        start (it deletes a pod that cannot pull its image within seconds and tries again with
+        a new one): those are read from their events, the latest of each kind with the count
+        of pods that failed so."""
+        from npa.adapters.kube.pods import (
+            managed_job_clusters,
+            pending_reasons,
+            startup_failures,
+        )
+
+        assert self.kubeconfig_path is not None
+        names = [t.task_name for t in record.tasks if t.task_name]
+        clusters = managed_job_clusters(names or [record.job_name], record.job_id)
+        reasons = pending_reasons(self.kubeconfig_path, self.context, clusters)
+        failed = startup_failures(
+            self.kubeconfig_path, self.context, project_namespace(project), clusters
+        )
+        live = {r.pod for r in reasons}
+        gone: dict[tuple[str, str | None], PodReason] = {}
+        for failure in failed:  # oldest first: the latest of each kind is kept, with the count
+            if failure.pod in live:
+                continue
+            key = (failure.reason, failure.image)
+            count = gone[key].count + 1 if key in gone else 1
+            gone[key] = failure.model_copy(update={"count": count})
+        return reasons + list(gone.values())
+
+    def startup_failures(self, record: JobRecord, project: str) -> list[tuple[str, PodReason]]:
+        from npa.adapters.kube.pods import managed_job_clusters, startup_failures
+
+        assert self.kubeconfig_path is not None
+        names = [t.task_name for t in record.tasks if t.task_name] or [record.job_name]
+        task_of = {c: n for n in names for c in managed_job_clusters([n], record.job_id)}
+        failures = startup_failures(
+            self.kubeconfig_path, self.context, project_namespace(project), set(task_of)
+        )
+        found = []
+        for failure in failures:
+            cluster = next((c for c in task_of if failure.pod.startswith(f"{c}-")), None)
+            found.append((task_of[cluster] if cluster else record.job_name, failure))
+        return found
+
+    @property
+    def poll_seconds(self) -> float:
+        return float(os.environ.get(POLL_ENV, DEFAULT_POLL))
+
+    @property
+    def watcher_enabled(self) -> bool:
+        return os.environ.get(WATCHER_ENV, "").lower() != "off"
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
@@ -181,13 +445,17 @@ class SkyPilotBackend(ExecutionBackend):
                 fix=f"sky api stop && KUBECONFIG={self.kubeconfig}:{own} sky api start",
             )
         if kinds & _REJECTED:
-            return LaunchRejected(
-                message, fix="npa workbench workflow render SPEC --run-id RUN --out DIR  # check"
-            )
-        return BackendUnavailable(message, fix="npa skypilot status --project P --context CTX")
+            # The caller, which knows the spec and the run, says how to review the task.
+            return LaunchRejected(message)
+        return BackendUnavailable(message, fix=self._queue_fix())
+
+    def _queue_fix(self) -> str:
+        """Ask the managed-jobs controller directly, through the same kubeconfig."""
+        where = f"KUBECONFIG={shlex.quote(self.kubeconfig)} " if self.kubeconfig else ""
+        return f"{where}sky jobs queue  # does the jobs controller answer?"
 
     # --- reading -----------------------------------------------------------------------------
-    def _records(self, name: str) -> list[Any]:
+    def _records(self, name: str) -> list[ManagedJobRecord]:
         try:
             return self.service.queue(name)
         except Exception as exc:
@@ -197,12 +465,16 @@ class SkyPilotBackend(ExecutionBackend):
                 raise BackendUnavailable(str(exc), fix=exc.fix) from None
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
-                fix="npa skypilot status --project P --context CTX",
+                fix=self._queue_fix(),
             ) from None
 
-    def _record(self, rows: list[Any]) -> JobRecord:
+    def _record(self, rows: list[ManagedJobRecord]) -> JobRecord:
         """One job from its rows (a pipeline has one row per task, all with one job id)."""
         first = rows[0]
+        if first.job_id is None:
+            raise BackendUnavailable(
+                f"the queue returned a record of {first.job_name!r} without id"
+            )
         current = next((r for r in rows if not job_state(r.status).terminal), rows[-1])
         failed = next((r for r in rows if job_state(r.status).failed), None)
         state = job_state((failed or current).status)
@@ -210,7 +482,7 @@ class SkyPilotBackend(ExecutionBackend):
             state = JobState.SUCCEEDED
         return JobRecord(
             backend=BACKEND,
-            job_id=int(first.job_id),
+            job_id=first.job_id,
             job_name=str(first.job_name),
             state=state,
             submitted_at=first.submitted_at,
@@ -233,7 +505,7 @@ class SkyPilotBackend(ExecutionBackend):
 
     def queue(self, job_name: str) -> QueueAnswer:
         rows = [r for r in self._records(job_name) if r.job_name == job_name]
-        by_id: dict[int, list[Any]] = {}
+        by_id: dict[int, list[ManagedJobRecord]] = {}
         for row in rows:
             if row.job_id is None:
                 raise BackendUnavailable(f"the queue returned a record of {job_name!r} without id")

@@ -4,24 +4,25 @@
 itself: requests are identified by a request id resolved with ``get``; the queue returns
 SkyPilot's own ``ManagedJobRecord`` models. :class:`SkyManagedJobs` is the real one (``sky`` is
 imported on first use, with ``KUBECONFIG`` pointing at the selected context's file).
-``NPA_SKYPILOT_JOBS_SERVICE=module:factory`` substitutes another implementation of the same
-protocol (a test double, or a site-specific wrapper); the factory is called with
-``kubeconfig=``.
+Another implementation of the same protocol (a test double) is passed to the backend's
+constructor (:class:`npa.backends.skypilot.backend.SkyPilotBackend`). The protocol is typed with
+SkyPilot's own models, so a double that answers anything else fails type checking as well as
+the tests.
 
 The SDK never starts an API server here (SkyPilot's ``SKYPILOT_DISABLE_LOCAL_API_SERVER`` is set
 around every call). A service made to read (``start_server=False``: status, logs, cancel, the
 supervisor) answers "unavailable" with the command that starts one when the configured server
-does not answer, before SkyPilot is even imported; one made to launch (``submit``) starts the
-local server through :mod:`npa.adapters.skypilot.keeper` first.
+does not answer, before SkyPilot is even imported; one allowed to start it (``submit``, through
+the backend's ``prepare_launch``) starts the local server through
+:mod:`npa.adapters.skypilot.keeper` first.
 """
 
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from npa.adapters.skypilot import layer
 from npa.adapters.skypilot.api import (
@@ -32,7 +33,8 @@ from npa.adapters.skypilot.api import (
     server_reachable,
 )
 
-SERVICE_ENV = "NPA_SKYPILOT_JOBS_SERVICE"
+if TYPE_CHECKING:
+    from sky.schemas.api.responses import ManagedJobRecord
 
 
 class ManagedJobsService(Protocol):
@@ -44,7 +46,7 @@ class ManagedJobsService(Protocol):
     def get(self, request_id: str) -> Any:
         """``sky.get``: the request's result, or the exception it raised."""
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         """The ``ManagedJobRecord``s whose name contains ``name`` (finished ones included)."""
 
     def cancel(self, job_ids: list[int]) -> None:
@@ -116,7 +118,7 @@ class SkyManagedJobs:
 
             return sky.get(request_id)  # type: ignore[arg-type]
 
-    def queue(self, name: str) -> list[Any]:
+    def queue(self, name: str) -> list[ManagedJobRecord]:
         with self._sdk():
             import sky
 
@@ -142,15 +144,3 @@ class SkyManagedJobs:
             for chunk in chunks:
                 if chunk:
                     yield from chunk.splitlines()
-
-
-def load_service(kubeconfig: str | None, *, start_server: bool = False) -> ManagedJobsService:
-    """The configured service: ``$NPA_SKYPILOT_JOBS_SERVICE`` or the real SDK (which may start
-    the local API server only with ``start_server``)."""
-    target = os.environ.get(SERVICE_ENV)
-    if not target:
-        return SkyManagedJobs(kubeconfig=kubeconfig, start_server=start_server)
-    module_name, _, attr = target.partition(":")
-    factory = getattr(importlib.import_module(module_name), attr or "service")
-    service: ManagedJobsService = factory(kubeconfig=kubeconfig)
-    return service

@@ -1,14 +1,21 @@
-"""The SkyPilot supervisor: watches a run's managed job after ``submit`` returns.
+"""The run watcher: the one process that follows a run's job after ``submit`` returns.
 
-``submit`` starts it detached (``python -m npa.backends.skypilot.supervisor DIR``, its own
-session) once the launch transaction has a job id, or again on a rerun when none is alive. For
-its whole life it holds the owner-only lock ``locks/supervisor.<project>.<run>.lock`` (its pid
-inside), so at most one supervisor ever acts on a run; a second one exits at once.
+``submit`` starts it detached (``python -m npa.launch.watch DIR``, its own session) once the
+launch transaction has a job id, or again on a rerun when none is alive
+(:func:`ensure_watcher`). It works through the backend interface only, in one of two ways the
+backend's capabilities decide:
 
-Each poll reads the run's manifest, then asks the managed-jobs queue for the manifest's job *by
-its id* (never by name). A job still going is mirrored into the manifest's state, and each
-stage's record into its own task's state (matched by task name, see
-:meth:`SkyPilotBackend.stage_tasks`). A job that ended is classified with
+- **hosted** (:class:`HostsExecutor`): npa itself executes the job. The watcher hands it to the
+  backend's executor in this process, with a :class:`ManifestRecorder` that records each step
+  in the run's manifest and applies the supervision policy to failed waves.
+- **polled** (:class:`PolledByWatcher`): the job runs under a controller npa does not own. For
+  its whole life the watcher holds the owner-only lock ``locks/supervisor.<project>.<run>.lock``
+  (its pid inside), so at most one ever acts on a run; a second one exits at once.
+
+A polled watcher reads the run's manifest at each poll, then asks the backend for the
+manifest's job *by its id* (never by name). A job still going is mirrored into the manifest's
+state, and each stage's record into its own task's state (matched by
+:meth:`ExecutionBackend.stage_tasks`). A job that ended is classified with
 :mod:`npa.launch.supervision` and the verdict recorded in the manifest's ``supervisor`` block:
 
 - transient infrastructure (FAILED_CONTROLLER, FAILED_NO_RESOURCE): a new attempt under the same
@@ -17,43 +24,54 @@ stage's record into its own task's state (matched by task name, see
   INFRASTRUCTURE_RECOVERY_EXHAUSTED;
 - payload (FAILED): a new attempt only while ``--retries`` (or the stage's ``retries``) allows;
 - actionable configuration (FAILED_SETUP, FAILED_PRECHECKS): no retry; only that job ended;
-- unknown (the queue did not answer, the job is missing from it, an unmapped status): recorded
+- unknown (the backend did not answer, the job is missing from it, an unmapped status): recorded
   once per episode, nothing is relaunched, and polling goes on.
 
 The new attempt is written to the manifest (state LAUNCHING, the new job name, no job id) before
-anything is launched, so a supervisor killed half way, or a rerun ``submit``, completes the same
+anything is launched, so a watcher killed half way, or a rerun ``submit``, completes the same
 attempt instead of starting another. It exits when the run is terminal, and also when the npa
 home it was started from no longer exists.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from npa.adapters.storage import ObjectStore, open_store
+from npa.backends import installed_backends, open_backend
 from npa.backends.base import (
     TERMINAL_STATES,
-    BackendUnavailable,
+    ExecutionBackend,
+    HostsExecutor,
     JobRecord,
-    JobStages,
     JobState,
     JobSubmission,
+    PolledByWatcher,
+    ReportsPodReasons,
     TaskRecord,
 )
-from npa.core.errors import LockBusy, NotFound, NpaError
+from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
+from npa.core.layout import (
+    base_job_name,
+    manifest_lock,
+    relaunch_job_name,
+    relaunch_suffix,
+    shards_of_wave,
+    watcher_dir,
+    watcher_lock,
+)
 from npa.core.paths import NpaPaths
-from npa.launch.readyz import ReadinessProbe, kube_readyz
+from npa.launch.progress import ManifestRecorder
+from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.supervision import (
     STARTUP_STATUSES,
     Classification,
@@ -65,67 +83,59 @@ from npa.launch.supervision import (
     payload_retries_of,
     record,
 )
-from npa.launch.transaction import LaunchStopped, Transaction
+from npa.launch.transaction import Transaction
+from npa.plan.model import StagePlan
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (
     RunManifest,
     StageRecord,
     WaveRecord,
+    job_stages,
     now_iso,
     read_manifest,
+    read_plan,
     update_manifest,
 )
 
-POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between queue polls (tests: a fraction)
-SWITCH_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no supervisor
-DEFAULT_POLL = 15.0
+if TYPE_CHECKING:
+    from npa.adapters.kube.pods import PodReason
+
 SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
-_ATTEMPT = re.compile(r"-a(\d+)$")
 _TERMINAL = {s.value for s in TERMINAL_STATES}
-# States in which SkyPilot may be retrying a start that keeps failing.
+# States in which the controller may be retrying a start that keeps failing.
 _STARTING = frozenset({JobState.PENDING, JobState.STARTING, JobState.RECOVERING})
 
 
-class ReadinessSpec(BaseModel):
+class ReadinessWindow(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    context: str
-    kubeconfig: str
     window: float
     interval: float
 
 
-class SupervisorSpec(BaseModel):
-    """What the detached supervisor needs; written by ``submit``, holds no credential."""
+class WatcherSpec(BaseModel):
+    """What the detached watcher needs; written by ``submit``, holds no credential."""
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: str
     submission: JobSubmission
     launch_base: str  # the launch journal/lock name of the run (before any -a<N> attempt)
-    readiness: ReadinessSpec | None = None
+    job_id: int | None = None  # the job a hosted watcher executes
+    readiness: ReadinessWindow | None = None
 
 
-def attempt_suffix(job_name: str) -> str:
-    """``.a<N>`` for a supervisor's relaunch attempt's job name, else ``""``."""
-    match = _ATTEMPT.search(job_name)
-    return f".a{match.group(1)}" if match else ""
-
-
-def base_job_name(job_name: str) -> str:
-    return _ATTEMPT.sub("", job_name)
-
-
-def supervisor_dir(paths: NpaPaths, project: str, run_id: str) -> Path:
-    return paths.root / "supervisors" / f"{project}.{run_id}"
+def _dir(paths: NpaPaths, project: str, run_id: str) -> Path:
+    return paths.root / "supervisors" / watcher_dir(project, run_id)
 
 
 def lock_path(paths: NpaPaths, project: str, run_id: str) -> Path:
-    return paths.lock(f"supervisor.{project}.{run_id}")
+    return paths.lock(watcher_lock(project, run_id))
 
 
 def alive(paths: NpaPaths, project: str, run_id: str) -> int | None:
-    """The pid of the live supervisor of a run, or None when nobody holds its lock."""
+    """The pid of the live polling watcher of a run, or None when nobody holds its lock."""
     path = lock_path(paths, project, run_id)
     if not path.exists():
         return None
@@ -137,43 +147,63 @@ def alive(paths: NpaPaths, project: str, run_id: str) -> int | None:
         return int(text) if text.isdigit() else -1
 
 
-def ensure_supervisor(
+def ensure_watcher(
     paths: NpaPaths,
+    backend: ExecutionBackend,
     submission: JobSubmission,
     *,
+    job_id: int,
     launch_name: str,
-    readiness: ReadinessProbe | None,
+    readiness: ReadinessCheck | None,
 ) -> int | None:
-    """Start the run's supervisor unless one is alive; returns its pid (None when off)."""
-    if os.environ.get(SWITCH_ENV, "").lower() == "off":
+    """Start the run's watcher unless one is already at work; returns its pid (None when the
+    backend needs none, or it was switched off, or the job needs no executor any more)."""
+    hosted = isinstance(backend, HostsExecutor)
+    if isinstance(backend, HostsExecutor):
+        if not backend.needs_executor(job_id):
+            return None
+    elif not isinstance(backend, PolledByWatcher) or not backend.watcher_enabled:
         return None
-    directory = ensure_private_dir(supervisor_dir(paths, submission.project, submission.run_id))
-    spec = SupervisorSpec(
+    directory = _dir(paths, submission.project, submission.run_id)
+    if hosted:  # one watcher per job: a resumed run's new job gets its own
+        directory = directory / f"job-{job_id}"
+    ensure_private_dir(directory)
+    spec = WatcherSpec(
+        backend=backend.name,
         submission=submission.model_copy(update={"job_name": base_job_name(submission.job_name)}),
-        launch_base=launch_name.removesuffix(attempt_suffix(submission.job_name)),
+        launch_base=launch_name.removesuffix(relaunch_suffix(submission.job_name)),
+        job_id=job_id if hosted else None,
         readiness=None
         if readiness is None
-        else ReadinessSpec(
-            context=readiness.context,
-            kubeconfig=str(readiness.kubeconfig),
-            window=readiness.window,
-            interval=readiness.interval,
-        ),
+        else ReadinessWindow(window=readiness.window, interval=readiness.interval),
     )
     atomic_write_text(directory / SPEC_NAME, spec.model_dump_json(indent=2))
-    pid = alive(paths, submission.project, submission.run_id)
-    if pid is not None:
-        return pid
-    return spawn_detached(
-        "npa.backends.skypilot.supervisor", directory, directory / LOG_NAME, paths.root
+    if not hosted:
+        pid = alive(paths, submission.project, submission.run_id)
+        if pid is not None:
+            return pid
+    module = installed_backends().watcher_module
+    pid = spawn_detached(module, directory, directory / LOG_NAME, paths.root)
+    if isinstance(backend, HostsExecutor):
+        backend.executor_started(job_id, pid)
+    return pid
+
+
+def _open_store(submission: JobSubmission, paths: NpaPaths) -> ObjectStore:
+    return open_store(
+        submission.store,
+        endpoint_url=submission.endpoint_url,
+        region=submission.region,
+        profile=submission.profile,
+        paths=paths,
     )
 
 
-class SkyPilotSupervisor:
+class Watcher:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
         self.paths = NpaPaths.from_env()
-        self.spec = SupervisorSpec.model_validate_json((directory / SPEC_NAME).read_text())
+        self.spec = WatcherSpec.model_validate_json((directory / SPEC_NAME).read_text())
         s = self.spec.submission
         self.submission = s
         self.policy = Policy(
@@ -181,11 +211,8 @@ class SkyPilotSupervisor:
             max_infrastructure_recoveries=s.max_infrastructure_recoveries,
             retries=s.retries,
         )
-        self.poll = float(os.environ.get(POLL_ENV, DEFAULT_POLL))
-        self.manifest_lock = self.paths.lock(f"manifest.{s.project}.{s.run_id}")
-        from npa.backends.skypilot.backend import SkyPilotBackend
-
-        self.backend = SkyPilotBackend(kubeconfig=s.kubeconfig)
+        self.manifest_lock = self.paths.lock(manifest_lock(s.project, s.run_id))
+        self.backend = open_backend(self.spec.backend, self.paths, context=s.kube_context)
         self.store: ObjectStore | None = None
         self.episode: str | None = None  # the unknown condition last recorded, if still on
 
@@ -224,6 +251,8 @@ class SkyPilotSupervisor:
     # --- lifecycle ---------------------------------------------------------------------------
     def run(self) -> int:
         s = self.submission
+        if isinstance(self.backend, HostsExecutor):
+            return self.execute(self.backend)
         try:
             with exclusive_lock(lock_path(self.paths, s.project, s.run_id), timeout=0):
                 self.log(f"supervising run {s.run_id} (pid {os.getpid()}, poll {self.poll}s)")
@@ -232,15 +261,20 @@ class SkyPilotSupervisor:
             self.log("another supervisor holds this run; exiting")
             return 0
 
+    def execute(self, backend: HostsExecutor) -> int:
+        """Hand the job to the backend's executor, with the run's manifest as its record."""
+        assert self.spec.job_id is not None
+        store = _open_store(self.submission, self.paths)
+        recorder = ManifestRecorder(store, self.submission.prefix, self.manifest_lock, self.policy)
+        return backend.execute(self.spec.job_id, recorder)
+
+    @property
+    def poll(self) -> float:
+        assert isinstance(self.backend, PolledByWatcher)
+        return self.backend.poll_seconds
+
     def loop(self) -> int:
-        s = self.submission
-        self.store = open_store(
-            s.store,
-            endpoint_url=s.endpoint_url,
-            region=s.region,
-            profile=s.profile,
-            paths=self.paths,
-        )
+        self.store = _open_store(self.submission, self.paths)
         while True:
             if not self.paths.root.exists():
                 self.log(f"{self.paths.root} is gone; exiting")
@@ -265,7 +299,7 @@ class SkyPilotSupervisor:
             self.log(f"run is {m.state}; exiting")
             return True
         if m.job_id is None:
-            if m.state == "LAUNCHING" and attempt_suffix(m.job_name):
+            if m.state == "LAUNCHING" and relaunch_suffix(m.job_name):
                 return self.relaunch(m)
             return False  # submit is still launching
         try:
@@ -280,7 +314,7 @@ class SkyPilotSupervisor:
         # Tasks are matched to stages by the manifest's resume record, not by the submission
         # this supervisor was started with (a rerun submit that adopts a live resumed job
         # carries no adopted stages).
-        tasks = self.backend.stage_tasks(job, JobStages.of_run(m))
+        tasks = self.backend.stage_tasks(job, job_stages(m))
         unproven = self._unproven_successes(m, tasks)
         if unproven is not None:
             return self.outputs_missing(job, tasks, *unproven)
@@ -330,17 +364,16 @@ class SkyPilotSupervisor:
         planned = self._planned(stage)
         if planned is None:
             return []
-        waves = planned.get("waves") or {}
-        shards, parallel = int(waves.get("shards", 1)), int(waves.get("parallel", 1))
+        waves = planned.waves
         return [
             WaveRecord(
                 wave=wave,
-                shards=list(range(wave * parallel, min((wave + 1) * parallel, shards))),
+                shards=shards_of_wave(wave, waves.parallel, waves.shards),
                 state="SUCCEEDED",
                 attempts=1,
                 ended_at=at,
             )
-            for wave in range(int(waves.get("waves", 1)))
+            for wave in range(waves.waves)
         ]
 
     def _unproven_successes(
@@ -352,7 +385,7 @@ class SkyPilotSupervisor:
         A task's exit code says only that its command ended well; the stage has succeeded once
         what it declared is in the store, as on the local backend.
         """
-        from npa.services.artifacts import check_stage
+        from npa.runs.outputs import check_stage
 
         assert self.store is not None
         for stage, task in sorted(tasks.items(), key=lambda item: item[1].task_id):
@@ -414,34 +447,21 @@ class SkyPilotSupervisor:
 
     def _pod_failures(
         self, job: JobRecord, tasks: dict[str, TaskRecord]
-    ) -> list[tuple[str | None, Any]]:
-        """(stage, failure) for every pod of the job that could not start, from the pod events
-        that outlive the pods SkyPilot deletes and recreates; [] when they cannot be read."""
-        from npa.adapters.kube.client import project_namespace
-        from npa.adapters.kube.pods import managed_job_clusters, startup_failures
-
-        s = self.submission
-        if not s.kubeconfig:
+    ) -> list[tuple[str | None, PodReason]]:
+        """(stage, failure) for every pod of the job that could not start, from what outlives
+        the pods the controller deletes and recreates; [] when the backend has no pods or they
+        cannot be read now."""
+        if not isinstance(self.backend, ReportsPodReasons):
+            return []
+        if self.backend.pods_source(self.submission.project).missing is not None:
             return []
         stage_of = {t.task_name: st for st, t in tasks.items() if t.task_name}
-        names = [t.task_name for t in job.tasks if t.task_name] or [job.job_name]
-        clusters = {c: name for name in names for c in managed_job_clusters([name], job.job_id)}
         try:
-            failures = startup_failures(
-                Path(s.kubeconfig),
-                s.kube_context,
-                project_namespace(s.project),
-                set(clusters),
-            )
+            failures = self.backend.startup_failures(job, self.submission.project)
         except Exception as exc:  # the API answers nothing: counting waits for the next poll
             self.log(f"pod events of job {job.job_id} unreadable: {type(exc).__name__}: {exc}")
             return []
-        found = []
-        for failure in failures:
-            cluster = next((c for c in clusters if failure.pod.startswith(f"{c}-")), None)
-            task = clusters.get(cluster) if cluster else None
-            found.append((stage_of.get(task or ""), failure))
-        return found
+        return [(stage_of.get(task), failure) for task, failure in failures]
 
     def startup_failed(self, m: RunManifest, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
         """Count the pods of a live job that could not start (SkyPilot deletes each and tries
@@ -527,18 +547,20 @@ class SkyPilotSupervisor:
 
         self.update(mutate)
 
-    def _planned(self, stage: str) -> dict[str, Any] | None:
+    def _planned(self, stage: str) -> StagePlan | None:
         """The stage's entry in the run's ``plan.json``; None when it cannot be read."""
         assert self.store is not None
         try:
-            plan: dict[str, Any] = json.loads(self.store.get(f"{self.submission.prefix}/plan.json"))
-        except (NpaError, ValueError):
+            plan = read_plan(self.store, self.submission.prefix)
+        except NpaError:
             return None
-        return next((p for p in plan.get("stages", []) if p.get("name") == stage), None)
+        if plan is None:
+            return None
+        return next((p for p in plan.stages if p.name == stage), None)
 
     def _stage_retries(self, stage: str | None) -> int:
         planned = None if stage is None else self._planned(stage)
-        return int(planned.get("retries") or 0) if planned else 0
+        return planned.retries if planned else 0
 
     def failed(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
         """Classify an ended job, record the verdict; True when the run is now terminal."""
@@ -582,7 +604,7 @@ class SkyPilotSupervisor:
                 rec.classification, rec.detail = classification.value, detail
             if verdict.recovery is Recovery.RETRIED:
                 m.supervisor.relaunches += 1
-                m.job_name = f"{base_job_name(m.job_name)}-a{m.supervisor.relaunches}"
+                m.job_name = relaunch_job_name(m.job_name, m.supervisor.relaunches)
                 m.job_id, m.state = None, "LAUNCHING"
                 outcome.append("relaunch")
                 return
@@ -599,23 +621,16 @@ class SkyPilotSupervisor:
         return bool(outcome) and outcome[0] != "relaunch"
 
     # --- a new attempt -----------------------------------------------------------------------
-    def readiness(self) -> ReadinessProbe | None:
+    def readiness(self) -> ReadinessCheck | None:
         r = self.spec.readiness
         if r is None:
             return None
-        kubeconfig = Path(r.kubeconfig)
-        return ReadinessProbe(
-            context=r.context,
-            kubeconfig=kubeconfig,
-            ask=kube_readyz(kubeconfig, r.context),
-            window=r.window,
-            interval=r.interval,
-        )
+        return readiness_check(self.backend, window=r.window, interval=r.interval)
 
     def relaunch(self, m: RunManifest) -> bool:
         """Launch (or adopt) the attempt the manifest names; True when the run became terminal."""
         name = m.job_name
-        journal = f"{self.spec.launch_base}{attempt_suffix(name)}"
+        journal = f"{self.spec.launch_base}{relaunch_suffix(name)}"
         submission = self.submission.model_copy(update={"job_name": name})
         supervisor = m.supervisor.model_copy(deep=True)
         transaction = Transaction(
@@ -626,7 +641,7 @@ class SkyPilotSupervisor:
             readiness=self.readiness(),
             policy=self.policy,
             supervisor=supervisor,
-            observe=getattr(self.backend.service, "observe", None),  # a test double's hook
+            observe=self.backend.observer(),
         )
         self.log(f"launching attempt {name}")
         try:
@@ -687,9 +702,9 @@ def _iso(at: float | None) -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        sys.stderr.write("usage: python -m npa.backends.skypilot.supervisor DIR\n")
+        sys.stderr.write("usage: python -m npa.launch.watch DIR\n")
         return 2
-    return SkyPilotSupervisor(Path(argv[0])).run()
+    return Watcher(Path(argv[0])).run()
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
-"""The local supervisor: runs one job's stages, wave by wave, and records every step.
+"""The local executor: runs one job's stages, wave by wave, and reports every step.
 
-Started detached by the local backend (``python -m npa.backends.local.supervisor JOB_DIR``), in
-its own session so it outlives the shell that submitted. While it lives it holds the job's
-``supervisor.lock``; readers treat a live job without that lock as a dead controller.
+It runs inside the run's watcher process (:mod:`npa.launch.watch`, started detached in its own
+session so it outlives the shell that submitted), which hands it the job and a recorder. While
+it lives it holds the job's ``supervisor.lock``; readers treat a live job without that lock as a
+dead controller. It writes its own log to the job's ``logs/supervisor.log``.
 
 For each stage, in dependency order: fetch its inputs from the store, run each wave's shards as
 processes (at most ``parallel`` at once, and never more than the job's ``max_parallel``), put the
 outputs and logs back into the store after every wave, and check every declared output is there
-and non-empty. Failures are classified and recovered according to :mod:`npa.launch.supervision`;
-the job record and the run manifest are updated at each step.
+and non-empty. The job record is updated at each step; the run's record, and whether a failed
+wave runs again, belong to the recorder (:class:`npa.backends.base.RunRecorder`).
 """
 
 from __future__ import annotations
@@ -19,24 +20,22 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import traceback
-from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
 from npa.adapters.storage import ObjectStore, open_store
-from npa.backends.base import JobState, JobSubmission
+from npa.backends.base import JobState, JobSubmission, RunRecorder
 from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable
 from npa.backends.local.tasks import LocalTask
 from npa.core.errors import NpaError
 from npa.core.fsio import ensure_private_dir
+from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
 from npa.core.paths import NpaPaths
-from npa.launch.supervision import Classification, Policy, classify_exit, record
-from npa.runs.manifest import RunManifest, StageRecord, WaveRecord, now_iso, update_manifest
-from npa.spec.model import env_suffix
+from npa.core.text import plural
 
 POLL_SECONDS = 0.05
 
@@ -52,35 +51,25 @@ class StageFailed(Exception):
         self.detail = detail
 
 
-class Supervisor:
-    def __init__(self, job_dir: Path) -> None:
-        self.job_dir = job_dir
-        self.job_id = int(job_dir.name)
-        self.paths = NpaPaths.from_env()
-        self.table = LocalJobTable(self.paths)
+class Executor:
+    def __init__(self, paths: NpaPaths, job_id: int, recorder: RunRecorder) -> None:
+        self.paths = paths
+        self.table = LocalJobTable(paths)
+        self.job_id = job_id
+        self.job_dir = self.table.job_dir(job_id)
+        self.recorder = recorder
         self.submission: JobSubmission = self.table.submission(self.job_id)
-        self.policy = Policy(
-            startup_failure_threshold=self.submission.startup_failure_threshold,
-            max_infrastructure_recoveries=self.submission.max_infrastructure_recoveries,
-            retries=self.submission.retries,
-        )
-        self.work = ensure_private_dir(job_dir / "work")
-        self.logs = ensure_private_dir(job_dir / "logs")
+        self.work = ensure_private_dir(self.job_dir / "work")
+        self.logs = ensure_private_dir(self.job_dir / "logs")
         self.cancelled = False
         self.children: list[subprocess.Popen[bytes]] = []
-        self.manifest_lock = self.paths.lock(
-            f"manifest.{self.submission.project}.{self.submission.run_id}"
-        )
         self.store: ObjectStore | None = None
 
     # --- records -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
-        sys.stdout.write(f"{now_iso()} {message}\n")
-        sys.stdout.flush()
-
-    def manifest(self, mutate: Callable[[RunManifest], None]) -> None:
-        assert self.store is not None
-        update_manifest(self.store, self.submission.prefix, self.manifest_lock, mutate)
+        at = datetime.now(UTC).isoformat(timespec="milliseconds")
+        with open(self.logs / "supervisor.log", "a", encoding="utf-8") as out:
+            out.write(f"{at} {message}\n")
 
     # --- lifecycle ---------------------------------------------------------------------------
     def on_term(self, signum: int, frame: FrameType | None) -> None:
@@ -120,10 +109,10 @@ class Supervisor:
                 profile=s.profile,
                 paths=self.paths,
             )
-            self.manifest(self._started)
-            self.materialise_source()
+            self.recorder.started(self.job_id, s.order)
+            self.recorder.restore_source(self.store, s.prefix, self.work / "source")
             self.table.update(self.job_id, state=JobState.RUNNING)
-            self.manifest(lambda m: setattr(m, "state", JobState.RUNNING.value))
+            self.recorder.running()
             for stage in s.order:
                 if self.cancelled:
                     raise Cancelled()
@@ -148,26 +137,11 @@ class Supervisor:
         self.finish(JobState.SUCCEEDED, None)
         return 0
 
-    def _started(self, m: RunManifest) -> None:
-        m.job_id = self.job_id
-        m.state = JobState.STARTING.value
-        for stage in self.submission.order:
-            m.stages.setdefault(stage, StageRecord())
-
     def finish(self, state: JobState, detail: str | None, *, infrastructure: bool = False) -> None:
         self.log(f"run ends {state.value}" + (f": {detail}" if detail else ""))
         if self.store is not None:
-
-            def final(m: RunManifest) -> None:
-                m.state = state.value
-                if infrastructure and m.supervisor.classification is None:
-                    m.supervisor.classification = Classification.TRANSIENT_INFRASTRUCTURE.value
-                for rec in m.stages.values():
-                    if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
-                        rec.state = "CANCELLED"
-
             try:
-                self.manifest(final)
+                self.recorder.ended(state, detail, infrastructure=infrastructure)
                 self.upload_logs(None)
             except NpaError as error:
                 self.log(f"could not record the final state in the store: {error.message}")
@@ -180,23 +154,6 @@ class Supervisor:
         )
 
     # --- data --------------------------------------------------------------------------------
-    def materialise_source(self) -> None:
-        """Rebuild the committed source tree from the store (the stages' working directory)."""
-        from npa.runs.staging import SourceLayout, load_committed
-
-        assert self.store is not None
-        layout = SourceLayout(self.submission.prefix)
-        manifest = load_committed(self.store, layout)
-        root = ensure_private_dir(self.work / "source")
-        if manifest is None:
-            return
-        for entry in manifest.files:
-            target = root / entry.path
-            ensure_private_dir(target.parent)
-            data = self.store.get(layout.blob(entry.digest.removeprefix("sha256:")))
-            target.write_bytes(data)
-            os.chmod(target, entry.mode & 0o755 | 0o600)
-
     def fetch_input(self, task: LocalTask, name: str, key: str, kind: str) -> Path:
         assert self.store is not None
         base = self.work / "inputs" / task.stage / name
@@ -267,7 +224,7 @@ class Supervisor:
             "NPA_WORKFLOW": s.workflow,
             "NPA_RUN_ID": s.run_id,
             "NPA_STAGE": task.stage,
-            "NPA_RUN_PREFIX": f"{s.store}/{s.prefix.removesuffix('/npa-workflow')}",
+            "NPA_RUN_PREFIX": f"{s.store}/{run_root(s.prefix)}",
             "NPA_SOURCE_DIR": str(self.work / "source"),
             "NPA_WAVES": str(task.waves),
             "NPA_SHARDS": str(task.shards),
@@ -275,79 +232,66 @@ class Supervisor:
         }
         for inp in task.inputs:
             if inp.key is not None:
-                env[f"NPA_INPUT_{env_suffix(inp.name)}"] = str(
+                env[input_variable(inp.name)] = str(
                     self.fetch_input(task, inp.name, inp.key, inp.kind)
                 )
             elif inp.uri is not None:
-                env[f"NPA_INPUT_{env_suffix(inp.name)}"] = inp.uri.removeprefix("file://")
+                env[input_variable(inp.name)] = inp.uri.removeprefix("file://")
         for out in task.outputs:
             local = self.output_path(task, out.path)
             ensure_private_dir(local if out.kind == "prefix" else local.parent)
-            env[f"NPA_OUTPUT_{env_suffix(out.name)}"] = str(local)
+            env[output_variable(out.name)] = str(local)
         env.update(task.env)
         return env
 
     def run_stage(self, task: LocalTask) -> None:
-        self.log(f"stage {task.stage}: {task.waves} waves of up to {task.parallel} shards")
+        self.log(
+            f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
+            f"{plural(task.parallel, 'shard')}"
+        )
         self.table.update(self.job_id, current_stage=task.stage)
-
-        def begin(m: RunManifest) -> None:
-            rec = m.stages.setdefault(task.stage, StageRecord())
-            rec.state, rec.started_at = "RUNNING", now_iso()
-
-        self.manifest(begin)
+        self.recorder.stage_started(task.stage)
         env = self.stage_env(task)
-        budget = self.policy.payload_retries(task.retries)
+        budget = self.recorder.retry_budget(task.retries)
         adopted = set(self.submission.adopted_waves.get(task.stage, []))
         for wave in range(task.waves):
             if wave in adopted:
                 self.log(f"stage {task.stage} wave {wave}: adopted from the earlier job")
                 continue
-            shards = list(range(wave * task.parallel, min((wave + 1) * task.parallel, task.shards)))
-            attempt = 0
-            while True:
-                attempt += 1
-                codes = self.run_wave(task, wave, shards, env, attempt)
-                if self.cancelled:
-                    raise Cancelled()
-                failed = {s: c for s, c in codes.items() if c != 0}
-                self.upload_logs(task.stage)
-                if not failed:
-                    stored = self.upload_outputs(task)
-                    self._wave_done(task, wave, shards, codes, attempt, "SUCCEEDED", stored)
-                    break
-                shard, code = sorted(failed.items())[0]
-                classification, why = classify_exit(code)
-                detail = f"stage {task.stage} wave {wave} shard {shard}: {why}"
-                verdict = self._record_failure(
-                    task, wave, shards, codes, attempt, classification, detail, budget, code
-                )
-                if verdict is None:
-                    budget -= 1 if classification is Classification.PAYLOAD else 0
-                    self.log(f"{detail}; retrying the wave ({classification.value})")
-                    continue
-                raise StageFailed(verdict, detail)
+            budget = self.run_wave_to_end(task, wave, env, budget)
         found = self.verify_outputs(task)
         missing = [name for name, size in found.items() if size == 0]
         if missing:
-            detail = (
-                f"stage {task.stage} exited 0 but declared outputs are missing or empty: "
-                + ", ".join(missing)
-            )
-            self._stage_end(task, "FAILED", found, Classification.PAYLOAD.value, detail)
-            self._supervise(
-                task.stage,
-                f"stage {task.stage}",
-                "missing-outputs",
-                Classification.PAYLOAD,
-                detail,
-                0,
-            )
+            detail = self.recorder.outputs_missing(task.stage, found, missing)
             raise StageFailed(JobState.FAILED, detail)
-        self._stage_end(task, "SUCCEEDED", found, None, None)
+        self.recorder.stage_succeeded(task.stage, found)
+
+    def run_wave_to_end(self, task: LocalTask, wave: int, env: dict[str, str], budget: int) -> int:
+        """Run one wave until it succeeds or the recorder ends the job; returns the payload
+        retries left."""
+        shards = shards_of_wave(wave, task.parallel, task.shards)
+        attempt = 0
+        while True:
+            attempt += 1
+            self.recorder.wave_started(task.stage, wave, shards, attempt)
+            self.log(f"stage {task.stage} wave {wave} attempt {attempt}: shards {shards}")
+            codes = self.run_wave(task, wave, shards, env)
+            if self.cancelled:
+                raise Cancelled()
+            self.upload_logs(task.stage)
+            if all(code == 0 for code in codes.values()):
+                stored = self.upload_outputs(task)
+                self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
+                return budget
+            verdict = self.recorder.wave_failed(task.stage, wave, shards, codes, attempt, budget)
+            if not verdict.retry:
+                assert verdict.state is not None
+                raise StageFailed(verdict.state, verdict.detail)
+            budget -= 1 if verdict.spends_retry else 0
+            self.log(f"{verdict.detail}; retrying the wave ({verdict.classification})")
 
     def run_wave(
-        self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str], attempt: int
+        self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str]
     ) -> dict[int, int]:
         """Run one wave's shards, at most ``max_parallel`` at once; exit code per shard."""
         folder = ensure_private_dir(self.logs / task.stage)
@@ -356,21 +300,6 @@ class Supervisor:
         running: dict[int, subprocess.Popen[bytes]] = {}
         codes: dict[int, int] = {}
 
-        def mark(m: RunManifest) -> None:
-            rec = m.stages.setdefault(task.stage, StageRecord())
-            rec.waves = [w for w in rec.waves if w.wave != wave]
-            rec.waves.append(
-                WaveRecord(
-                    wave=wave,
-                    shards=shards,
-                    state="RUNNING",
-                    attempts=attempt,
-                    started_at=now_iso(),
-                )
-            )
-
-        self.manifest(mark)
-        self.log(f"stage {task.stage} wave {wave} attempt {attempt}: shards {shards}")
         while waiting or running:
             while waiting and len(running) < limit and not self.cancelled:
                 shard = waiting.pop(0)
@@ -399,116 +328,3 @@ class Supervisor:
                     self.children.remove(child)
             time.sleep(POLL_SECONDS)
         return codes
-
-    # --- manifest updates ---------------------------------------------------------------------
-    def _wave_done(
-        self,
-        task: LocalTask,
-        wave: int,
-        shards: list[int],
-        codes: dict[int, int],
-        attempt: int,
-        state: str,
-        stored: dict[str, int] | None = None,
-    ) -> None:
-        def mutate(m: RunManifest) -> None:
-            rec = m.stages.setdefault(task.stage, StageRecord())
-            started = next((w.started_at for w in rec.waves if w.wave == wave), None)
-            rec.waves = [w for w in rec.waves if w.wave != wave]
-            rec.waves.append(
-                WaveRecord(
-                    wave=wave,
-                    shards=shards,
-                    state=state,
-                    attempts=attempt,
-                    started_at=started,
-                    ended_at=now_iso(),
-                    exit_codes={str(k): v for k, v in sorted(codes.items())},
-                )
-            )
-            rec.waves.sort(key=lambda w: w.wave)
-            if stored is not None:
-                rec.outputs = stored
-
-        self.manifest(mutate)
-
-    def _record_failure(
-        self,
-        task: LocalTask,
-        wave: int,
-        shards: list[int],
-        codes: dict[int, int],
-        attempt: int,
-        classification: Classification,
-        detail: str,
-        budget: int,
-        code: int,
-    ) -> JobState | None:
-        """Record a failed wave; returns the terminal state, or None to retry the wave."""
-        self._wave_done(task, wave, shards, codes, attempt, "FAILED")
-        verdict_state = self._supervise(
-            task.stage,
-            f"stage {task.stage} wave {wave}",
-            f"exit:{code}",
-            classification,
-            detail,
-            budget,
-        )
-        if verdict_state is not None:
-            self._stage_end(task, "FAILED", None, classification.value, detail)
-        return verdict_state
-
-    def _supervise(
-        self,
-        stage: str,
-        what: str,
-        failure: str,
-        classification: Classification,
-        detail: str,
-        budget: int,
-    ) -> JobState | None:
-        result: list[JobState | None] = [None]
-
-        def mutate(m: RunManifest) -> None:
-            verdict = record(
-                m.supervisor,
-                what=what,
-                failure=failure,
-                classification=classification,
-                detail=detail,
-                policy=self.policy,
-                payload_budget=budget,
-                stage=stage,
-            )
-            result[0] = verdict.terminal_state
-
-        self.manifest(mutate)
-        return result[0]
-
-    def _stage_end(
-        self,
-        task: LocalTask,
-        state: str,
-        outputs: dict[str, int] | None,
-        classification: str | None,
-        detail: str | None,
-    ) -> None:
-        def mutate(m: RunManifest) -> None:
-            rec = m.stages.setdefault(task.stage, StageRecord())
-            rec.state, rec.ended_at = state, now_iso()
-            rec.classification, rec.detail = classification, detail
-            if outputs is not None:
-                rec.outputs = outputs
-
-        self.manifest(mutate)
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        sys.stderr.write("usage: python -m npa.backends.local.supervisor JOB_DIR\n")
-        return 2
-    return Supervisor(Path(argv[0])).run()
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,250 @@
+"""Container engines (podman or docker), driven through their command-line clients.
+
+The local backend runs a stage in its pinned image when the machine has a working engine, so a
+local run exercises the same bytes a cluster pulls. Only the engine's CLI is used: podman needs no
+daemon, docker's client talks to its own, and npa imports nothing heavy for either.
+
+Credentials never touch the disk: a pull that needs them hands podman a Docker-format auth file on
+its standard input (``--authfile /dev/stdin``). The caller says which registries are plain HTTP
+(npa's registry client uses plain HTTP for loopback hosts only).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from npa.core.errors import InvalidInput, NpaError, ToolMissing, Unavailable
+
+ENGINES = ("podman", "docker")
+PROBE_TIMEOUT = 30.0
+PULL_TIMEOUT = 900.0
+# Label every container npa starts carries, with the run id as its value: what a later process
+# uses to find (and remove) containers a killed executor left behind.
+RUN_LABEL = "io.npa.run"
+# What podman says when the host forbids the resource limits it sets by default (a VM whose root
+# lacks CAP_SYS_RESOURCE, with an open-file limit below podman's default).
+_RLIMIT_MARK = "error setting rlimit"
+RLIMIT_FIX = (
+    "printf '[containers]\\ndefault_ulimits = []\\n' > /etc/containers/containers.conf.d/"
+    "npa-ulimits.conf  (or point CONTAINERS_CONF at a file with those two lines)"
+)
+
+
+class ContainerEngineError(Unavailable):
+    """The engine could not pull or start an image (exit 4: nothing about the stage is known)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path bound into the container at ``target``."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+    def flag(self) -> str:
+        for value in (str(self.source), self.target):
+            if "," in value or "\n" in value:
+                raise InvalidInput(
+                    f"a container mount path cannot contain ',' or a newline: {value!r}"
+                )
+        text = f"type=bind,source={self.source},target={self.target}"
+        return text + (",readonly" if self.read_only else "")
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """A registry host and the username and secret to pull from it as (never shown)."""
+
+    registry: str
+    source: str  # where the credential came from, for messages (e.g. env:VAR, file:/path)
+    username: str = field(repr=False)
+    secret: str = field(repr=False)
+
+
+def _auth_document(login: RegistryLogin) -> str:
+    token = base64.b64encode(f"{login.username}:{login.secret}".encode()).decode()
+    return json.dumps({"auths": {login.registry: {"auth": token}}})
+
+
+@dataclass(frozen=True)
+class ContainerEngine:
+    """One engine's CLI, proven to work on this machine by :func:`find_engine`."""
+
+    name: str  # podman | docker
+    binary: str
+
+    def _call(
+        self, args: Sequence[str], *, timeout: float, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        try:
+            return subprocess.run(
+                [self.binary, *args],
+                input=stdin,
+                stdin=None if stdin is not None else subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise ContainerEngineError(
+                f"{self.name} {args[0]} did not finish within {timeout:.0f}s",
+                fix=f"{self.binary} info",
+            ) from None
+        except OSError as exc:
+            raise ToolMissing(f"cannot run {self.binary}: {exc.strerror}") from None
+
+    def pull(
+        self, reference: str, *, plain_http: bool = False, login: RegistryLogin | None = None
+    ) -> str:
+        """Pull ``reference`` (``repository@sha256:...``) and return the local image id.
+
+        ``plain_http`` is for registries served without TLS (npa's registry client uses plain
+        HTTP for loopback hosts only); ``login`` is handed to podman on its standard input.
+        """
+        if "@sha256:" not in reference:
+            raise InvalidInput(
+                f"{reference} is not pinned by digest; npa runs only pinned images",
+                fix=shlex.join([self.binary, "pull", reference])
+                + " && "
+                + shlex.join(
+                    [self.binary, "image", "inspect", "--format", "{{.Digest}}", reference]
+                )
+                + "  # the digest to pin it by (preflight-images resolves a spec's tags)",
+            )
+        args = ["pull", "--quiet"]
+        stdin = None
+        if plain_http and self.name == "podman":
+            # docker already treats loopback registries as plain HTTP; podman must be told.
+            args.append("--tls-verify=false")
+        if login is not None:
+            if self.name != "podman":
+                raise InvalidInput(
+                    f"docker pulls with its own login only; npa found credentials for "
+                    f"{login.registry} in {login.source}",
+                    fix=f"docker login {login.registry}",
+                )
+            args += ["--authfile", "/dev/stdin"]
+            stdin = _auth_document(login)
+        result = self._call([*args, reference], timeout=PULL_TIMEOUT, stdin=stdin)
+        if result.returncode != 0:
+            # The command to retry by hand, minus the credential plumbing (stdin is npa's).
+            shown = args[:-2] if login is not None else args
+            retry = " ".join([self.binary, *shown, reference])
+            raise ContainerEngineError(
+                f"{self.name} could not pull {reference}: {_last_line(result.stderr)}",
+                fix=retry,
+            )
+        image_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
+        return image_id or reference
+
+    def run_argv(
+        self,
+        *,
+        image: str,
+        command: Sequence[str],
+        name: str,
+        env: Mapping[str, str],
+        mounts: Sequence[Mount],
+        workdir: str,
+        labels: Mapping[str, str],
+        user: str | None = None,
+    ) -> list[str]:
+        """The command line that runs ``command`` in ``image``, attached, removed when it ends.
+
+        The image must have been pulled (``--pull=never``): a run never fetches bytes that
+        preflight did not see.
+        """
+        argv = [self.binary, "run", "--rm", "--pull=never", "--name", name, "--workdir", workdir]
+        for key, value in sorted(labels.items()):
+            argv += ["--label", f"{key}={value}"]
+        for mount in mounts:
+            argv += ["--mount", mount.flag()]
+        for key in sorted(env):
+            # The value travels in the client's environment, never on its command line.
+            argv += ["--env", key]
+        if user:
+            argv += ["--user", user]
+        return [*argv, image, *command]
+
+    def remove_labelled(self, value: str) -> list[str]:
+        """Force-remove every container labelled ``io.npa.run=value``; returns their names."""
+        listed = self._call(
+            ["ps", "--all", "--filter", f"label={RUN_LABEL}={value}", "--format", "{{.Names}}"],
+            timeout=PROBE_TIMEOUT,
+        )
+        if listed.returncode != 0:
+            raise ContainerEngineError(
+                f"{self.name} could not list containers: {_last_line(listed.stderr)}",
+                fix=f"{self.binary} ps --all",
+            )
+        names = [n for n in listed.stdout.split() if n]
+        if names:
+            self._call(["rm", "--force", *names], timeout=PROBE_TIMEOUT)
+        return names
+
+
+def start_failure(engine: ContainerEngine, log_tail: str) -> NpaError | None:
+    """The npa error for an engine that failed before the stage's command ran, if it did."""
+    if _RLIMIT_MARK in log_tail:
+        return ContainerEngineError(
+            f"{engine.name} cannot set the container's resource limits on this host "
+            "(the host forbids raising them)",
+            fix=RLIMIT_FIX,
+        )
+    return None
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"
+
+
+def _works(binary: str, name: str) -> bool:
+    probe = ["info", "--format", "{{.Host.OCIRuntime.Name}}"] if name == "podman" else [
+        "version", "--format", "{{.Server.Version}}"
+    ]  # fmt: skip
+    try:
+        result = subprocess.run(
+            [binary, *probe],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=PROBE_TIMEOUT,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
+def find_engine(choice: str = "auto", *, path: str | None = None) -> ContainerEngine | None:
+    """The working engine ``choice`` names (``auto``: podman, then docker), or None.
+
+    "Working" means the engine answered: a docker client without a reachable daemon is not an
+    engine. An explicit ``podman``/``docker`` that does not work is an error with its fix;
+    ``auto`` that finds none returns None.
+    """
+    if choice not in ("auto", *ENGINES):
+        raise InvalidInput(
+            f"unknown container engine {choice!r}; choose auto, podman or docker",
+            fix="--engine auto",
+        )
+    search = path if path is not None else os.environ.get("PATH", "")
+    for name in ENGINES if choice == "auto" else (choice,):
+        binary = shutil.which(name, path=search)
+        if binary and _works(binary, name):
+            return ContainerEngine(name=name, binary=binary)
+        if choice != "auto":
+            install = "apt-get install -y podman" if name == "podman" else "start the docker daemon"
+            state = "does not answer" if binary else "is not installed"
+            raise ToolMissing(f"container engine {name} {state}", fix=install)
+    return None

@@ -1,0 +1,169 @@
+"""The run layout: where one run's objects live in its store, and what its parts are called.
+
+Everything below is derived from a run's workflow and run id; every module that needs one of
+these names asks here, so a reader finds the layout in one place (docs/storage-layout.md
+describes the same tree for people)::
+
+    <store>/<workflow>/<run>/                       the run root (NPA_RUN_PREFIX)
+      npa-workflow/                                 the run prefix npa writes under
+        manifest.json  plan.json  tasks/<stage><suffix>  source/  logs/
+        stages/<stage>/outputs/<path>  stages/<stage>/logs/  stages/<stage>/checkpoints/<path>
+
+Names in ``$NPA_HOME/locks``: ``manifest.<project>.<run>`` (every manifest writer on this
+machine), ``launch.<project>.<run>[.r<N>][.a<N>]`` (one launch transaction: its lock and journal),
+``supervisor.<project>.<run>`` (the run's watcher, held for its life).
+
+Job names: ``npa-<workflow>-<run>``, ``-r<N>`` for the N-th ``--resume-run``, ``-a<N>`` for the
+watcher's N-th relaunch. A stage's task is named ``<run>-<stage>``.
+
+Waves: a stage of ``shards`` shards, ``parallel`` at a time, runs ``ceil(shards / parallel)``
+waves; wave ``w`` runs shards ``w * parallel`` up to ``min((w + 1) * parallel, shards)``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+PREFIX_LEAF = "npa-workflow"
+# The folder, beside a workflow's runs, that holds the source blobs and trees its runs share.
+SHARED_SOURCE = "npa-source"
+MANIFEST_NAME = "manifest.json"
+PLAN_NAME = "plan.json"
+
+_RELAUNCH = re.compile(r"-a(\d+)$")
+
+
+# --- the store ----------------------------------------------------------------------------------
+
+
+def run_prefix(workflow: str, run_id: str) -> str:
+    """The key prefix everything npa writes for one run lives under, inside its store."""
+    return f"{workflow}/{run_id}/{PREFIX_LEAF}"
+
+
+def run_root(prefix: str) -> str:
+    """The run's root (``<workflow>/<run>``, or a URI ending so) from its run prefix."""
+    return prefix.removesuffix(f"/{PREFIX_LEAF}")
+
+
+def stage_key(prefix: str, stage: str) -> str:
+    """Where one stage's data lives under the run prefix."""
+    return f"{prefix}/stages/{stage}"
+
+
+def output_key(prefix: str, stage: str, path: str) -> str:
+    """Where a stage's declared output ``path`` lives (a folder output keeps its ``/``)."""
+    return f"{stage_key(prefix, stage)}/outputs/{path}"
+
+
+def checkpoint_key(prefix: str, stage: str, path: str) -> str:
+    return f"{stage_key(prefix, stage)}/checkpoints/{path}"
+
+
+def stage_logs_key(prefix: str, stage: str) -> str:
+    return f"{stage_key(prefix, stage)}/logs"
+
+
+def manifest_key(prefix: str) -> str:
+    return f"{prefix}/{MANIFEST_NAME}"
+
+
+def plan_key(prefix: str) -> str:
+    return f"{prefix}/{PLAN_NAME}"
+
+
+def task_key(prefix: str, stage: str, suffix: str) -> str:
+    return f"{prefix}/tasks/{stage}{suffix}"
+
+
+def source_key(prefix: str) -> str:
+    return f"{prefix}/source"
+
+
+def shared_source_key(prefix: str) -> str:
+    """Where the source blobs and trees every run of a workflow shares live
+    (``<workflow>/npa-source``), from one run's prefix (``<workflow>/<run>/npa-workflow``)."""
+    return f"{prefix.rsplit('/', 2)[0]}/{SHARED_SOURCE}"
+
+
+# --- local locks and journals -------------------------------------------------------------------
+
+
+def manifest_lock(project: str, run_id: str) -> str:
+    return f"manifest.{project}.{run_id}"
+
+
+def watcher_lock(project: str, run_id: str) -> str:
+    return f"supervisor.{project}.{run_id}"
+
+
+def watcher_dir(project: str, run_id: str) -> str:
+    """The watcher's folder under ``$NPA_HOME/supervisors``."""
+    return f"{project}.{run_id}"
+
+
+def launch_name(project: str, run_id: str, *, resumes: int, job_name: str) -> str:
+    """The lock and journal name of one launch: each resume and each relaunch is its own."""
+    name = f"launch.{project}.{run_id}" + (f".r{resumes}" if resumes else "")
+    return name + relaunch_suffix(job_name)
+
+
+# --- job and task names -------------------------------------------------------------------------
+
+
+def job_name(workflow: str, run_id: str) -> str:
+    return f"npa-{workflow}-{run_id}"
+
+
+def resume_job_name(workflow: str, run_id: str, attempt: int) -> str:
+    return f"{job_name(workflow, run_id)}-r{attempt}"
+
+
+def relaunch_job_name(name: str, attempt: int) -> str:
+    """The job name of the watcher's ``attempt``-th relaunch of the job called ``name``."""
+    return f"{base_job_name(name)}-a{attempt}"
+
+
+def relaunch_suffix(name: str) -> str:
+    """``.a<N>`` for a relaunch's job name, else ``""`` (journal names carry it)."""
+    match = _RELAUNCH.search(name)
+    return f".a{match.group(1)}" if match else ""
+
+
+def base_job_name(name: str) -> str:
+    """The job name without a relaunch's ``-a<N>``."""
+    return _RELAUNCH.sub("", name)
+
+
+def task_name(run_id: str, stage: str) -> str:
+    """The name a stage's task carries: unique within a run (stage names are), so it picks the
+    stage's task out of the run's pipeline job. It starts with a letter because SkyPilot names
+    the task's cluster after it, and a cluster name must (a run id starts with a digit)."""
+    return f"npa-{run_id}-{stage}"
+
+
+# --- waves and shards ---------------------------------------------------------------------------
+
+
+def wave_count(shards: int, parallel: int) -> int:
+    """How many waves run ``shards`` pieces ``parallel`` at a time."""
+    return math.ceil(shards / parallel)
+
+
+def shards_of_wave(wave: int, parallel: int, shards: int) -> list[int]:
+    """The shards wave ``wave`` runs."""
+    return list(range(wave * parallel, min((wave + 1) * parallel, shards)))
+
+
+# --- the stage contract -------------------------------------------------------------------------
+
+
+def input_variable(name: str) -> str:
+    """The environment variable that tells a stage where its input ``name`` is."""
+    return f"NPA_INPUT_{name.upper()}"
+
+
+def output_variable(name: str) -> str:
+    """The environment variable that tells a stage where to write its output ``name``."""
+    return f"NPA_OUTPUT_{name.upper()}"

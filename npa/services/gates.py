@@ -1,0 +1,380 @@
+"""Submit's gates: everything a launch needs, checked before anything is written.
+
+Each gate is one function that checks one thing and adds its :class:`Gate` (name, status,
+detail, the command that fixes it) to one list; what a gate establishes for the steps after it
+(the workflow, the reserved run, the store, the plan, the verified images, the accelerator
+names) is kept, typed, in :class:`Admission`. What a backend needs beyond npa's own gates comes
+from its capabilities, never from its name. Every gate reads only.
+
+    spec -> run -> store, store-credentials -> quota -> <backend prerequisites>
+        -> images (image:<tool> each) -> accelerators
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
+
+from npa.adapters.storage import (
+    BucketAbsent,
+    ObjectStore,
+    StoreUnavailable,
+    normalize_store_uri,
+    open_store,
+)
+from npa.backends.base import (
+    ExecutionBackend,
+    HasPrerequisites,
+    PullsPinnedImages,
+    ResolvesAccelerators,
+    RunsOnThisMachine,
+)
+from npa.core.errors import GatesFailed, NpaError
+from npa.core.paths import NpaPaths
+from npa.core.text import plural
+from npa.services.configure import ProjectSettings
+
+if TYPE_CHECKING:
+    from npa.plan.model import WorkflowPlan
+    from npa.runs.identity import RunEntry
+    from npa.spec.model import Workflow
+
+GateStatus = Literal["ok", "failed", "unknown", "skipped", "not_applicable"]
+
+
+class Gate(BaseModel):
+    """One gate's verdict."""
+
+    name: str
+    status: GateStatus
+    detail: str
+    fix: str | None = None
+
+
+@dataclass
+class Admission:
+    """What the gates established, for the steps after them."""
+
+    store_uri: str
+    workflow: Workflow | None = None
+    spec_sha256: str | None = None
+    entry: RunEntry | None = None
+    store: ObjectStore | None = None
+    plan: WorkflowPlan | None = None
+    images: dict[str, str] = field(default_factory=dict)  # TOOL_REF -> image as recorded
+    accelerators: dict[str, str] = field(default_factory=dict)  # spec name -> cluster name
+
+
+@dataclass
+class GateReport:
+    """Every gate, in the order they ran, and what they established."""
+
+    admission: Admission
+    gates: list[Gate] = field(default_factory=list)
+
+    def add(self, name: str, status: GateStatus, detail: str, fix: str | None = None) -> None:
+        self.gates.append(Gate(name=name, status=status, detail=detail, fix=fix))
+
+    @property
+    def failed(self) -> list[Gate]:
+        return [g for g in self.gates if g.status in ("failed", "unknown")]
+
+    def raise_if_failed(self) -> None:
+        """GatesFailed listing every gate that did not pass, each with its fix."""
+        failed = self.failed
+        if not failed:
+            return
+        lines = [
+            f"  - {g.name}: {g.detail}" + (f"\n      fix: {g.fix}" if g.fix else "") for g in failed
+        ]
+        raise GatesFailed(
+            f"submit stopped before staging anything: {plural(len(failed), 'gate')} did not "
+            "pass\n" + "\n".join(lines),
+            fix=failed[0].fix,
+            details={"gates": [g.model_dump(mode="json") for g in self.gates]},
+        )
+
+
+@dataclass
+class GateInput:
+    """What submit was asked to do, as far as the gates need it."""
+
+    spec: Path
+    run: str | None  # --resume-run or --run-id
+    preflight_images: bool = True
+    resolve_accelerators: bool = True
+    image_overrides: tuple[str, ...] = ()
+    image: str | None = None
+    registry_auth: tuple[str, ...] = ()
+
+
+def _cmd(*argv: str) -> str:
+    return shlex.join(["npa", *argv])
+
+
+def run_gates(
+    asked: GateInput, paths: NpaPaths, settings: ProjectSettings, backend: ExecutionBackend
+) -> GateReport:
+    """Run every gate in order; returns them with what later steps need."""
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+    report = GateReport(Admission(store_uri=store_uri))
+    spec_gate(report, asked.spec)
+    run_gate(report, asked, paths, settings)
+    store_gates(report, paths, settings)
+    quota_gate(report, asked.spec, paths, backend)
+    prerequisite_gates(report, settings.project, backend)
+    image_gates(report, asked, paths, settings.project, backend)
+    if asked.resolve_accelerators:
+        accelerator_gate(report, backend)
+    return report
+
+
+def spec_gate(report: GateReport, spec: Path) -> None:
+    from npa.spec.validate import read_spec_text, validate_text
+
+    fix = _cmd("workbench", "workflow", "validate-spec", str(spec))
+    try:
+        workflow, issues = validate_text(read_spec_text(spec))
+    except NpaError as error:
+        report.add("spec", "failed", error.message, fix)
+        return
+    if workflow is None and issues:
+        first = "; ".join(f"{i.path or '<document>'}: {i.message}" for i in issues[:3])
+        more = f" (+{len(issues) - 3} more)" if len(issues) > 3 else ""
+        report.add("spec", "failed", f"{plural(len(issues), 'issue')}: {first}{more}", fix)
+    elif workflow is not None:
+        detail = f"workflow {workflow.metadata.name}, {plural(len(workflow.stages), 'stage')}"
+        report.add("spec", "ok", detail)
+    report.admission.workflow = workflow
+
+
+def run_gate(
+    report: GateReport, asked: GateInput, paths: NpaPaths, settings: ProjectSettings
+) -> None:
+    from npa.runs.identity import load_record, read_spec_identity
+    from npa.runs.selection import choose_run
+
+    project = settings.project
+    spec = asked.spec
+    prepare = _cmd(
+        "workbench", "workflow", "prepare-run", str(spec.resolve()), "--project", project
+    )
+    if asked.run is None:
+        report.add(
+            "run",
+            "failed",
+            "no run named: submit never picks a run; pass --run-id from prepare-run, or "
+            "--resume-run to continue one",
+            f'RUN_ID="$({prepare})"',
+        )
+        return
+    try:
+        workflow_name, spec_sha256 = read_spec_identity(spec)
+        record = load_record(paths, project, settings.identity, workflow_name)
+        entry, warnings = choose_run(
+            record, asked.run, spec_sha256=spec_sha256, interactive=False, prepare_command=prepare
+        )
+    except NpaError as error:
+        report.add("run", "failed", error.message, error.fix or f'RUN_ID="$({prepare})"')
+        return
+    report.admission.spec_sha256 = spec_sha256
+    report.admission.entry = entry
+    report.add(
+        "run",
+        "ok",
+        f"run {entry.run_id} reserved {entry.reserved_at}"
+        + (f"; {warnings[0]}" if warnings else ""),
+    )
+
+
+def _store_credentials(settings: ProjectSettings, store_uri: str) -> tuple[GateStatus, str]:
+    """Whether boto3 can find credentials for an s3:// store (by source name, no value)."""
+    if not store_uri.startswith("s3://"):
+        return "not_applicable", "file store: no credentials needed"
+    import boto3
+
+    session = boto3.Session(profile_name=settings.value("profile"))
+    creds = session.get_credentials()
+    if creds is None:
+        return "failed", "no S3 credentials found in the environment, profile or default chain"
+    return "ok", f"credentials from {creds.method} (values never read by npa)"
+
+
+def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) -> None:
+    facts = report.admission
+    project = settings.project
+    store_uri = facts.store_uri
+    show = _cmd("configure", "--show", "--project", project)
+    entry = facts.entry
+    if entry is not None and entry.store != store_uri:
+        report.add(
+            "store",
+            "failed",
+            f"run {entry.run_id} was reserved in {entry.store}, but project {project} now "
+            f"resolves to {store_uri}",
+            show,
+        )
+    status, detail = _store_credentials(settings, store_uri)
+    if status == "failed":
+        report.add(
+            "store-credentials",
+            "failed",
+            detail,
+            f"npa configure --project {project} --profile PROFILE  # or export "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+        )
+    else:
+        report.add("store-credentials", status, detail)
+    try:
+        store = open_store(
+            store_uri,
+            endpoint_url=settings.value("endpoint_url"),
+            region=settings.value("region"),
+            profile=settings.value("profile"),
+            fix_hint=show,
+            paths=paths,
+        )
+        facts.store = store
+        if status != "failed":
+            name = facts.workflow.metadata.name if facts.workflow else "x"
+            store.list_page(f"{name}/", page_size=1)
+            report.add("store", "ok", f"{store_uri} answered")
+    except BucketAbsent as error:
+        report.add("store", "failed", error.message, error.fix)
+    except StoreUnavailable as error:
+        report.add("store", "unknown", error.message, error.fix or show)
+    except NpaError as error:
+        report.add("store", "failed", error.message, error.fix or show)
+
+
+def quota_gate(report: GateReport, spec: Path, paths: NpaPaths, backend: ExecutionBackend) -> None:
+    from npa.plan.model import build_plan
+
+    facts = report.admission
+    workflow, entry = facts.workflow, facts.entry
+    if workflow is None or entry is None:
+        report.add("quota", "skipped", "needs a valid spec and a reserved run")
+        return
+    plan = build_plan(workflow, entry.run_id, store_uri=facts.store_uri)
+    facts.plan = plan
+    if not isinstance(backend, RunsOnThisMachine):
+        report.add(
+            "quota",
+            "not_applicable",
+            f"{plural(len(plan.stages), 'stage')} planned; the cluster exists already, so its disk "
+            "quota was checked by provision-if-absent",
+        )
+        return
+    from npa.plan.infra import local_requirements
+    from npa.plan.quota import assess
+    from npa.plan.quota_sources import quota_sources
+
+    fix = _cmd("workbench", "workflow", "plan-spec", str(spec), "--run-id", entry.run_id)
+    fix += " --target local"
+    quota = assess(local_requirements(workflow), quota_sources(local_store=paths.local_store))
+    if quota.verdict == "blocked":
+        report.add("quota", "failed", "the local disk cannot hold the run's outputs", fix)
+    elif quota.verdict == "blocked-unknown":
+        detail = "; ".join(quota.problems) or "quota evidence unknown"
+        report.add("quota", "unknown", detail, fix)
+    else:
+        report.add("quota", "ok", f"{plural(len(plan.stages), 'stage')} planned; local disk ok")
+
+
+def prerequisite_gates(report: GateReport, project: str, backend: ExecutionBackend) -> None:
+    if not isinstance(backend, HasPrerequisites):
+        return
+    for need in backend.prerequisites(project):
+        if need.ok:
+            report.add(need.name, "ok", need.detail)
+        else:
+            report.add(need.name, "failed", need.detail, need.fix)
+
+
+def image_gates(
+    report: GateReport,
+    asked: GateInput,
+    paths: NpaPaths,
+    project: str,
+    backend: ExecutionBackend,
+) -> None:
+    workflow = report.admission.workflow
+    if workflow is None:
+        return
+    if not isinstance(backend, PullsPinnedImages):
+        # The record keeps the images as declared; nothing pulls them.
+        report.admission.images = {k: t.image for k, t in workflow.tools.items()}
+        report.add(
+            "images",
+            "not_applicable",
+            f"the {backend.name} backend runs stages as host processes; no image is pulled",
+        )
+        return
+    if not asked.preflight_images:
+        report.add("images", "skipped", "--no-preflight-images: render needs pinned digests")
+        return
+    from npa.services.images import preflight
+
+    try:
+        result = preflight(
+            asked.spec,
+            project=project,
+            context=backend.pull_context(),
+            image_overrides=list(asked.image_overrides),
+            image=asked.image,
+            registry_auth=list(asked.registry_auth),
+            paths=paths,
+        )
+    except NpaError as error:
+        report.add("images", "failed", error.message, error.fix)
+        return
+    for row in result.images:
+        if row.status == "ok":
+            continue
+        kind: GateStatus = "unknown" if row.status in ("unreachable", "unverified") else "failed"
+        report.add(
+            f"image:{row.tool}", kind, f"{row.reference}: {row.status}: {row.detail}", row.fix
+        )
+    if result.ok:
+        report.add("images", "ok", f"{plural(len(result.images), 'image')} verified")
+    report.admission.images = dict(result.digests)
+
+
+def accelerator_gate(report: GateReport, backend: ExecutionBackend) -> None:
+    """Rename the spec's accelerators to the names the cluster's nodes carry."""
+    from npa.launch.accelerators import resolve
+    from npa.spec.model import parse_accelerators
+
+    workflow = report.admission.workflow
+    if not isinstance(backend, ResolvesAccelerators) or workflow is None:
+        return
+    wanted = sorted(
+        {
+            parsed[0]
+            for s in workflow.stages
+            if s.resources.accelerators and (parsed := parse_accelerators(s.resources.accelerators))
+        }
+    )
+    if not wanted or not backend.can_resolve_accelerators():
+        return
+    try:
+        names = backend.accelerator_names()
+    except Exception as exc:
+        detail = f"cannot read node labels: {type(exc).__name__}"
+        report.add("accelerators", "unknown", detail, backend.node_labels_fix())
+        return
+    for name in wanted:
+        answer = resolve(name, names)
+        if answer.resolved and answer.resolved != name:
+            report.admission.accelerators[name] = answer.resolved
+        elif answer.resolved is None:
+            report.add(
+                "accelerators",
+                "failed",
+                f"{name}: {answer.detail} (cluster GPU labels: {', '.join(names) or 'none'})",
+                backend.gpus_fix(),
+            )

@@ -1,0 +1,182 @@
+"""The import-graph check ``make lint`` runs: imports point downward only, and no package cycle.
+
+Layers, top to bottom (docs/development.md and ARCHITECTURE's layering)::
+
+    5  npa.__main__, npa.cli
+    4  npa.services
+    3  npa.spec, npa.plan, npa.images, npa.render, npa.runs, npa.launch, npa.insights  (domain)
+    2  npa.adapters.*, npa.backends                                                 (adapters)
+    1  npa.core, npa (the package itself: its version)
+
+A module may import its own layer or any layer below it. Within a layer, packages may import one
+another, but the package graph has no cycle (a package is ``npa.<name>``, and each
+``npa.adapters.<name>`` on its own). Outside ``npa.backends`` a backend is reached through the
+registry (``npa.backends``) and the interface (``npa.backends.base``) only, never by importing a
+backend's own folder; the one exception is the ``render`` verb's SkyPilot review in
+``npa.render.tasks``. Upward imports still owed are listed, with their reason, in
+``UPWARD_EXCEPTIONS``.
+
+Run it as ``python -m tests.import_graph [ROOT]``; it prints each violation and exits 1.
+Every import counts, also those inside functions and under ``if TYPE_CHECKING``.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+LAYERS: dict[str, int] = {
+    "__main__": 5,
+    "cli": 5,
+    "services": 4,
+    "spec": 3,
+    "plan": 3,
+    "images": 3,
+    "render": 3,
+    "runs": 3,
+    "launch": 3,
+    "insights": 3,
+    "adapters": 2,
+    "backends": 2,
+    "core": 1,
+    "": 1,  # npa/__init__.py
+}
+# Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
+BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
+# Upward imports known and owed, each with its reason; the list may only shrink.
+UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the imported module
+    path: Path
+    line: int
+
+
+def module_name(root: Path, path: Path) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(root: Path) -> Iterator[Import]:
+    """Every ``npa`` import of every module under ``root`` (the ``npa`` package folder)."""
+    for path in sorted(root.rglob("*.py")):
+        module = module_name(root, path)
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = module.split(".")
+                    base = base if is_package else base[:-1]
+                    base = base[: len(base) - (node.level - 1)]
+                    targets = [".".join([*base, *([node.module] if node.module else [])])]
+                else:
+                    targets = [node.module or ""]
+            else:
+                continue
+            for target in targets:
+                if target == "npa" or target.startswith("npa."):
+                    yield Import(module, target, path, node.lineno)
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    name = parts[1] if len(parts) > 1 else ""
+    if name not in LAYERS:
+        raise SystemExit(f"{module}: package npa.{name} has no layer in tests/import_graph.py")
+    return LAYERS[name]
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] == "adapters":
+        return ".".join(parts[:3])
+    return ".".join(parts[:2])
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one package (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def violations(root: Path) -> list[str]:
+    """Every upward import, backend-folder import and package cycle under ``root``."""
+    problems: list[str] = []
+    edges: dict[str, set[str]] = {}
+    for imp in imports(root):
+        where = f"{imp.path}:{imp.line}"
+        owed = (imp.module, imp.target) in UPWARD_EXCEPTIONS
+        if layer_of(imp.target) > layer_of(imp.module) and not owed:
+            problems.append(f"{where}: upward import: {imp.module} imports {imp.target}")
+        if (
+            imp.target.startswith(("npa.backends.local", "npa.backends.skypilot"))
+            and not imp.module.startswith("npa.backends")
+            and not any(
+                imp.module.startswith(a) and imp.target.startswith(b) for a, b in BACKEND_EXCEPTIONS
+            )
+        ):
+            problems.append(
+                f"{where}: {imp.module} imports a backend's folder ({imp.target}); use the "
+                "interface in npa.backends.base and the registry in npa.backends"
+            )
+        source, target = package_of(imp.module), package_of(imp.target)
+        if source != target:
+            edges.setdefault(source, set()).add(target)
+    for component in cycles(edges):
+        problems.append("package cycle: " + " <-> ".join(component))
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "npa"
+    problems = violations(root)
+    for problem in problems:
+        print(problem)
+    if problems:
+        print(f"{len(problems)} import-graph violation(s)", file=sys.stderr)
+        return 1
+    print(f"import graph ok: {root}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
