@@ -13,7 +13,7 @@ TOOLS_CACHE ?= $(or $(NPA_TOOLS_CACHE),$(HOME)/.cache/npa-tools)
 TOOLS_ENV := $(TOOLS_CACHE)/env.sh
 PYTEST_ARGS ?=
 
-.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint test demo bench clean
+.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint test demo demo-cluster bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -52,6 +52,11 @@ test: prepare-test lint
 
 demo: prepare-demo
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
+
+# Not one of the two commands: the lifecycle on the test harness's single-node Kubernetes
+# cluster through SkyPilot managed jobs (root; the tools and images of the test profile).
+demo-cluster: prepare-test
+	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo-cluster
 
 bench: prepare-test
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/cli_startup.py

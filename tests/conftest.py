@@ -8,6 +8,7 @@ from types import FrameType
 import pytest
 
 from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
+    cluster,
     kube,
     kube_server,
     npa_home,
@@ -16,6 +17,7 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     registry_server,
     s3,
     s3_server,
+    sky_cluster,
     sky_server,
 )
 from tests.harness.procs import LIVE, pid_alive

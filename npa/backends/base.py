@@ -194,6 +194,17 @@ class TaskOutput(BaseModel):
     key: str  # its key in the run's store
 
 
+def pod_security_context(run_as_user: int, run_as_group: int, fs_group: int) -> dict[str, Any]:
+    """The pod security context a stage's task runs under (rendered into its ``pod_config``);
+    the image capability probe runs under exactly this one."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": run_as_user,
+        "runAsGroup": run_as_group,
+        "fsGroup": fs_group,
+    }
+
+
 class StageTask(BaseModel):
     """Everything a backend needs to run one stage, in backend-neutral terms: the domain fills
     it from the spec and the plan (:mod:`npa.render.tasks`), a backend encodes it as its task
@@ -353,6 +364,16 @@ class HasPrerequisites(abc.ABC):
         """Each prerequisite with its state; reads only."""
 
 
+class PreparesLaunch(abc.ABC):
+    """Before its launch transaction, ``submit`` (and only it) hands the backend the submission:
+    the backend puts in place what its job needs from this process (credentials the job's pods
+    read, a local service it may start), so that nothing of it is written into a task file."""
+
+    @abc.abstractmethod
+    def prepare_launch(self, submission: JobSubmission) -> None:
+        """Make ``submission`` launchable; raises an NpaError with its fix when it cannot."""
+
+
 @dataclass(frozen=True)
 class ReadinessTarget:
     """The API a launch needs stable first, and one question to it (``/readyz``)."""
@@ -396,12 +417,19 @@ class ReportsPodReasons(abc.ABC):
     """A waiting job's pods can say why they wait (image pull, scheduling): status asks."""
 
     @abc.abstractmethod
-    def pending_reasons(self, record: JobRecord) -> list[PodReason]:
-        """Why ``record``'s pods are not running; [] when they run or do not exist yet.
-        Raises what its client raises (the caller reports "unavailable")."""
+    def pending_reasons(self, record: JobRecord, project: str) -> list[PodReason]:
+        """Why ``record``'s pods (of ``project``) are not running, and why those that could not
+        start and are gone failed; [] when they run or do not exist yet. Raises what its client
+        raises (the caller reports "unavailable")."""
 
     @abc.abstractmethod
-    def pods_source(self) -> PodSource:
+    def startup_failures(self, record: JobRecord, project: str) -> list[tuple[str, PodReason]]:
+        """Every pod of ``record`` that could not start, gone ones included (one per pod,
+        oldest first), with the name of the task it ran; the run watcher counts them while the
+        job itself still waits. Raises what its client raises."""
+
+    @abc.abstractmethod
+    def pods_source(self, project: str) -> PodSource:
         """Where the answer comes from, and whether it can be asked."""
 
 

@@ -138,8 +138,9 @@ def base_job_name(name: str) -> str:
 
 def task_name(run_id: str, stage: str) -> str:
     """The name a stage's task carries: unique within a run (stage names are), so it picks the
-    stage's task out of the run's pipeline job."""
-    return f"{run_id}-{stage}"
+    stage's task out of the run's pipeline job. It starts with a letter because SkyPilot names
+    the task's cluster after it, and a cluster name must (a run id starts with a digit)."""
+    return f"npa-{run_id}-{stage}"
 
 
 # --- waves and shards ---------------------------------------------------------------------------

@@ -1,17 +1,24 @@
 """The bootstrap contract: what a first-party image promises in its OCI config labels.
 
-A first-party image is built to run npa's stage bootstrap: a POSIX shell at ``/bin/sh``, a
-writable ``/tmp``, and a fixed non-root user. It says so with labels in its image config, so
-npa can verify the promise by reading metadata instead of running anything:
+A first-party image is built to run a stage as npa's fixed non-root user, through SkyPilot's pod
+start-up: a POSIX shell at ``/bin/sh`` and ``bash`` (SkyPilot's pod command), a writable
+``/tmp``, a passwd entry for the user and a home it can write (SkyPilot's set-up works under
+``$HOME``), passwordless ``sudo`` (SkyPilot's set-up runs ``sudo`` as that user, which
+refuses a user without a passwd entry), and the AWS CLI (a stage's set-up fetches the source
+and its inputs from the run store with it). It says so with labels in its image config, so npa can
+verify the promise by reading metadata instead of running anything:
 
 ==================================  ============================================================
-``io.npa.contract.version``         contract version the image was built for (this npa: 1)
+``io.npa.contract.version``         contract version the image was built for (this npa: 2)
 ``io.npa.contract.user``            ``UID`` or ``UID:GID``, numeric, UID not 0
 ``io.npa.contract.capabilities``    comma list; must include every capability of the version
 ==================================  ============================================================
 
-An image without ``io.npa.contract.version`` is unattested: it gets one bounded capability
-probe (:mod:`npa.images.probe`) that checks the same capabilities by running the image.
+An image without ``io.npa.contract.version``, or built for an older version (which promises less
+than this npa needs), is unattested: it gets one bounded capability probe
+(:mod:`npa.images.probe`) that checks the same capabilities by running the image under the
+security context its tasks get
+(:func:`npa.backends.base.pod_security_context`).
 """
 
 from __future__ import annotations
@@ -23,13 +30,21 @@ from typing import Any
 
 from npa.core.errors import InvalidInput
 
-CONTRACT_VERSION = 1
+CONTRACT_VERSION = 2
 LABEL_PREFIX = "io.npa.contract."
 LABEL_VERSION = LABEL_PREFIX + "version"
 LABEL_USER = LABEL_PREFIX + "user"
 LABEL_CAPABILITIES = LABEL_PREFIX + "capabilities"
-# What version 1 of the bootstrap needs from an image.
-REQUIRED_CAPABILITIES = ("posix-shell", "writable-tmp")
+# What version 2 of the contract needs from an image (version 1 had only the first two).
+REQUIRED_CAPABILITIES = (
+    "posix-shell",
+    "writable-tmp",
+    "bash",
+    "passwd-user",
+    "writable-home",
+    "sudo",
+    "aws-cli",
+)
 
 _USER = re.compile(r"^(?P<uid>[0-9]{1,10})(?::(?P<gid>[0-9]{1,10}))?$")
 
@@ -58,7 +73,8 @@ def labels_of(config: Mapping[str, Any]) -> dict[str, str]:
 
 
 def read_attestation(config: Mapping[str, Any]) -> Attestation | None:
-    """Verify the contract labels of ``config``; None when the image claims no contract.
+    """Verify the contract labels of ``config``; None when the image claims no contract, or an
+    older one (it promises less than this npa needs, so the probe checks instead).
 
     Raises ContractViolation when the image claims the contract and breaks it.
     """
@@ -76,6 +92,8 @@ def read_attestation(config: Mapping[str, Any]) -> Attestation | None:
         )
     if version < 1:
         raise ContractViolation(f"label {LABEL_VERSION}={raw_version!r} names no contract")
+    if version < CONTRACT_VERSION:
+        return None
 
     raw_user = labels.get(LABEL_USER, "")
     match = _USER.fullmatch(raw_user.strip())

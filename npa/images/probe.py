@@ -1,11 +1,14 @@
 """The capability probe: run an unattested image once, bounded, and read what it can do.
 
-The probe is a Pod in the selected Kubernetes context that runs the image, pinned by digest,
-as the user the run will use, with a fixed shell command that checks the contract's
-capabilities and writes one line to the termination message. It is bounded three ways: small
-resource limits, ``activeDeadlineSeconds`` on the Pod, and npa's own wait timeout. Whatever the
-outcome, npa deletes the Pod and reads it back until the API answers 404; a Pod that will not go
-away fails the probe, because a probe must leave nothing running behind it.
+The probe is a Pod in the project's namespace (the one provisioning created, where the run's
+pods will run) that runs the image, pinned by digest, under the pod security context the
+stage's task gets, with a fixed shell command that checks the contract's capabilities (what
+SkyPilot's pod start-up needs as that user: a passwd entry, a writable home, bash, passwordless
+sudo; and the AWS CLI the stage's set-up fetches its inputs with) and writes one line to the
+termination message. It is bounded three ways: small resource limits,
+``activeDeadlineSeconds`` on the Pod, and npa's own wait timeout. Whatever the outcome,
+npa deletes the Pod and reads it back until the API answers 404; a Pod that will not go away
+fails the probe, because a probe must leave nothing running behind it.
 
 ``kubernetes`` is imported inside the functions that use it so the CLI stays fast to start.
 """
@@ -22,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from npa.backends.base import pod_security_context
 from npa.images.contract import CONTRACT_VERSION, REQUIRED_CAPABILITIES
 
 PROBE_LABEL = "npa.io/probe"
@@ -32,14 +36,24 @@ POLL_INTERVAL = 0.5
 LIMITS = {"cpu": "100m", "memory": "64Mi", "ephemeral-storage": "64Mi"}
 
 # The probe command: every check runs, then one line reports all of them. The exit status is
-# non-zero when a required capability is missing. Only POSIX sh builtins and `id` (optional).
+# non-zero when a required capability is missing. POSIX sh builtins, plus `id` and `sudo` when
+# the image has them: `sudo -n true` is what SkyPilot's `sudo` needs (no password, and a passwd
+# entry for the user, which sudo refuses to run without).
 PROBE_SCRIPT = (
     "uid=$(id -u 2>/dev/null || echo unknown); "
     "tmp=no; f=/tmp/.npa-probe.$$; "
     'if : > "$f" 2>/dev/null; then rm -f "$f"; tmp=yes; fi; '
-    f"printf 'npa-probe/{CONTRACT_VERSION} uid=%s posix-shell=yes writable-tmp=%s\\n' "
-    '"$uid" "$tmp" > /dev/termination-log; '
-    'test "$tmp" = yes'
+    "bash=no; command -v bash >/dev/null 2>&1 && bash=yes; "
+    "user=no; id -un >/dev/null 2>&1 && user=yes; "
+    'home=no; h="${HOME:-/}"; g="$h/.npa-probe.$$"; '
+    'if [ "$h" != / ] && : > "$g" 2>/dev/null; then rm -f "$g"; home=yes; fi; '
+    'sudo=no; if [ "$uid" = 0 ]; then sudo=yes; '
+    "elif command -v sudo >/dev/null 2>&1 && sudo -n true >/dev/null 2>&1; then sudo=yes; fi; "
+    "aws=no; command -v aws >/dev/null 2>&1 && aws=yes; "
+    f"printf 'npa-probe/{CONTRACT_VERSION} uid=%s posix-shell=yes writable-tmp=%s bash=%s "
+    "passwd-user=%s writable-home=%s sudo=%s aws-cli=%s\\n' "
+    '"$uid" "$tmp" "$bash" "$user" "$home" "$sudo" "$aws" > /dev/termination-log; '
+    'test "$tmp$bash$user$home$sudo$aws" = yesyesyesyesyesyes'
 )
 _RESULT = re.compile(r"npa-probe/(?P<version>[0-9]+)(?P<fields>(?: [a-z-]+=[A-Za-z0-9-]+)*)")
 
@@ -61,6 +75,7 @@ class ProbeOutcome:
     namespace: str
     uid: int | None = None
     fix: str | None = None
+    namespace_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,8 +97,11 @@ def default_kubeconfig() -> str:
     return os.environ.get("KUBECONFIG") or str(Path.home() / ".kube" / "config")
 
 
-def select_target(context: str, kubeconfig: Path | str | None) -> ProbeTarget:
-    """The namespace of ``context`` in ``kubeconfig`` (default: :func:`default_kubeconfig`)."""
+def select_target(
+    context: str, kubeconfig: Path | str | None, namespace: str | None = None
+) -> ProbeTarget:
+    """Where to probe: ``namespace`` (the project's) in ``context``, else the context's own
+    namespace in ``kubeconfig`` (default: :func:`default_kubeconfig`)."""
     from kubernetes import config as kconfig
 
     config_file = str(kubeconfig) if kubeconfig else default_kubeconfig()
@@ -93,8 +111,8 @@ def select_target(context: str, kubeconfig: Path | str | None) -> ProbeTarget:
         raise ProbeSetupError(f"cannot read the kubeconfig {config_file}: {exc}") from None
     for entry in contexts or []:
         if entry.get("name") == context:
-            namespace = (entry.get("context") or {}).get("namespace") or "default"
-            return ProbeTarget(context, config_file, namespace)
+            chosen = namespace or (entry.get("context") or {}).get("namespace") or "default"
+            return ProbeTarget(context, config_file, chosen)
     raise ProbeSetupError(f"kube context {context!r} is not in the kubeconfig {config_file}")
 
 
@@ -106,10 +124,16 @@ def pod_name(digest: str) -> str:
     return f"npa-probe-{digest.split(':', 1)[-1][:12]}-{secrets.token_hex(3)}"
 
 
-def probe_pod(name: str, image: str, run_as_user: int, run_as_group: int, deadline: int) -> Any:
-    """The Pod body of one probe: pinned image, fixed command, non-root, bounded."""
+def probe_pod(
+    name: str, image: str, run_as_user: int, run_as_group: int, deadline: int, fs_group: int
+) -> Any:
+    """The Pod body of one probe: pinned image, fixed command, bounded, and the pod security
+    context of the stage's task, no more and no less: a stricter one (no privilege escalation,
+    no capabilities) would fail ``sudo`` that the task can run, a looser one would pass what the
+    task cannot."""
     from kubernetes import client
 
+    context = pod_security_context(run_as_user, run_as_group, fs_group)
     resources = client.V1ResourceRequirements(limits=dict(LIMITS), requests=dict(LIMITS))
     container = client.V1Container(
         name="probe",
@@ -119,14 +143,6 @@ def probe_pod(name: str, image: str, run_as_user: int, run_as_group: int, deadli
         resources=resources,
         termination_message_path="/dev/termination-log",
         termination_message_policy="File",
-        security_context=client.V1SecurityContext(
-            run_as_user=run_as_user,
-            run_as_group=run_as_group,
-            run_as_non_root=True,
-            allow_privilege_escalation=False,
-            privileged=False,
-            capabilities=client.V1Capabilities(drop=["ALL"]),
-        ),
     )
     return client.V1Pod(
         metadata=client.V1ObjectMeta(
@@ -139,12 +155,18 @@ def probe_pod(name: str, image: str, run_as_user: int, run_as_group: int, deadli
             automount_service_account_token=False,
             enable_service_links=False,
             termination_grace_period_seconds=0,
+            security_context=client.V1PodSecurityContext(
+                run_as_non_root=context["runAsNonRoot"],
+                run_as_user=context["runAsUser"],
+                run_as_group=context["runAsGroup"],
+                fs_group=context["fsGroup"],
+            ),
         ),
     )
 
 
 def parse_result(message: str) -> dict[str, str] | None:
-    """``npa-probe/1 uid=1000 posix-shell=yes writable-tmp=yes`` -> fields, or None."""
+    """``npa-probe/2 uid=1000 posix-shell=yes writable-tmp=yes ...`` -> fields, or None."""
     for line in (message or "").splitlines():
         match = _RESULT.fullmatch(line.strip())
         if match:
@@ -178,17 +200,35 @@ class CapabilityProber:
         self.sleep = sleep
         self.on_created = on_created
 
-    def run(self, image: str, digest: str, *, run_as_user: int, run_as_group: int) -> ProbeOutcome:
+    def run(
+        self,
+        image: str,
+        digest: str,
+        *,
+        run_as_user: int,
+        run_as_group: int,
+        fs_group: int | None = None,
+    ) -> ProbeOutcome:
         """Create, wait, read, delete, confirm; the Pod is gone (or reported) on every path."""
         from kubernetes.client.rest import ApiException
 
         ns = self.target.namespace
         name = pod_name(digest)
         deadline = max(1, int(self.timeout))
-        body = probe_pod(name, image, run_as_user, run_as_group, deadline)
+        group = run_as_group if fs_group is None else fs_group
+        body = probe_pod(name, image, run_as_user, run_as_group, deadline, group)
         try:
             self.core.create_namespaced_pod(ns, body)
         except ApiException as exc:
+            if exc.status == 404:
+                return ProbeOutcome(
+                    "unverified",
+                    f"namespace {ns} does not exist in context {self.target.context}: the "
+                    "probe runs where the run's pods will, in the namespace provisioning creates",
+                    name,
+                    ns,
+                    namespace_missing=True,
+                )
             return ProbeOutcome(
                 "unverified",
                 f"the API refused the probe Pod: HTTP {exc.status} {_api_reason(exc)}",

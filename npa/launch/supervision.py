@@ -14,8 +14,9 @@ Four classes, each with its own recovery rule:
 
 Independently, the same startup failure seen ``--startup-failure-threshold`` times in a row is
 FAILED_STARTUP: an infrastructure problem, not the payload's. Startup failures are refused
-launches and jobs that ended FAILED_CONTROLLER (the jobs controller itself failed); "the same"
-compares their signatures (:func:`failure_signature`).
+launches, jobs that ended FAILED_CONTROLLER (the jobs controller itself failed), and pods of a
+live job that could not start while SkyPilot retries them by itself (an image it cannot pull:
+:func:`count_startup_failure`); "the same" compares their signatures (:func:`failure_signature`).
 """
 
 from __future__ import annotations
@@ -147,6 +148,43 @@ def record(
             recovery=verdict.recovery.value,
             detail=detail,
             startup=startup,
+            stage=stage,
+        )
+    )
+    return verdict
+
+
+def count_startup_failure(
+    supervisor: SupervisorRecord,
+    *,
+    what: str,
+    failure: str,
+    detail: str,
+    policy: Policy,
+    stage: str | None = None,
+) -> Verdict:
+    """Count one startup failure of a job that is still live: SkyPilot retries the start by
+    itself, so npa relaunches nothing and keeps the job (adopted) until the identical failure
+    has been seen ``--startup-failure-threshold`` times in a row; then the run is
+    FAILED_STARTUP and the job must be cancelled."""
+    stop = _identical_run(supervisor, failure) + 1 >= policy.startup_failure_threshold
+    verdict = Verdict(
+        Classification.TRANSIENT_INFRASTRUCTURE,
+        Recovery.STOPPED if stop else Recovery.ADOPTED,
+        JobState.FAILED_STARTUP if stop else None,
+    )
+    supervisor.startup_failures += 1
+    supervisor.classification = verdict.classification.value
+    supervisor.recovery = verdict.recovery.value
+    supervisor.attempts.append(
+        SupervisorAttempt(
+            at=now_iso(),
+            what=what,
+            failure=failure,
+            classification=verdict.classification.value,
+            recovery=verdict.recovery.value,
+            detail=detail,
+            startup=True,
             stage=stage,
         )
     )

@@ -33,6 +33,7 @@ from npa.core.errors import (
     LaunchRejected,
     LaunchStopped,
     NotFound,
+    NotStable,
     TransientRefusal,
 )
 from npa.core.fsio import exclusive_lock
@@ -124,8 +125,17 @@ class Transaction:
         return _status_fix(self.submission.run_id, self.submission.project)
 
     def _establish(self) -> None:
-        if self.readiness is not None:
-            self.record.readiness.append(self.readiness.establish())
+        """Establish API stability and journal the evidence, stable or not, so a later reader
+        of the launch sees on what the launch (or the refusal to launch) was based."""
+        if self.readiness is None:
+            return
+        try:
+            found = self.readiness.establish()
+        except NotStable as unstable:
+            self.journal.append("readiness", "failed", readiness=unstable.details.get("readiness"))
+            raise
+        self.record.readiness.append(found)
+        self.journal.append("readiness", "done", readiness=found.model_dump(mode="json"))
 
     def _adopt(self, job_id: int, how: str) -> LaunchTransaction:
         self.record.adopted_job_id = job_id

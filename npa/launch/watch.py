@@ -41,6 +41,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,6 +55,7 @@ from npa.backends.base import (
     JobState,
     JobSubmission,
     PolledByWatcher,
+    ReportsPodReasons,
     TaskRecord,
 )
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
@@ -76,6 +78,7 @@ from npa.launch.supervision import (
     Policy,
     Recovery,
     classify_job_status,
+    count_startup_failure,
     failure_signature,
     payload_retries_of,
     record,
@@ -94,9 +97,14 @@ from npa.runs.manifest import (
     update_manifest,
 )
 
+if TYPE_CHECKING:
+    from npa.adapters.kube.pods import PodReason
+
 SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
 _TERMINAL = {s.value for s in TERMINAL_STATES}
+# States in which the controller may be retrying a start that keeps failing.
+_STARTING = frozenset({JobState.PENDING, JobState.STARTING, JobState.RECOVERING})
 
 
 class ReadinessWindow(BaseModel):
@@ -307,6 +315,11 @@ class Watcher:
         # this supervisor was started with (a rerun submit that adopts a live resumed job
         # carries no adopted stages).
         tasks = self.backend.stage_tasks(job, job_stages(m))
+        unproven = self._unproven_successes(m, tasks)
+        if unproven is not None:
+            return self.outputs_missing(job, tasks, *unproven)
+        if job.state in _STARTING and self.startup_failed(m, job, tasks):
+            return True
         if not job.state.terminal:
             if m.state != job.state.value or self._stages_changed(m, tasks):
                 state = job.state.value
@@ -362,6 +375,166 @@ class Watcher:
             )
             for wave in range(waves.waves)
         ]
+
+    def _unproven_successes(
+        self, m: RunManifest, tasks: dict[str, TaskRecord]
+    ) -> tuple[str, str] | None:
+        """The first stage whose task ended SUCCEEDED without its declared outputs in the
+        store, and why; None when every newly succeeded stage's outputs are there.
+
+        A task's exit code says only that its command ended well; the stage has succeeded once
+        what it declared is in the store, as on the local backend.
+        """
+        from npa.runs.outputs import check_stage
+
+        assert self.store is not None
+        for stage, task in sorted(tasks.items(), key=lambda item: item[1].task_id):
+            if task.state is not JobState.SUCCEEDED:
+                continue
+            if m.stages.get(stage, StageRecord()).state == JobState.SUCCEEDED.value:
+                continue  # proven at an earlier poll
+            planned = self._planned(stage)
+            if planned is None:
+                continue  # plan.json unreadable now: the next poll checks again
+            checked = check_stage(self.store, self.submission.prefix, planned, task.state.value)
+            if not checked.ok:
+                lacking = ", ".join(
+                    f"{o.name} ({o.status})" for o in checked.outputs if o.status != "ok"
+                )
+                return stage, (
+                    f"stage {stage} exited 0 but declared outputs are missing or empty in the "
+                    f"store: {lacking}"
+                )
+        return None
+
+    def outputs_missing(
+        self, job: JobRecord, tasks: dict[str, TaskRecord], stage: str, detail: str
+    ) -> bool:
+        """A stage ended without its outputs: the stage and the run are FAILED (a payload
+        failure, as on the local backend), and the job is cancelled by id so no later stage
+        runs on inputs that are not there. True: the run is terminal."""
+        cancelled = "the job was already over"
+        if not job.state.terminal:
+            try:
+                self.backend.cancel(job.job_id)
+                cancelled = f"job {job.job_id} cancelled"
+            except NpaError as error:
+                cancelled = f"cancelling job {job.job_id} failed: {error.message}"
+        self.log(f"{detail}; {cancelled}")
+
+        def mutate(m: RunManifest) -> None:
+            if m.job_id != job.job_id or m.state in _TERMINAL:
+                return
+            record(
+                m.supervisor,
+                what=f"stage {stage}",
+                failure="missing-outputs",
+                classification=Classification.PAYLOAD,
+                detail=f"{detail}; {cancelled}",
+                policy=self.policy,
+                stage=stage,
+            )
+            if job.job_id not in m.supervisor.job_ids:
+                m.supervisor.job_ids.append(job.job_id)
+            self._record_stages(m, {s: t for s, t in tasks.items() if s != stage})
+            rec = m.stages.setdefault(stage, StageRecord())
+            rec.state, rec.ended_at = JobState.FAILED.value, rec.ended_at or now_iso()
+            rec.classification, rec.detail = Classification.PAYLOAD.value, detail
+            m.state = JobState.FAILED.value
+
+        self.update(mutate)
+        return True
+
+    def _pod_failures(
+        self, job: JobRecord, tasks: dict[str, TaskRecord]
+    ) -> list[tuple[str | None, PodReason]]:
+        """(stage, failure) for every pod of the job that could not start, from what outlives
+        the pods the controller deletes and recreates; [] when the backend has no pods or they
+        cannot be read now."""
+        if not isinstance(self.backend, ReportsPodReasons):
+            return []
+        if self.backend.pods_source(self.submission.project).missing is not None:
+            return []
+        stage_of = {t.task_name: st for st, t in tasks.items() if t.task_name}
+        try:
+            failures = self.backend.startup_failures(job, self.submission.project)
+        except Exception as exc:  # the API answers nothing: counting waits for the next poll
+            self.log(f"pod events of job {job.job_id} unreadable: {type(exc).__name__}: {exc}")
+            return []
+        return [(stage_of.get(task), failure) for task, failure in failures]
+
+    def startup_failed(self, m: RunManifest, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
+        """Count the pods of a live job that could not start (SkyPilot deletes each and tries
+        again, so the job itself stays PENDING/STARTING with no failure reason). The same
+        failure ``--startup-failure-threshold`` times in a row ends the run FAILED_STARTUP and
+        cancels the job by id. True when the run became terminal."""
+        seen = {a.what for a in m.supervisor.attempts}
+        new = []
+        for stage, failure in self._pod_failures(job, tasks):
+            what = f"job {job.job_id} pod {failure.pod} ({(failure.uid or '-')[:8]})"
+            if what not in seen:
+                new.append((what, stage, failure))
+        if not new:
+            return False
+        policy = self.policy
+        preview = m.supervisor.model_copy(deep=True)
+        verdicts = [
+            count_startup_failure(
+                preview,
+                what=what,
+                failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
+                policy=policy,
+                stage=stage,
+            )
+            for what, stage, f in new
+        ]
+        stopped = next((v for v in verdicts if v.terminal_state is not None), None)
+        cancelled = ""
+        if stopped is not None:
+            try:
+                self.backend.cancel(job.job_id)
+                cancelled = f"; job {job.job_id} cancelled"
+            except NpaError as error:
+                cancelled = f"; cancelling job {job.job_id} failed: {error.message}"
+        for what, _, f in new:
+            self.log(f"startup failure {what}: {f.reason}: {f.message}")
+
+        def mutate(mm: RunManifest) -> None:
+            if mm.job_id != job.job_id or mm.state in _TERMINAL:
+                return
+            known = {a.what for a in mm.supervisor.attempts}
+            for what, stage, f in new:
+                if what in known:
+                    continue
+                verdict = count_startup_failure(
+                    mm.supervisor,
+                    what=what,
+                    failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                    detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}"
+                    + (cancelled if stopped is not None else ""),
+                    policy=policy,
+                    stage=stage,
+                )
+                if verdict.terminal_state is not None and stopped is not None:
+                    if job.job_id not in mm.supervisor.job_ids:
+                        mm.supervisor.job_ids.append(job.job_id)
+                    self._record_stages(mm, tasks)
+                    if stage is not None:
+                        rec = mm.stages.setdefault(stage, StageRecord())
+                        rec.state, rec.ended_at = verdict.terminal_state.value, now_iso()
+                        rec.classification = verdict.classification.value
+                        rec.detail = f"{f.reason}: {f.message}"
+                    mm.state = verdict.terminal_state.value
+                    return
+
+        updated = self.update(mutate)
+        if stopped is not None:
+            self.log(
+                f"run is {updated.state} after {updated.supervisor.startup_failures} startup "
+                f"failures{cancelled}"
+            )
+        return updated.state in _TERMINAL
 
     def finish(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> None:
         self.log(f"job {job.job_id} ended {job.state.value}")

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from npa.adapters.kube.client import project_namespace
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -174,6 +175,7 @@ def preflight(
     refs = {c.tool: parse_reference(c.image, default_registry=default_registry) for c in chosen}
 
     checker = _Checker(
+        project=_project_name(project),
         spec_path=spec_path,
         workflow_tools=tools,
         client=RegistryClient(load_store(registry_auth)),
@@ -207,12 +209,25 @@ def _kubeconfig_for(paths: NpaPaths, context: str | None) -> Path | None:
     return placed if placed.is_file() else None
 
 
+def _project_name(project: str | None) -> str | None:
+    """The project preflight checks for, when one is given or configured: its namespace is
+    where the probe runs."""
+    from npa.core.errors import NpaError
+    from npa.services.configure import resolve_project
+
+    try:
+        return resolve_project(project).project
+    except NpaError:
+        return None
+
+
 class _Checker:
     """Checks one chosen image at a time; shared by the worker threads."""
 
     def __init__(
         self,
         *,
+        project: str | None,
         spec_path: Path,
         workflow_tools: Mapping[str, Tool],
         client: RegistryClient,
@@ -222,6 +237,7 @@ class _Checker:
         probe_timeout: float,
         prober_factory: Callable[[ProbeTarget], CapabilityProber] | None,
     ) -> None:
+        self.project = project
         self.spec_path = spec_path
         self.tools = workflow_tools
         self.client = client
@@ -261,6 +277,7 @@ class _Checker:
         contract = self.tools[chosen.tool].contract
         run_as_user = int(contract.run_as_user)
         run_as_group = int(contract.run_as_group)
+        fs_group = int(contract.fs_group)
         cached = self.cache.lookup(digest, run_as_user)
         if cached is not None:
             if cached.verified_by == "contract" and not self._user_allowed(
@@ -294,7 +311,7 @@ class _Checker:
             )
             self.cache.store(digest, "contract", attestation.uid, None)
             return
-        self._probe(row, ref, digest, run_as_user, run_as_group)
+        self._probe(row, ref, digest, run_as_user, run_as_group, fs_group)
 
     def _user_allowed(
         self, row: ImageRow, chosen: ChosenImage, declared: int, run_as_user: int
@@ -307,7 +324,13 @@ class _Checker:
         return True
 
     def _probe(
-        self, row: ImageRow, ref: ImageReference, digest: str, run_as_user: int, run_as_group: int
+        self,
+        row: ImageRow,
+        ref: ImageReference,
+        digest: str,
+        run_as_user: int,
+        run_as_group: int,
+        fs_group: int,
     ) -> None:
         prober = self._get_prober()
         if isinstance(prober, ProbeSetupError) or prober is None:
@@ -327,7 +350,11 @@ class _Checker:
         if owner:
             try:
                 outcome = prober.run(
-                    ref.pinned(digest), digest, run_as_user=run_as_user, run_as_group=run_as_group
+                    ref.pinned(digest),
+                    digest,
+                    run_as_user=run_as_user,
+                    run_as_group=run_as_group,
+                    fs_group=fs_group,
                 )
             except Exception as exc:  # never leave a waiting thread hanging
                 outcome = ProbeOutcome("unverified", f"probe error: {type(exc).__name__}", "-", "-")
@@ -343,6 +370,11 @@ class _Checker:
         row.status = "rejected" if outcome.verdict == "failed" else "unverified"
         row.detail = f"capability probe in context {self.context}: {outcome.detail}"
         row.fix = outcome.fix
+        if outcome.namespace_missing and self.project and self.context:
+            row.fix = (
+                f"npa provision-if-absent --project {self.project} --target kubernetes "
+                f"--context {self.context}"
+            )
 
     def _get_prober(self) -> CapabilityProber | ProbeSetupError | None:
         if self.context is None:
@@ -350,7 +382,8 @@ class _Checker:
         with self._lock:
             if self._prober is None:
                 try:
-                    target = select_target(self.context, self.kubeconfig)
+                    namespace = project_namespace(self.project) if self.project else None
+                    target = select_target(self.context, self.kubeconfig, namespace)
                     if self.prober_factory is not None:
                         self._prober = self.prober_factory(target)
                     else:

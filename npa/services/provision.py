@@ -341,9 +341,9 @@ def stack_token(value: str, limit: int = 64) -> str:
 
 def namespace_for(project: str) -> str:
     """The Kubernetes namespace of a project: ``npa-<project>`` as a DNS label."""
-    label = re.sub(r"[^a-z0-9-]", "-", project.lower()).strip("-")
-    name = f"npa-{label}"[:63].rstrip("-")
-    return name
+    from npa.adapters.kube.client import project_namespace
+
+    return project_namespace(project)
 
 
 @dataclass

@@ -113,7 +113,10 @@ class StatusResult(Result):
             lines.append(f"  failure: {self.failure_reason}")
         for p in self.pending:
             image = f" image {p.image}" if p.image else ""
-            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}")
+            seen = (
+                f" ({p.count} pods failed to start so; pod events)" if p.source == "events" else ""
+            )
+            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}")
         for name, stage in self.stages.items():
             extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
             if not stage.classification and stage.detail:
@@ -293,16 +296,19 @@ def ask_job(
     )
 
 
-def ask_pods(backend: ReportsPodReasons, record: JobRecord) -> tuple[list[PodReason], SourceAnswer]:
-    """Why a waiting job's pods wait, from the pods themselves."""
-    pods = backend.pods_source()
+def ask_pods(
+    backend: ReportsPodReasons, record: JobRecord, project: str
+) -> tuple[list[PodReason], SourceAnswer]:
+    """Why a waiting job's pods wait, from the pods themselves and from the events of those
+    that could not start and are gone."""
+    pods = backend.pods_source(project)
     where = pods.where
     if pods.missing is not None:
         return [], SourceAnswer(
             source="kubernetes-pods", where=where, answer="not_applicable", detail=pods.missing
         )
     try:
-        reasons = backend.pending_reasons(record)
+        reasons = backend.pending_reasons(record, project)
     except Exception as exc:
         return [], SourceAnswer(
             source="kubernetes-pods",
@@ -311,11 +317,15 @@ def ask_pods(backend: ReportsPodReasons, record: JobRecord) -> tuple[list[PodRea
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
             fix=pods.fix,
         )
+    detail = "; ".join(
+        f"{r.pod}: {r.reason}" + (f" ({r.count} pods, from events)" if r.source == "events" else "")
+        for r in reasons
+    )
     return reasons, SourceAnswer(
         source="kubernetes-pods",
         where=where,
         answer="found" if reasons else "absent",
-        detail="; ".join(f"{r.pod}: {r.reason}" for r in reasons) or "no waiting pod",
+        detail=detail or "no waiting pod and no pod that failed to start",
     )
 
 
@@ -462,7 +472,7 @@ def status(
     record = job.record
     waiting = record is not None and state in WAITING and not cached
     if waiting and record is not None and isinstance(backend, ReportsPodReasons):
-        pending, pods = ask_pods(backend, record)
+        pending, pods = ask_pods(backend, record, located.project)
         located.sources.append(pods)
     m = located.manifest
     stages = _stages(m, job, state, plan_order(m, located)) if m else {}

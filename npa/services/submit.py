@@ -29,7 +29,7 @@ from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, inspect_command
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
-from npa.backends.base import AdoptsPartialWaves, JobState, PullsPinnedImages
+from npa.backends.base import AdoptsPartialWaves, JobState, PreparesLaunch, PullsPinnedImages
 from npa.core.errors import GatesFailed, InvalidInput, LaunchStopped, NotFound
 from npa.core.layout import (
     job_name as run_job_name,
@@ -189,7 +189,7 @@ def _plan_resume(
     under the same check (where the backend can start a stage at any wave); nothing after it is
     adopted (its inputs may change).
     """
-    from npa.services.artifacts import check_stage
+    from npa.runs.outputs import check_stage
 
     previous = _resumed_from(existing, backend)
     if previous is None:
@@ -567,6 +567,8 @@ def submit(
         run.project, run.run_id, resumes=len(manifest.resumes), job_name=manifest.job_name
     )
     submission = _submission(run, manifest)
+    if isinstance(backend, PreparesLaunch):
+        backend.prepare_launch(submission)
     readiness = readiness or readiness_check(backend)
     record = _launch(
         run, submission, manifest, launch_name=launch_name, readiness=readiness, observe=observe

@@ -105,11 +105,12 @@ class FakeManagedJobs:
             yield state
             write_state(self.path, state)
 
-    def launch(self, task_yamls: list[str], name: str) -> str:
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         names = self._task_names(task_yamls, name)
         with self._state() as state:
             state["launch_calls"] += 1
             state["kubeconfigs"].append(self.kubeconfig)
+            state.setdefault("configs", []).append(config)
             request_id = f"req-{state['launch_calls']}"
             if state["refuse"]:
                 state["requests"][request_id] = {"error": state["refuse"].pop(0)}

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.cluster import Cluster, single_node_cluster, tools_from_env
 from tests.harness.kube import KubeCluster, kube_cluster
 from tests.harness.procs import stop_lock_holders
 from tests.harness.pulumi import PulumiBackend, file_backend
 from tests.harness.registry import Registry, distribution_registry
 from tests.harness.s3 import S3Server, moto_server
 from tests.harness.skypilot import SKY, sky_api_server
+from tests.harness.skypilot_cluster import SkyCluster, sky_cluster_world
 from tests.harness.tools import kubebuilder_asset, missing, require_tool
 
 # PULUMI_HOME holds the provider plugins bootstrap-tools installed; it must survive tests that
@@ -70,6 +72,31 @@ def sky_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
         missing("the sky CLI (pip install -c constraints.txt -e '.[dev]')")
     with sky_api_server(tmp_path_factory.mktemp("sky")) as env:
         yield env
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A real single-node Kubernetes cluster that runs pods, started once per session and torn
+    down (processes, mounts, network, iptables, cgroups, sysctl) at its end."""
+    if os.geteuid() != 0:
+        missing("root (the test cluster makes a bridge, cgroups, mounts and iptables rules)")
+    tools = tools_from_env()
+    if isinstance(tools, str):
+        missing(tools)
+        raise AssertionError("unreachable")  # pytest.skip/fail raise
+    with single_node_cluster(tools, tmp_path_factory.mktemp("cluster")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sky_cluster(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SkyCluster]:
+    """Project ``e2e`` configured and provisioned on ``cluster``, a store pods can reach, and a
+    SkyPilot API server whose jobs controller fits the node (shared by every test)."""
+    if not SKY.exists():
+        missing("the sky CLI (pip install -c constraints.txt -e '.[dev]')")
+    require_tool("NPA_PULUMI_BIN", "pulumi")
+    with sky_cluster_world(cluster, tmp_path_factory.mktemp("sky-cluster")) as world:
+        yield world
 
 
 @pytest.fixture

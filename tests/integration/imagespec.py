@@ -11,9 +11,11 @@ import yaml
 from tests.harness.registry import PushedImage, Registry
 
 ATTESTED = {
-    "io.npa.contract.version": "1",
+    "io.npa.contract.version": "2",
     "io.npa.contract.user": "1000:1000",
-    "io.npa.contract.capabilities": "posix-shell,writable-tmp",
+    "io.npa.contract.capabilities": (
+        "posix-shell,writable-tmp,bash,passwd-user,writable-home,sudo,aws-cli"
+    ),
 }
 
 

@@ -7,6 +7,7 @@ import os
 import time
 from pathlib import Path
 
+from tests.harness.cluster import Cluster
 from tests.harness.kube import KubeCluster
 from tests.harness.registry import Registry
 from tests.harness.s3 import S3Server
@@ -80,3 +81,37 @@ def test_start_a_long_local_run_then_fail(npa_home: Path, tmp_path: Path) -> Non
     assert len(pids) >= 2, "the supervisor never started its stage"
     Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps({"pids": pids, "ports": []}))
     raise AssertionError("deliberate failure: teardown must still stop the supervisor")
+
+
+def test_run_a_pod_on_the_cluster_then_fail(cluster: Cluster) -> None:
+    """A pod makes everything teardown must undo: a shim, a network namespace, the pod's
+    masquerade chain, mounts, cgroups."""
+    name = "leftover-probe"
+    started = cluster.kubectl(
+        "run", name, "--image", cluster.images["busybox"], "--restart=Never",
+        "--command", "--", "sleep", "600",
+    )  # fmt: skip
+    assert started.returncode == 0, started.stderr
+    waited = cluster.kubectl("wait", "--for=condition=Ready", f"pod/{name}", "--timeout=120s")
+    assert waited.returncode == 0, waited.stderr + cluster.kubectl("describe", "pod", name).stdout
+    from tests.harness.cluster_host import HostRecord, _shims
+
+    host = HostRecord.load(cluster.workdir)
+    pods = cluster.pod_pids()
+    assert pods, "the pod's processes are not in the cluster's cgroups"
+    record = {
+        "pids": [p.pid for p in cluster.processes] + _shims(host.containerd_socket) + pods,
+        "ports": [port for p in cluster.processes for port in p.ports],
+        "cluster": {
+            "workdir": host.workdir,
+            "bridge": host.bridge,
+            "network": host.network,
+            "chain": host.chain,
+            "cgroup_root": host.cgroup_root,
+            "id": host.cluster_id,
+        },
+    }
+    Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps(record))
+    if os.environ.get("NPA_LEFTOVER_MODE") == "hang":
+        time.sleep(600)  # the parent kills this pytest while it waits here
+    raise AssertionError("deliberate failure: teardown must still undo the cluster")

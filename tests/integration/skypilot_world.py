@@ -55,6 +55,7 @@ def make_world(
     placed = npa_home / "clusters" / kube.context / "kubeconfig"
     placed.parent.mkdir(parents=True)
     shutil.copy(kube.kubeconfig, placed)
+    ensure_namespace(kube, f"npa-{PROJECT}")
     spec = tmp_path / "workflow" / "tiny.yaml"
     spec.parent.mkdir()
     shutil.copy(ROOT / "examples" / "tiny-local.yaml", spec)
@@ -76,6 +77,18 @@ def make_world(
         "bucket": bucket,
         "key": f"npa/tiny-local/{run_id}/npa-workflow/manifest.json",
     }
+
+
+def ensure_namespace(kube: KubeCluster, name: str) -> None:
+    """The project's namespace, as provisioning creates it (the kube fixture is shared)."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        kube.core().create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
 
 
 def manifest(w: dict[str, Any]) -> dict[str, Any]:

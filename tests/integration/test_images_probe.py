@@ -29,7 +29,15 @@ pytestmark = pytest.mark.integration
 
 D = "sha256:" + "c" * 64
 IMAGE = f"registry.example.com/probe/me@{D}"
-GOOD_REPORT = "npa-probe/1 uid=1000 posix-shell=yes writable-tmp=yes\n"
+GOOD_REPORT = (
+    "npa-probe/2 uid=1000 posix-shell=yes writable-tmp=yes bash=yes passwd-user=yes "
+    "writable-home=yes sudo=yes aws-cli=yes\n"
+)
+# What SkyPilot's `sudo` refused on the first real run: no passwd entry for the user.
+NO_PASSWD_REPORT = (
+    "npa-probe/2 uid=1000 posix-shell=yes writable-tmp=yes bash=yes passwd-user=no "
+    "writable-home=no sudo=no aws-cli=no\n"
+)
 HOLD = "npa.test/hold"
 
 
@@ -125,19 +133,18 @@ def test_probe_whole_life(core: Any, target: ProbeTarget) -> None:
     container = spec.containers[0]
     assert container.image == IMAGE
     assert container.resources.limits == LIMITS
-    assert container.security_context.run_as_user == 1000
-    assert container.security_context.run_as_non_root is True
+    assert spec.security_context.run_as_user == 1000
+    assert spec.security_context.run_as_non_root is True
     assert _gone(core, outcome.pod, target.namespace)
 
 
 def test_probe_that_fails_is_rejected_and_deleted(core: Any, target: ProbeTarget) -> None:
-    report = "npa-probe/1 uid=1000 posix-shell=yes writable-tmp=no\n"
-    with Kubelet(core, target.namespace, lambda c, p: terminate(c, p, 1, report)):
+    with Kubelet(core, target.namespace, lambda c, p: terminate(c, p, 1, NO_PASSWD_REPORT)):
         outcome = CapabilityProber(core, target, timeout=30).run(
             IMAGE, D, run_as_user=1000, run_as_group=1000
         )
     assert outcome.verdict == "failed"
-    assert "writable-tmp" in outcome.detail
+    assert "passwd-user, writable-home, sudo" in outcome.detail
     assert _gone(core, outcome.pod, target.namespace)
 
 
@@ -240,8 +247,7 @@ def test_preflight_reports_a_failed_probe_as_rejected(
     monkeypatch.setenv("REG", f"{registry.auth[0]}:{registry.auth[1]}")
     target = select_target(kube_env.context, None)
     core = core_api(target)
-    report = "npa-probe/1 uid=1000 posix-shell=yes writable-tmp=no\n"
-    with Kubelet(core, target.namespace, lambda c, p: terminate(c, p, 1, report)):
+    with Kubelet(core, target.namespace, lambda c, p: terminate(c, p, 1, NO_PASSWD_REPORT)):
         result = preflight(
             spec,
             context=kube_env.context,
@@ -250,7 +256,7 @@ def test_preflight_reports_a_failed_probe_as_rejected(
             paths=NpaPaths(npa_home),
         )
     [row] = result.images
-    assert row.status == "rejected" and "writable-tmp" in row.detail
+    assert row.status == "rejected" and "sudo" in row.detail
     assert result.exit_code() == 1
     assert not (npa_home / "cache" / "images").exists() or not list(
         (npa_home / "cache" / "images").iterdir()

@@ -12,6 +12,7 @@ from npa.images.reference import parse_reference
 from npa.images.registry import RegistryClient, Status
 from tests.harness.procs import free_port
 from tests.harness.registry import Registry
+from tests.integration.imagespec import ATTESTED
 from tests.integration.registry_proxy import PROXY_PASSWORD, PROXY_USER, SERVICE, token_proxy
 
 pytestmark = pytest.mark.integration
@@ -44,11 +45,7 @@ def test_basic_auth_single_manifest_digest_equals_pushed(registry: Registry) -> 
 
 def test_index_resolves_to_index_digest_and_config_through_it(registry: Registry) -> None:
     repo = _repo("index")
-    labels = {
-        "io.npa.contract.version": "1",
-        "io.npa.contract.user": "1000:1000",
-        "io.npa.contract.capabilities": "posix-shell,writable-tmp",
-    }
+    labels = dict(ATTESTED)
     pushed = registry.push_image(repo, "multi", labels=labels, user="1000", index=True)
     client = _basic_client(registry)
     ref = parse_reference(f"{registry.host}/{repo}:multi")

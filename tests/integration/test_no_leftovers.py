@@ -118,3 +118,72 @@ def test_killed_test_run_still_stops_every_service(tmp_path: Path, sig: signal.S
             child.kill()
             child.wait()
     _assert_nothing_left(seen)
+
+
+def _assert_host_restored(seen: dict[str, dict[str, str]], ip_forward_before: str) -> None:
+    """Everything the cluster changed outside its processes is undone."""
+    from tests.harness.cluster_host import CGROUP_FS, SHARED, _live_members, mounts_under
+
+    host = seen["cluster"]
+    assert subprocess.run(["ip", "link", "show", host["bridge"]], capture_output=True).returncode
+    nat = subprocess.run(
+        ["iptables", "-w", "-t", "nat", "-S"], capture_output=True, text=True, check=True
+    ).stdout
+    assert host["chain"] not in nat, nat
+    assert f'"{host["network"]}"' not in nat, nat
+    assert mounts_under(Path(host["workdir"])) == []
+    assert not (SHARED / host["id"]).exists()  # its sockets and the kubelet's state
+    left = [h.name for h in CGROUP_FS.iterdir() if (h / host["cgroup_root"].lstrip("/")).exists()]
+    assert left == [], f"cgroups left in {left}"
+    results = Path("/var/lib/cni/results")
+    assert not results.is_dir() or not list(results.glob(f"{host['network']}-*"))
+    # ip_forward is shared with any other test cluster still running on this machine.
+    if SHARED.is_dir():
+        import fcntl
+
+        with open(SHARED / "lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            others = _live_members(SHARED)
+    else:
+        others = []
+    if not others:
+        assert Path("/proc/sys/net/ipv4/ip_forward").read_text().strip() == ip_forward_before
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("mode", ["fail", "sigkill"])
+def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> None:
+    """A failing test, or a test run killed with no teardown at all (its guardian then undoes
+    the host changes), leaves no process, port, mount, network, rule or cgroup behind."""
+    record = tmp_path / "record.json"
+    ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+    env = {**os.environ, "NPA_LEFTOVER_RECORD": str(record)}
+    argv = _child_argv(tmp_path, "test_run_a_pod_on_the_cluster_then_fail")
+    if mode == "fail":
+        child = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=600, check=False)  # fmt: skip
+        assert child.returncode == 1 and "1 failed" in child.stdout, child.stdout + child.stderr
+    else:
+        proc = subprocess.Popen(argv, cwd=ROOT, env={**env, "NPA_LEFTOVER_MODE": "hang"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 600
+            while not record.exists() and time.monotonic() < deadline:
+                assert proc.poll() is None, "the child pytest ended before using the cluster"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    seen = json.loads(record.read_text())
+    assert len(seen["pids"]) >= 8  # control plane, node, netcheck, a shim, the pod's processes
+    # Undoing is the guardian's work after a SIGKILL: give it the same bounded wait.
+    deadline = time.monotonic() + 60
+    undone = Path(seen["cluster"]["workdir"]) / "undone.json"
+    while not undone.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert undone.exists(), "the cluster's guardian never undid the host changes"
+    _assert_nothing_left(seen)
+    _assert_host_restored(seen, ip_forward)

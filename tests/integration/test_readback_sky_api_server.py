@@ -1,10 +1,11 @@
-"""How npa classifies the real SkyPilot API server's answer when no jobs controller exists.
+"""How npa reads the real SkyPilot API server's answer when no jobs controller exists.
 
 SkyPilot 0.14.1's local API server (``sky api start`` on loopback) answers ``jobs.queue_v2`` with
-``ClusterNotUpError("No in-progress managed jobs.")`` when the jobs controller was never created
-or has been torn down. That is not proof a job is absent (the controller, and its jobs, may be
-gone or merely down), so ``status`` must say VERIFICATION_UNAVAILABLE, never NOT_FOUND, and
-``cancel`` must cancel nothing and exit 4.
+``ClusterNotUpError("No in-progress managed jobs.")`` when the jobs controller does not exist.
+No controller means no managed job: the queue's answer is an authoritative "none" (a first
+launch on a fresh cluster must go ahead). A run whose manifest names a job that the queue does
+not have is still VERIFICATION_UNAVAILABLE, never NOT_FOUND (npa cannot tell what became of it),
+and ``cancel`` finds no job to cancel.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WF = ("workbench", "workflow")
 
 
-def test_no_jobs_controller_is_unavailable_not_absent(
+def test_no_jobs_controller_means_no_job_and_never_not_found(
     sky_server: dict[str, str], npa_home: Path, tmp_path: Path
 ) -> None:
     from npa.core.paths import NpaPaths
@@ -52,6 +53,7 @@ def test_no_jobs_controller_is_unavailable_not_absent(
     body = r.json()
     assert body["state"] == "VERIFICATION_UNAVAILABLE"
     job = next(s for s in body["sources"] if s["source"] == "backend-job")
-    assert job["answer"] == "unavailable" and "ClusterNotUpError" in job["error"], job
+    assert job["answer"] == "absent" and "not in the SkyPilot queue" in job["detail"], job
+    assert "does not know" in body["reason"]
     r = run_npa(*WF, "cancel", run_id, "--project", "p", "--json", env=env, timeout=180)
-    assert r.code == 4, r.stdout + r.stderr
+    assert r.code == 0 and r.json()["outcome"] == "no_job", r.stdout + r.stderr

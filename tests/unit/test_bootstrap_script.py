@@ -42,6 +42,9 @@ BASE_COMMANDS = [
     "timeout",
     "chmod",
     "cp",
+    "sort",
+    "sha256sum",
+    "ldd",
 ]
 TOOLS = (
     "pulumi",
@@ -53,7 +56,11 @@ TOOLS = (
     "shellcheck",
     "busybox",
     "podman",
+    "cluster-packages",
+    "kube-node",
+    "cluster-images",
 )
+REPO_VENV_PYTHON = REPO / ".venv" / "bin" / "python3"
 
 
 def bare_path(root: Path, *extra: str) -> Path:
@@ -120,18 +127,50 @@ def test_no_function_shares_a_name_with_a_command() -> None:
     assert not shadowing, f"functions named like commands on PATH: {sorted(shadowing)}"
 
 
+def fake_py310(tmp_path: Path) -> Path:
+    """A CPython 3.10 prefix as the image build reads it (only its version is asked)."""
+    prefix = tmp_path / "py310"
+    (prefix / "bin").mkdir(parents=True)
+    exe = prefix / "bin" / "python3.10"
+    exe.write_text("#!/bin/sh\necho 'Python 3.10.13'\n")
+    exe.chmod(0o755)
+    return prefix
+
+
+def venv_python(tmp_path: Path) -> Path:
+    """The venv's python3 as `make` puts it on PATH (a venv knows itself only by its own path)."""
+    wrapper = tmp_path / "venv-python3"
+    wrapper.write_text(f'#!/bin/sh\nexec {REPO_VENV_PYTHON} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_plan_on_a_bare_machine_names_every_tool_and_what_provides_it(tmp_path: Path) -> None:
-    path = bare_path(tmp_path, "go=" + (shutil.which("go") or "/usr/local/go/bin/go"), "apt-get")
+    # Go, apt-get and the venv's python3 (make creates the venv before it bootstraps the tools).
+    path = bare_path(
+        tmp_path,
+        "go=" + (shutil.which("go") or "/usr/local/go/bin/go"),
+        "apt-get",
+        f"python3={venv_python(tmp_path)}",
+    )
     started = time.monotonic()
-    result = run_script(tmp_path, path, "--plan", timeout=30)
+    result = run_script(
+        tmp_path,
+        path,
+        "--plan",
+        timeout=30,
+        NPA_PY310=str(fake_py310(tmp_path)),
+        NPA_CNI_BIN_DIR=str(tmp_path / "no-cni"),
+    )
     assert time.monotonic() - started < 30
     assert result.returncode == 0, result.stdout
     lines = plan_lines(result.stdout)
     assert set(lines) == set(TOOLS), result.stdout
-    for tool in ("pulumi", "kubernetes-plugin", "kube-apiserver"):
+    for tool in ("pulumi", "kubernetes-plugin", "kube-apiserver", "kube-node", "cluster-images"):
         assert lines[tool].startswith("missing; will build: "), lines[tool]
         assert "min" in lines[tool]  # how long the build is expected to take
     assert "github.com/pulumi/pulumi/pkg/v3/cmd/pulumi@v" in lines["pulumi"]
+    assert "kubelet" in lines["kube-node"] and "kubectl" in lines["kube-node"]
     for tool, package in (
         ("etcd", "etcd-server"),
         ("registry", "docker-registry"),
@@ -139,6 +178,9 @@ def test_plan_on_a_bare_machine_names_every_tool_and_what_provides_it(tmp_path: 
         ("shellcheck", "shellcheck"),
         ("busybox", "busybox-static"),
         ("podman", "podman"),
+        ("cluster-packages", "containerd"),
+        ("cluster-packages", "containernetworking-plugins"),
+        ("cluster-packages", "busybox-static"),
     ):
         assert lines[tool].startswith("missing; will install: "), lines[tool]
         assert package in lines[tool]
@@ -158,6 +200,8 @@ def test_plan_without_go_or_apt_says_what_cannot_be_provided(tmp_path: Path) -> 
         assert "; fix: " in line
     assert "Go is not on PATH" in lines["pulumi"]
     assert "apt-get install -y etcd-server" in lines["etcd"]
+    assert "Go is not on PATH" in lines["kube-node"]
+    assert "CPython 3.10" in lines["cluster-images"]
 
 
 def test_demo_profile_needs_only_pulumi(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from npa.backends.base import pod_security_context
 from npa.core.errors import InvalidInput
 from npa.core.paths import NpaPaths
 from npa.images import cache as cache_mod
@@ -204,15 +205,17 @@ def _config(labels: dict[str, str], user: str | None = None) -> dict[str, object
 
 
 GOOD = {
-    "io.npa.contract.version": "1",
+    "io.npa.contract.version": "2",
     "io.npa.contract.user": "1000:1001",
-    "io.npa.contract.capabilities": "posix-shell, writable-tmp, extra",
+    "io.npa.contract.capabilities": (
+        "posix-shell, writable-tmp, bash, passwd-user, writable-home, sudo, aws-cli, extra"
+    ),
 }
 
 
 def test_attested_image() -> None:
     att = read_attestation(_config(GOOD, user="1000"))
-    assert att is not None and (att.version, att.uid, att.gid) == (1, 1000, 1001)
+    assert att is not None and (att.version, att.uid, att.gid) == (2, 1000, 1001)
 
 
 def test_unattested_image() -> None:
@@ -220,14 +223,22 @@ def test_unattested_image() -> None:
     assert read_attestation({}) is None
 
 
+def test_an_older_contract_promises_too_little_and_is_probed_instead() -> None:
+    # Contract 1 promised no passwd entry, home or sudo, which SkyPilot's pod set-up needs.
+    older = {**GOOD, "io.npa.contract.version": "1"}
+    older["io.npa.contract.capabilities"] = "posix-shell,writable-tmp"
+    assert read_attestation(_config(older, user="1000")) is None
+
+
 @pytest.mark.parametrize(
     ("change", "user", "message"),
     [
-        ({"io.npa.contract.version": "2"}, None, "upgrade npa"),
+        ({"io.npa.contract.version": "3"}, None, "upgrade npa"),
         ({"io.npa.contract.version": "one"}, None, "whole number"),
         ({"io.npa.contract.user": "root"}, None, "numeric"),
         ({"io.npa.contract.user": "0"}, None, "root"),
         ({"io.npa.contract.capabilities": "posix-shell"}, None, "writable-tmp"),
+        ({"io.npa.contract.capabilities": "posix-shell,writable-tmp"}, None, "sudo"),
         ({}, "1001", "User"),
     ],
 )
@@ -289,7 +300,7 @@ def test_cache_keys_on_contract_version_and_probe_user(
     assert cache.store(D, "probe", 1000, 1000)
     assert cache.lookup(D, 1000) is not None
     assert cache.lookup(D, 1001) is None  # probed as another user
-    monkeypatch.setattr(cache_mod, "CONTRACT_VERSION", 2)
+    monkeypatch.setattr(cache_mod, "CONTRACT_VERSION", cache_mod.CONTRACT_VERSION + 1)
     assert cache.lookup(D, 1000) is None  # a new contract version invalidates
     monkeypatch.undo()
     file = next((tmp_path / "npa" / "cache" / "images").iterdir())
@@ -319,20 +330,42 @@ def test_cache_write_failure_is_not_fatal(tmp_path: Path) -> None:
 
 
 # --- probe pieces ----------------------------------------------------------------------------
-def test_probe_pod_is_bounded_and_non_root() -> None:
-    pod = probe_pod("npa-probe-x", "r.io/a@" + D, 1000, 1000, 60)
+def test_probe_pod_is_bounded_and_runs_as_the_task_does() -> None:
+    pod = probe_pod("npa-probe-x", "r.io/a@" + D, 1000, 1001, 60, 1002)
     spec = pod.spec
     assert spec.active_deadline_seconds == 60 and spec.restart_policy == "Never"
     assert spec.automount_service_account_token is False
     c = spec.containers[0]
     assert c.image.endswith(D) and c.command[:2] == ["/bin/sh", "-c"]
     assert c.resources.limits == LIMITS and c.resources.requests == LIMITS
-    assert c.security_context.run_as_user == 1000 and c.security_context.run_as_non_root
-    assert c.security_context.allow_privilege_escalation is False
+    # Exactly the pod security context render writes into the task, nothing stricter.
+    rendered = pod_security_context(1000, 1001, 1002)
+    ctx = spec.security_context
+    assert (ctx.run_as_non_root, ctx.run_as_user, ctx.run_as_group, ctx.fs_group) == (
+        rendered["runAsNonRoot"],
+        rendered["runAsUser"],
+        rendered["runAsGroup"],
+        rendered["fsGroup"],
+    )
+    assert c.security_context is None
 
 
 def test_probe_result_line() -> None:
-    fields = parse_result("noise\nnpa-probe/1 uid=1000 posix-shell=yes writable-tmp=no\n")
-    assert fields == {"version": "1", "uid": "1000", "posix-shell": "yes", "writable-tmp": "no"}
+    line = (
+        "noise\nnpa-probe/2 uid=1000 posix-shell=yes writable-tmp=no bash=yes passwd-user=no "
+        "writable-home=no sudo=no aws-cli=no\n"
+    )
+    fields = parse_result(line)
+    assert fields == {
+        "version": "2",
+        "uid": "1000",
+        "posix-shell": "yes",
+        "writable-tmp": "no",
+        "bash": "yes",
+        "passwd-user": "no",
+        "writable-home": "no",
+        "sudo": "no",
+        "aws-cli": "no",
+    }
     assert parse_result("garbage") is None
     assert "/dev/termination-log" in PROBE_SCRIPT

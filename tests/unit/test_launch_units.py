@@ -14,7 +14,15 @@ from npa.backends.base import JobState
 from npa.backends.skypilot.backend import job_state
 from npa.launch.accelerators import resolve
 from npa.launch.readiness import NotStable, ReadinessCheck
-from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
+from npa.launch.supervision import (
+    Classification,
+    Policy,
+    Recovery,
+    classify_exit,
+    count_startup_failure,
+    failure_signature,
+    record,
+)
 from npa.runs.manifest import SupervisorRecord
 
 pytestmark = pytest.mark.unit
@@ -75,6 +83,27 @@ def test_identical_startup_failures_reach_failed_startup() -> None:
         for _ in range(3)
     ]
     assert [v.terminal_state for v in verdicts] == [None, None, JobState.FAILED_STARTUP]
+
+
+def test_pods_that_cannot_start_count_toward_the_threshold_without_a_relaunch() -> None:
+    sup = SupervisorRecord()
+    policy = Policy(startup_failure_threshold=3, max_infrastructure_recoveries=0)
+    # The kubelet's message for a missing image names the pod's own image, not its number.
+    pull = failure_signature("STARTING", "ErrImagePull: Failed to pull image r:5000/x@sha256:1")
+    verdicts = [
+        count_startup_failure(sup, what=f"pod {i}", failure=pull, detail="d", policy=policy)
+        for i in range(3)
+    ]
+    assert [v.recovery for v in verdicts] == [Recovery.ADOPTED, Recovery.ADOPTED, Recovery.STOPPED]
+    assert verdicts[-1].terminal_state is JobState.FAILED_STARTUP
+    # Counted as startup failures, never as recoveries npa spent (SkyPilot did the retrying).
+    assert sup.startup_failures == 3 and sup.infrastructure_recoveries == 0
+    assert all(a.startup for a in sup.attempts)
+    # A different failure in between restarts the run of identical ones.
+    other = SupervisorRecord()
+    for failure in (pull, "STARTING: other", pull, pull):
+        last = count_startup_failure(other, what="p", failure=failure, detail="", policy=policy)
+    assert last.terminal_state is None
 
 
 def test_infrastructure_recoveries_are_finite_and_payload_uses_only_retries() -> None:

@@ -87,7 +87,7 @@ def test_hostile_values_do_not_change_the_rendered_structure() -> None:
         del got["envs"][key]
     got["run"] = want["run"]
     assert got == want
-    assert list(got) == ["name", "resources", "envs", "file_mounts", "run", "config"]
+    assert list(got) == ["name", "resources", "envs", "setup", "run", "config"]
 
 
 def test_hostile_values_in_names_and_uris_are_refused_or_quoted() -> None:
@@ -99,7 +99,8 @@ def test_hostile_values_in_names_and_uris_are_refused_or_quoted() -> None:
         Workflow.model_validate(spec), "run-1", kube_context=None, digests=DIGESTS
     )
     data = parsed(tasks[0].text)
-    assert data["file_mounts"]["/npa/inputs/raw"] == "s3://raw/x#y&z*q"
+    # The URI reaches the setup's shell as one quoted word, never as shell syntax.
+    assert "npa_fetch 's3://raw/x#y&z*q' /npa/inputs/raw" in data["setup"].splitlines()
     assert data["envs"]["NPA_RUN_PREFIX"] == "s3://bucket/a:#{{b}}/demo/run-1"
     assert data["resources"]["infra"] == "k8s/ctx:with@odd+chars"
 
@@ -110,7 +111,7 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     )
     assert [t.filename for t in tasks] == ["curate.yaml", "augment.yaml", "evaluate.yaml"]
     aug = parsed(tasks[1].text)
-    assert aug["name"] == "run-7-augment"
+    assert aug["name"] == "npa-run-7-augment"
     res = aug["resources"]
     assert res["infra"] == "k8s/other-ctx"
     assert res["image_id"] == f"docker:registry.example.com/gpu@{DIGEST_B}"
@@ -122,12 +123,15 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     stages = "s3://bucket/workflows/demo/run-7/npa-workflow/stages"
     assert envs["NPA_OUTPUT_AUG"] == f"{stages}/augment/outputs/augmented/"
     assert envs["NPA_INPUT_CLIPS"] == f"{stages}/curate/outputs/curated/clips/"
-    assert aug["file_mounts"]["/npa/inputs/clips"] == envs["NPA_INPUT_CLIPS"]
+    # The task's own setup fetches the source and every input, in the pod, from the store.
+    fetches = [ln.split()[1:] for ln in aug["setup"].splitlines() if ln.startswith("npa_fetch ")]
+    assert fetches == [
+        ["s3://bucket/workflows/demo/run-7/npa-workflow/source/", "/npa/source"],
+        [envs["NPA_INPUT_CLIPS"], "/npa/inputs/clips"],
+    ]
+    assert "file_mounts" not in aug
     assert envs["NPA_SOURCE_MANIFEST"] == "/npa/source/manifest.json"
     assert envs["NPA_SOURCE_BLOBS"] == "s3://bucket/workflows/demo/npa-source/blobs/"
-    assert (
-        aug["file_mounts"]["/npa/source"] == "s3://bucket/workflows/demo/run-7/npa-workflow/source"
-    )
     ctx = aug["config"]["kubernetes"]["pod_config"]["spec"]["securityContext"]
     assert ctx == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
     cur = parsed(tasks[0].text)

@@ -36,7 +36,7 @@ def check_all(out: Path, context: str) -> list[Any]:
         assert task.name == config["name"]
         assert task.envs == config["envs"]
         assert task.run == config["run"]
-        assert task.file_mounts == config["file_mounts"]
+        assert task.setup == config["setup"] and not task.file_mounts
         recovery = config["resources"]["job_recovery"]
         # SkyPilot fills in the default strategy; the restart budget is ours.
         assert (
@@ -60,7 +60,11 @@ def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
         digests_file=Path("examples/physical-ai.digests.yaml"),
     )
     tasks = check_all(out, "nebius-physai")
-    assert [t.name for t in tasks] == ["demo-1-augment", "demo-1-curate", "demo-1-evaluate"]
+    assert [t.name for t in tasks] == [
+        "npa-demo-1-augment",
+        "npa-demo-1-curate",
+        "npa-demo-1-evaluate",
+    ]
     tiny = tmp_path / "tiny"
     render_spec(
         Path("examples/tiny-local.yaml"),
@@ -108,6 +112,6 @@ def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> Non
     render_spec(path, "big-1", out, digests_file=digests)
     tasks = check_all(out, "test-ctx")
     assert len(tasks) == 33
-    curate = next(t for t in tasks if t.name == "big-1-curate")
+    curate = next(t for t in tasks if t.name == "npa-big-1-curate")
     assert curate.envs["NEWLINE"] == "a\nb: c"
     assert curate.run == "echo 'a: b'\n# comment?\necho {{ x }} &a *a"

@@ -7,6 +7,7 @@ and context a command was given are the ones used, and nothing falls back to ``~
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -40,3 +41,10 @@ def context_namespace(kubeconfig: Path, context: str | None) -> str:
     contexts, active = config.list_kube_config_contexts(config_file=str(kubeconfig))
     chosen = next((c for c in contexts if c["name"] == context), active) if context else active
     return str((chosen or {}).get("context", {}).get("namespace") or "default")
+
+
+def project_namespace(project: str) -> str:
+    """The namespace provisioning creates for a project: ``npa-<project>`` as a DNS label. The
+    jobs controller, the task pods and the image probe all run there."""
+    label = re.sub(r"[^a-z0-9-]", "-", project.lower()).strip("-")
+    return f"npa-{label}"[:63].rstrip("-")

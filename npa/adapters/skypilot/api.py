@@ -2,13 +2,18 @@
 
 Nothing here starts anything. SkyPilot's SDK starts a local API server on most calls when none
 is running; these functions ask the health endpoint first and only call the SDK further when
-the server already answered healthy.
+the server already answered healthy. :func:`configured_server_url` and
+:func:`server_reachable` do not even import SkyPilot (importing it creates ``~/.sky``), so a
+read-only command can find out the server is down and say so without touching anything.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +24,68 @@ ServerState = Literal[
 ]
 ControllerState = Literal["up", "stopped", "init", "absent", "unknown"]
 CONTROLLER_PREFIX = "sky-jobs-controller-"
+# SkyPilot's own names (sky/server/common.py, sky/skylet/constants.py, sky/skypilot_config.py).
+DEFAULT_LOCAL_PORT = 46580
+ENDPOINT_ENV = "SKYPILOT_API_SERVER_ENDPOINT"
+LOCAL_PORT_ENV = "SKYPILOT_API_SERVER_LOCAL_PORT"
+GLOBAL_CONFIG_ENV = "SKYPILOT_GLOBAL_CONFIG"
+NO_LOCAL_SERVER_ENV = "SKYPILOT_DISABLE_LOCAL_API_SERVER"
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]")
+
+
+class ApiServerDown(Exception):
+    """The configured SkyPilot API server does not answer, and npa will not start one here."""
+
+    def __init__(self, url: str, why: str = "") -> None:
+        self.url = url
+        local = is_local(url)
+        reading = "; npa starts no server to read a run" if local and not why else ""
+        super().__init__(
+            f"the SkyPilot API server at {url} does not answer"
+            + (f" ({why})" if why else "")
+            + reading
+        )
+        self.fix = "sky api start" if local else f"sky api login -e {url}"
+
+
+def configured_server_url() -> str:
+    """The API server SkyPilot's client would use, worked out as SkyPilot does (its endpoint
+    variable, else ``api_server.endpoint`` of its configuration, else the local server on the
+    configured port), without importing SkyPilot."""
+    url = os.environ.get(ENDPOINT_ENV)
+    if url:
+        return url.rstrip("/")
+    config = Path(os.environ.get(GLOBAL_CONFIG_ENV) or Path.home() / ".sky" / "config.yaml")
+    if config.is_file():
+        import yaml
+
+        try:
+            data = yaml.safe_load(config.read_text()) or {}
+        except (OSError, yaml.YAMLError):
+            data = {}
+        endpoint = (
+            (data.get("api_server") or {}).get("endpoint") if isinstance(data, dict) else None
+        )
+        if endpoint:
+            return str(endpoint).rstrip("/")
+    port = os.environ.get(LOCAL_PORT_ENV) or DEFAULT_LOCAL_PORT
+    return f"http://127.0.0.1:{port}"
+
+
+def is_local(url: str) -> bool:
+    return (urllib.parse.urlsplit(url).hostname or "") in {h.strip("[]") for h in LOCAL_HOSTS}
+
+
+def server_reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether anything answers HTTP at the server's health endpoint (any status: a server
+    that wants authentication is up)."""
+    try:
+        with urllib.request.urlopen(f"{url}/api/health", timeout=timeout):
+            return True
+    except urllib.error.HTTPError:
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 @dataclass

@@ -17,8 +17,12 @@ import os
 import re
 import shlex
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from npa.adapters.kube.client import project_namespace
+from npa.adapters.skypilot.api import ApiServerDown
+from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
     ExecutionBackend,
     HasPrerequisites,
@@ -29,6 +33,7 @@ from npa.backends.base import (
     NeedsReadinessCheck,
     PodSource,
     PolledByWatcher,
+    PreparesLaunch,
     Prerequisite,
     PullsPinnedImages,
     QueueAnswer,
@@ -46,7 +51,9 @@ from npa.core.errors import (
     InvalidInput,
     LaunchRejected,
     NotFound,
+    NpaError,
     TransientRefusal,
+    Unavailable,
 )
 from npa.core.layout import task_name
 from npa.core.paths import NpaPaths
@@ -85,6 +92,8 @@ _REJECTED = {
     "InvalidCloudConfigs",
     "UsageError",
 }
+# How SkyPilot says that a process of its own cannot resolve a context from its kubeconfig.
+_SERVER_CANNOT_SEE_CONTEXT = "Failed to load Kubernetes configuration for"
 # Statuses that are SkyPilot's own and map one to one; the rest are folded below.
 _STATUS = {
     "DEPRECATED_SUBMITTED": JobState.PENDING,
@@ -104,6 +113,23 @@ _NO_TASK = re.compile(
 
 def _kinds(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def no_jobs_controller(exc: BaseException) -> bool:
+    """Whether the queue's error says that no jobs controller exists.
+
+    SkyPilot answers a queue with ``ClusterNotUpError`` carrying the jobs controller's
+    "non-existent" hint when the controller has never been created (or is being created for
+    the first time, before it has allocated any job id). No controller means no managed job:
+    that is an authoritative empty queue. A stopped or unreachable controller raises the same
+    class with another message, and stays "could not ask".
+    """
+    if "ClusterNotUpError" not in _kinds(exc):
+        return False
+    from sky.utils import controller_utils
+
+    hint = controller_utils.Controllers.JOBS_CONTROLLER.value.default_hint_if_non_existent
+    return str(exc).strip() == hint.strip()
 
 
 def job_state(status: Any) -> JobState:
@@ -126,6 +152,7 @@ class SkyPilotBackend(
     ResolvesAccelerators,
     ReportsPodReasons,
     PolledByWatcher,
+    PreparesLaunch,
 ):
     name = BACKEND
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
@@ -209,7 +236,77 @@ class SkyPilotBackend(
             )
         else:
             found.append(Prerequisite("skypilot", True, "SkyPilot SDK importable"))
+        if path is not None and path.is_file():
+            found.append(self._namespace(path, project))
         return found
+
+    def _namespace(self, path: Path, project: str) -> Prerequisite:
+        """The project's namespace, where SkyPilot runs the job's pods, exists (read only)."""
+        from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
+
+        assert self.context is not None
+        namespace = project_namespace(project)
+        provision = provision_command(self.context, project)
+        try:
+            core_api(path, self.context).read_namespace(namespace, _request_timeout=REQUEST_TIMEOUT)
+        except Exception as exc:
+            status = getattr(exc, "status", None)
+            if status in (403, 404):
+                why = "does not exist" if status == 404 else "cannot be read with this kubeconfig"
+                return Prerequisite("namespace", False, f"namespace {namespace} {why}", provision)
+            return Prerequisite(
+                "namespace",
+                False,
+                f"cannot read namespace {namespace}: {type(exc).__name__}",
+                kubectl_command(str(path), self.context, "get", "namespace", namespace),
+            )
+        return Prerequisite("namespace", True, f"{namespace} (the job's pods run there)")
+
+    def prepare_launch(self, submission: JobSubmission) -> None:
+        """Put the store's credentials and endpoint into the project's store Secret, which every
+        pod of the job takes as its environment (the values go from boto3 straight to the
+        API), and let this process start the local SkyPilot API server if none answers."""
+        from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
+
+        if self._service is None:
+            self._service = SkyManagedJobs(kubeconfig=self.kubeconfig, start_server=True)
+        elif isinstance(self._service, SkyManagedJobs):
+            self._service.start_server = True
+        if not submission.store.startswith("s3://") or self.kubeconfig_path is None:
+            return
+        assert self.context is not None
+        namespace = project_namespace(submission.project)
+        try:
+            ensure_store_secret(
+                self.kubeconfig_path,
+                self.context,
+                namespace,
+                profile=submission.profile,
+                endpoint_url=submission.endpoint_url,
+                region=submission.region,
+            )
+        except NoStoreCredentials as exc:
+            raise NpaError(
+                str(exc),
+                fix=f"npa configure --project {submission.project} --profile PROFILE  # or "
+                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+            ) from None
+        except Exception as exc:
+            raise Unavailable(
+                f"cannot write the store Secret in namespace {namespace}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+                fix=kubectl_command(
+                    str(self.kubeconfig_path),
+                    self.context,
+                    "auth",
+                    "can-i",
+                    "create",
+                    "secrets",
+                    "-n",
+                    namespace,
+                )
+                + "  # then rerun the same submit",
+            ) from None
 
     def readiness_target(self) -> ReadinessTarget | None:
         if self.kubeconfig is None or self.context is None:
@@ -240,19 +337,61 @@ class SkyPilotBackend(
     def pull_context(self) -> str | None:
         return self.context
 
-    def pods_source(self) -> PodSource:
+    def pods_source(self, project: str) -> PodSource:
         where = f"kubernetes context {self.context}"
         missing = None if self.kubeconfig else f"no kubeconfig at {self.kubeconfig_path}"
-        fix = kubectl_command(str(self.kubeconfig_path), str(self.context), "get", "pods")
+        fix = kubectl_command(
+            str(self.kubeconfig_path),
+            str(self.context),
+            "get",
+            "pods",
+            "-n",
+            project_namespace(project),
+        )
         return PodSource(where=where, missing=missing, fix=fix)
 
-    def pending_reasons(self, record: JobRecord) -> list[PodReason]:
-        from npa.adapters.kube.pods import managed_job_clusters, pending_reasons
+    def pending_reasons(self, record: JobRecord, project: str) -> list[PodReason]:
+        """The job's waiting pods, and the pods SkyPilot already deleted after they failed to
+        start (it deletes a pod that cannot pull its image within seconds and tries again with
+        a new one): those are read from their events, the latest of each kind with the count
+        of pods that failed so."""
+        from npa.adapters.kube.pods import (
+            managed_job_clusters,
+            pending_reasons,
+            startup_failures,
+        )
 
         assert self.kubeconfig_path is not None
         names = [t.task_name for t in record.tasks if t.task_name]
         clusters = managed_job_clusters(names or [record.job_name], record.job_id)
-        return pending_reasons(self.kubeconfig_path, self.context, clusters)
+        reasons = pending_reasons(self.kubeconfig_path, self.context, clusters)
+        failed = startup_failures(
+            self.kubeconfig_path, self.context, project_namespace(project), clusters
+        )
+        live = {r.pod for r in reasons}
+        gone: dict[tuple[str, str | None], PodReason] = {}
+        for failure in failed:  # oldest first: the latest of each kind is kept, with the count
+            if failure.pod in live:
+                continue
+            key = (failure.reason, failure.image)
+            count = gone[key].count + 1 if key in gone else 1
+            gone[key] = failure.model_copy(update={"count": count})
+        return reasons + list(gone.values())
+
+    def startup_failures(self, record: JobRecord, project: str) -> list[tuple[str, PodReason]]:
+        from npa.adapters.kube.pods import managed_job_clusters, startup_failures
+
+        assert self.kubeconfig_path is not None
+        names = [t.task_name for t in record.tasks if t.task_name] or [record.job_name]
+        task_of = {c: n for n in names for c in managed_job_clusters([n], record.job_id)}
+        failures = startup_failures(
+            self.kubeconfig_path, self.context, project_namespace(project), set(task_of)
+        )
+        found = []
+        for failure in failures:
+            cluster = next((c for c in task_of if failure.pod.startswith(f"{c}-")), None)
+            found.append((task_of[cluster] if cluster else record.job_name, failure))
+        return found
 
     @property
     def poll_seconds(self) -> float:
@@ -271,8 +410,9 @@ class SkyPilotBackend(
             for stage in submission.order
             if stage not in submission.adopted_stages
         ]
+        config = run_layer(project_namespace(submission.project))
         try:
-            return self.service.launch(texts, submission.job_name)
+            return self.service.launch(texts, submission.job_name, config)
         except Exception as exc:
             raise self._translate(exc, "sending the launch request") from None
 
@@ -291,8 +431,19 @@ class SkyPilotBackend(
     def _translate(self, exc: Exception, doing: str) -> Exception:
         kinds = _kinds(exc)
         message = f"{doing}: {type(exc).__name__}: {exc}"
+        if isinstance(exc, ApiServerDown):
+            return BackendUnavailable(f"{doing}: {exc}", fix=exc.fix)
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
+        if self.kubeconfig and _SERVER_CANNOT_SEE_CONTEXT in str(exc):
+            # SkyPilot's API server validates the task's context in its own process, with its
+            # own kubeconfig: a server started without npa's placed kubeconfig cannot see it.
+            own = "$HOME/.kube/config"
+            return LaunchRejected(
+                f"{message}\n(the SkyPilot API server resolves contexts with its own "
+                f"kubeconfig, which does not hold {self.kubeconfig})",
+                fix=f"sky api stop && KUBECONFIG={self.kubeconfig}:{own} sky api start",
+            )
         if kinds & _REJECTED:
             # The caller, which knows the spec and the run, says how to review the task.
             return LaunchRejected(message)
@@ -308,6 +459,10 @@ class SkyPilotBackend(
         try:
             return self.service.queue(name)
         except Exception as exc:
+            if no_jobs_controller(exc):
+                return []  # no controller, so no job: SkyPilot's authoritative "none"
+            if isinstance(exc, ApiServerDown):
+                raise BackendUnavailable(str(exc), fix=exc.fix) from None
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
                 fix=self._queue_fix(),
@@ -402,6 +557,8 @@ class SkyPilotBackend(
                 yield line
         except NotFound:
             raise
+        except ApiServerDown as exc:
+            raise BackendUnavailable(str(exc), fix=exc.fix) from None
         except Exception as exc:
             raise BackendUnavailable(f"sky.jobs.tail_logs: {type(exc).__name__}: {exc}") from None
 

@@ -8,22 +8,40 @@ Another implementation of the same protocol (a test double) is passed to the bac
 constructor (:class:`npa.backends.skypilot.backend.SkyPilotBackend`). The protocol is typed with
 SkyPilot's own models, so a double that answers anything else fails type checking as well as
 the tests.
+
+The SDK never starts an API server here (SkyPilot's ``SKYPILOT_DISABLE_LOCAL_API_SERVER`` is set
+around every call). A service made to read (``start_server=False``: status, logs, cancel, the
+supervisor) answers "unavailable" with the command that starts one when the configured server
+does not answer, before SkyPilot is even imported; one allowed to start it (``submit``, through
+the backend's ``prepare_launch``) starts the local server through
+:mod:`npa.adapters.skypilot.keeper` first.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from npa.adapters.skypilot.api import kubeconfig_env
+from npa.adapters.skypilot import layer
+from npa.adapters.skypilot.api import (
+    NO_LOCAL_SERVER_ENV,
+    ApiServerDown,
+    configured_server_url,
+    kubeconfig_env,
+    server_reachable,
+)
 
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
 
 
 class ManagedJobsService(Protocol):
-    def launch(self, task_yamls: list[str], name: str) -> str:
-        """``sky.jobs.launch`` of the chained tasks; returns the request id."""
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
+        """``sky.jobs.launch`` of the chained tasks, with ``config`` laid over SkyPilot's client
+        configuration for this request (:mod:`npa.adapters.skypilot.layer`); returns the
+        request id."""
 
     def get(self, request_id: str) -> Any:
         """``sky.get``: the request's result, or the exception it raised."""
@@ -58,25 +76,52 @@ def build_dag(task_yamls: list[str], name: str) -> Any:
 class SkyManagedJobs:
     """The real service, through SkyPilot's Python SDK."""
 
-    def __init__(self, *, kubeconfig: str | None) -> None:
+    def __init__(self, *, kubeconfig: str | None, start_server: bool = False) -> None:
         self.kubeconfig = kubeconfig
+        self.start_server = start_server
 
-    def launch(self, task_yamls: list[str], name: str) -> str:
-        import sky
+    @contextlib.contextmanager
+    def _sdk(self) -> Iterator[None]:
+        """Around every SDK call: this kubeconfig, a server that answers (started through the
+        keeper only when this service may start one), and no implicit start by the SDK."""
+        if self.start_server:
+            from npa.adapters.skypilot.keeper import ensure_local_server
+            from npa.core.paths import NpaPaths
 
-        with kubeconfig_env(self.kubeconfig):
+            paths = NpaPaths.from_env()
+            placed = sorted(paths.clusters_dir.glob("*/kubeconfig"))
+            ensure_local_server(paths.root / "skypilot" / "api-keeper.log", placed)
+        else:
+            url = configured_server_url()
+            if not server_reachable(url):
+                raise ApiServerDown(url)
+        before = os.environ.get(NO_LOCAL_SERVER_ENV)
+        os.environ[NO_LOCAL_SERVER_ENV] = "1"
+        try:
+            with kubeconfig_env(self.kubeconfig):
+                yield
+        finally:
+            if before is None:
+                os.environ.pop(NO_LOCAL_SERVER_ENV, None)
+            else:
+                os.environ[NO_LOCAL_SERVER_ENV] = before
+
+    def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
+        with self._sdk(), layer.applied(config):
+            import sky
+
             return str(sky.jobs.launch(build_dag(task_yamls, name), name=name))
 
     def get(self, request_id: str) -> Any:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             return sky.get(request_id)  # type: ignore[arg-type]
 
     def queue(self, name: str) -> list[ManagedJobRecord]:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             request = sky.jobs.queue_v2(
                 refresh=False, skip_finished=False, name_match=name, fields=None
             )
@@ -84,15 +129,15 @@ class SkyManagedJobs:
             return list(records)
 
     def cancel(self, job_ids: list[int]) -> None:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             sky.get(sky.jobs.cancel(job_ids=job_ids))
 
     def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
-        import sky
+        with self._sdk():
+            import sky
 
-        with kubeconfig_env(self.kubeconfig):
             chunks = sky.jobs.tail_logs(
                 job_id=job_id, follow=follow, task=task, preload_content=False
             )

@@ -4,18 +4,25 @@ Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube conte
 task file's text comes out. Every value passes through the yaml filter (the template
 environment refuses any other output), and the result is parsed back and compared with what was
 meant, so spec text cannot change the task's structure.
+
+The staged source manifest and the stage's inputs are fetched by the task's own ``setup``, in
+the pod, with the AWS CLI and the store credentials and endpoint the pod takes from the
+project's store Secret. They are not SkyPilot ``file_mounts``: SkyPilot reads those on its API
+server and jobs controller, and only when AWS itself is an enabled cloud there, which an
+S3-compatible store that is not AWS (MinIO, Nebius, moto) never makes it.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from npa.backends.base import RunTasks, StageTask
+from npa.backends.base import RunTasks, StageTask, pod_security_context
 from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
 from npa.core.layout import PREFIX_LEAF, shared_source_key, source_key
@@ -23,8 +30,26 @@ from npa.core.layout import PREFIX_LEAF, shared_source_key, source_key
 TEMPLATE = "skypilot-task.yaml.j2"
 SOURCE_MOUNT = "/npa/source"
 INPUT_MOUNT = "/npa/inputs"
-# SkyPilot mounts these schemes as storage; file:// only exists on the machine that renders.
-MOUNTABLE = ("s3://", "gs://", "r2://")
+# What a task's setup fetches with the AWS CLI; file:// only exists on the machine that renders.
+MOUNTABLE = ("s3://",)
+# The setup's fixed part. A URI ending in "/" is a folder (synced); any other is one object
+# (copied), or a folder when no object has exactly that key, as SkyPilot decides for mounts.
+_FETCH = """set -e
+npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+npa_owned_dir() { npa_as_root mkdir -p "$1" && npa_as_root chown "$(id -u):$(id -g)" "$1"; }
+npa_fetch() {
+  case "$1" in
+    */) npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1" "$2" ;;
+    *) npa_owned_dir "$(dirname "$2")"
+       aws s3 cp --only-show-errors "$1" "$2" 2>/dev/null \\
+         || { npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1/" "$2"; } ;;
+  esac
+}
+command -v aws >/dev/null 2>&1 || {
+  echo "npa: the image has no aws CLI on PATH; a stage fetches its inputs with it" >&2
+  exit 127
+}
+"""
 
 
 class YamlText(str):
@@ -79,16 +104,22 @@ def _environment(root: str) -> Any:
 
 
 def mount_problems(store: str | None, external_inputs: list[tuple[str, str, str]]) -> list[str]:
-    """Why SkyPilot could not mount the run's data: the store, and each external input given
-    as (stage, input, uri)."""
+    """Why a stage's pod could not fetch the run's data: the store, and each external input
+    given as (stage, input, uri)."""
     problems = []
     if store is None:
         problems.append("no object store: set storage.uri or pass --store-uri")
     elif not store.startswith(MOUNTABLE):
-        problems.append(f"store {store!r} is not an object store SkyPilot can mount (s3://, gs://)")
+        problems.append(
+            f"store {store!r} is not an object store a stage can fetch from (s3://, AWS or "
+            "S3-compatible)"
+        )
     for stage, name, uri in external_inputs:
         if not uri.startswith(MOUNTABLE):
-            problems.append(f"stage {stage!r} input {name!r}: {uri} is not mountable")
+            problems.append(
+                f"stage {stage!r} input {name!r}: {uri} is not in an S3 or S3-compatible store "
+                "(s3://), which a stage fetches its inputs from"
+            )
     return problems
 
 
@@ -114,11 +145,11 @@ def task_values(task: StageTask, run: RunTasks, *, kube_context: str) -> dict[st
         "NPA_SHARDS": str(task.shards),
         "NPA_SHARDS_PER_WAVE": str(task.parallel),
     }
-    mounts = {SOURCE_MOUNT: source_key(f"{run.run_root}/{PREFIX_LEAF}")}
+    fetch = {SOURCE_MOUNT: source_key(f"{run.run_root}/{PREFIX_LEAF}").rstrip("/") + "/"}
     for inp in task.inputs:
         assert inp.uri is not None
         envs[inp.variable] = inp.uri
-        mounts[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
+        fetch[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
     for out in task.outputs:
         assert out.uri is not None
         envs[out.variable] = out.uri
@@ -136,15 +167,18 @@ def task_values(task: StageTask, run: RunTasks, *, kube_context: str) -> dict[st
         "disk_size": task.disk_gib,
         "retries": task.retries,
         "envs": envs,
-        "file_mounts": mounts,
+        "setup": setup_script(fetch),
         "command": task.command,
-        "security_context": {
-            "runAsNonRoot": True,
-            "runAsUser": task.run_as_user,
-            "runAsGroup": task.run_as_group,
-            "fsGroup": task.fs_group,
-        },
+        "security_context": pod_security_context(
+            task.run_as_user, task.run_as_group, task.fs_group
+        ),
     }
+
+
+def setup_script(fetch: dict[str, str]) -> str:
+    """The task's setup: fetch each URI of ``fetch`` (path -> URI) to its path in the pod."""
+    calls = [f"npa_fetch {shlex.quote(uri)} {shlex.quote(path)}" for path, uri in fetch.items()]
+    return _FETCH + "\n".join(calls) + "\n"
 
 
 def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
@@ -168,7 +202,7 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
         "name": (parsed.get("name"), values["task_name"]),
         "envs": (parsed.get("envs"), values["envs"]),
         "run": (parsed.get("run"), values["command"]),
-        "file_mounts": (parsed.get("file_mounts"), values["file_mounts"]),
+        "setup": (parsed.get("setup"), values["setup"]),
         "image_id": (parsed.get("resources", {}).get("image_id"), values["image_id"]),
     }
     for key, (got, want) in checks.items():

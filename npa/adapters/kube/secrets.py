@@ -1,0 +1,120 @@
+"""The run store's credentials and endpoint, delivered to pods as one Kubernetes Secret.
+
+SkyPilot's jobs controller reads the store (the source a task mounts) and every task pod writes
+to it, so both need the store's credentials and, for an S3-compatible store that is not AWS
+(MinIO, moto, Nebius), its endpoint. npa never writes those values into a file: it puts them
+into a Secret in the project's namespace, straight from the credential source boto3 resolves,
+and the pods take them as environment variables (``envFrom``) through SkyPilot's ``pod_config``
+(see :mod:`npa.adapters.skypilot.layer`). The task files only name the Secret.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
+
+SECRET_NAME = "npa-store"
+# Which credential source the Secret was filled from (a source name, never a value).
+SOURCE_ANNOTATION = "npa.io/credential-source"
+
+
+@dataclass(frozen=True)
+class StoreSecretResult:
+    namespace: str
+    name: str
+    action: str  # created | updated | unchanged
+    keys: tuple[str, ...]  # variable names it holds (never their values)
+    source: str
+
+
+class NoStoreCredentials(Exception):
+    """boto3 found no credentials for the store."""
+
+
+def store_environment(
+    *, profile: str | None, endpoint_url: str | None, region: str | None
+) -> tuple[dict[str, str], str]:
+    """The variables a pod needs to reach the store, and the name of their credential source.
+
+    Credentials come from boto3's own chain (environment, the profile, the default files), the
+    same one npa itself uses; the values stay in memory.
+    """
+    import boto3
+
+    session = boto3.Session(profile_name=profile)
+    credentials = session.get_credentials()
+    if credentials is None:
+        raise NoStoreCredentials(
+            "no S3 credentials found in the environment, the profile or the default chain"
+        )
+    frozen = credentials.get_frozen_credentials()
+    env = {
+        "AWS_ACCESS_KEY_ID": frozen.access_key,
+        "AWS_SECRET_ACCESS_KEY": frozen.secret_key,
+    }
+    if frozen.token:
+        env["AWS_SESSION_TOKEN"] = frozen.token
+    if endpoint_url:
+        # The S3-specific variable: boto3 and the AWS CLI both read it, and it leaves every
+        # other AWS service on its default endpoint.
+        env["AWS_ENDPOINT_URL_S3"] = endpoint_url
+    chosen_region = region or session.region_name
+    if chosen_region:
+        env["AWS_DEFAULT_REGION"] = chosen_region
+        env["AWS_REGION"] = chosen_region
+    return env, str(credentials.method)
+
+
+def ensure_store_secret(
+    kubeconfig: Path,
+    context: str,
+    namespace: str,
+    *,
+    profile: str | None,
+    endpoint_url: str | None,
+    region: str | None,
+) -> StoreSecretResult:
+    """Create or update the store Secret in ``namespace`` so it holds the current credentials.
+
+    Raises :class:`NoStoreCredentials`, or whatever the Kubernetes client raises (the caller
+    reports that with the command that fixes it).
+    """
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    env, source = store_environment(profile=profile, endpoint_url=endpoint_url, region=region)
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in env.items()}
+    api = core_api(kubeconfig, context)
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(
+            name=SECRET_NAME,
+            namespace=namespace,
+            labels={"app.kubernetes.io/managed-by": "npa"},
+            annotations={SOURCE_ANNOTATION: source},
+        ),
+        type="Opaque",
+        data=data,
+    )
+    try:
+        existing: Any = api.read_namespaced_secret(
+            SECRET_NAME, namespace, _request_timeout=REQUEST_TIMEOUT
+        )
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        api.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        action = "created"
+    else:
+        source_now = (existing.metadata.annotations or {}).get(SOURCE_ANNOTATION)
+        if (existing.data or {}) == data and source_now == source:
+            action = "unchanged"
+        else:
+            api.replace_namespaced_secret(
+                SECRET_NAME, namespace, body, _request_timeout=REQUEST_TIMEOUT
+            )
+            action = "updated"
+    return StoreSecretResult(namespace, SECRET_NAME, action, tuple(sorted(env)), source)

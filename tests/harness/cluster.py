@@ -1,0 +1,1055 @@
+"""A real single-node Kubernetes cluster that runs pods, for SkyPilot managed jobs end to end.
+
+containerd + runc + the CNI bridge plugin run the pods; etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler and the kubelet are the upstream components, built by
+``scripts/bootstrap-tools`` at one pinned release. The images come from the same script (an OCI
+layout built once per set of inputs) and are served by a registry of the cluster's own, which
+the node (containerd on this host) pulls from over loopback.
+
+Pods live on a bridge of the cluster's own (``npabr<id>``, a free /24). Pods cannot reach the
+host's 127.0.0.1, so everything a pod must reach listens on the bridge's gateway address, never
+on an external interface: the API server (pods reach it through the ``kubernetes`` Service
+address, which a DNAT rule of the cluster's own chain maps to the gateway), the moto S3 server
+of the run store, and the endpoint that answers SkyPilot's network check. There is no
+kube-proxy: its iptables chains have fixed names that a second cluster on the same machine would
+overwrite, and the ``kubernetes`` Service is the only one anything here uses.
+
+Every host change is recorded and undone by :mod:`tests.harness.cluster_host`, whose guardian
+process also undoes them when the test run is killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import json
+import os
+import random
+import secrets
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from tests.harness.cluster_host import CGROUP_FS, SHARED, HostRecord, run
+from tests.harness.procs import ManagedProcess, http_status, pid_alive
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICE_CIDR = "10.96.0.0/24"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+# SkyPilot's network check from a pod (sky.backends.backend_utils._TEST_IP_LIST).
+NETCHECK_IPS = ("8.8.8.8", "1.1.1.1")
+# The images scripts/cluster-images builds, as the cluster's registry serves them.
+IMAGE_TAGS = ("pause", "busybox", "sky-runtime")
+READY_TIMEOUT = 120.0
+# The cgroup weight of the cluster's pods together: eight busy processes' worth (a node's pods
+# get the weight of the node's CPUs; here they share two cores with everything else).
+POD_CPU_SHARES = 8192
+STOP_GRACE = 3.0
+# An upper bound for containerd's tmpfs (images, unpacked layers, the pods' writable layers);
+# memory is used only as it fills (about 2 GiB with the runtime image and a few pods).
+CONTAINERD_TMPFS = "8g"
+
+
+@dataclass
+class ClusterTools:
+    """The binaries a cluster runs, as ``scripts/bootstrap-tools`` exports them."""
+
+    etcd: Path
+    kube_apiserver: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    kubelet: Path
+    kubectl: Path
+    containerd: Path
+    registry: Path
+    skopeo: Path
+    cni_dir: Path
+    images: Path  # scripts/cluster-images output: oci/, netcheck/, images.txt
+
+
+@dataclass
+class Cluster:
+    """A running cluster and what a test needs to use it."""
+
+    cluster_id: str
+    context: str
+    node: str
+    kubeconfig: Path  # admin (system:masters), server on the gateway address
+    gateway: str
+    subnet: str
+    registry: str  # host:port in image references; the node pulls from it
+    images: dict[str, str]  # tag -> reference pinned by digest
+    workdir: Path
+    tools: ClusterTools
+    processes: list[ManagedProcess] = field(default_factory=list)
+
+    def api_client(self) -> Any:
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig), context=self.context)
+
+    def core(self) -> Any:
+        from kubernetes import client
+
+        return client.CoreV1Api(self.api_client())
+
+    def kubectl(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.tools.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def pod_pids(self) -> list[int]:
+        """Every process running in the cluster's pods (from its cgroups)."""
+        from tests.harness.cluster_host import _cgroup_pids
+
+        return sorted(_cgroup_pids(f"/npa-{self.cluster_id}"))
+
+
+# --- small helpers ----------------------------------------------------------------------------
+
+
+def free_port_on(host: str) -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _routes() -> list[ipaddress.IPv4Network]:
+    nets = []
+    for line in run("ip", "-4", "route", "show", "table", "all").stdout.splitlines():
+        head = line.split()[0] if line.split() else ""
+        if head in ("default", "broadcast", "local", "unreachable"):
+            head = line.split()[1] if len(line.split()) > 1 else ""
+        with contextlib.suppress(ValueError):
+            nets.append(ipaddress.ip_network(head, strict=False))
+    return nets
+
+
+def pick_subnet() -> ipaddress.IPv4Network:
+    """A /24 in 10.0.0.0/8 that no route on this host overlaps (nor the Service range)."""
+    used = [*_routes(), ipaddress.ip_network(SERVICE_CIDR)]
+    for _ in range(200):
+        candidate = ipaddress.ip_network(
+            f"10.{random.randint(100, 199)}.{random.randint(0, 255)}.0/24"
+        )
+        if not any(candidate.overlaps(u) for u in used):
+            return candidate
+    raise RuntimeError("no free /24 in 10.100.0.0-10.199.255.0 for the test cluster's pods")
+
+
+# --- PKI --------------------------------------------------------------------------------------
+
+
+def _write_pki(pki: Path, *, gateway: str, node: str) -> dict[str, Path]:
+    """A CA, the API server's serving certificate (loopback, gateway and Service addresses), the
+    kubelet's serving certificate, the API server's client certificate for the kubelet, and the
+    service-account key pair."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+    from cryptography.x509.oid import NameOID
+
+    pki.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def key_pem(key: Any) -> bytes:
+        return bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "npa-test-cluster-ca")])
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def issue(cn: str, org: str | None, sans: list[Any]) -> tuple[bytes, bytes]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        attrs = [x509.NameAttribute(NameOID.COMMON_NAME, cn)]
+        if org:
+            attrs.append(x509.NameAttribute(NameOID.ORGANIZATION_NAME, org))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(x509.Name(attrs))
+            .issuer_name(ca_name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=2))
+        )
+        if sans:
+            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        cert = builder.sign(ca_key, hashes.SHA256())
+        return cert.public_bytes(serialization.Encoding.PEM), key_pem(key)
+
+    ip = ipaddress.ip_address
+    server_crt, server_key = issue(
+        "kube-apiserver",
+        None,
+        [
+            x509.DNSName("localhost"),
+            x509.DNSName("kubernetes"),
+            x509.DNSName("kubernetes.default"),
+            x509.DNSName("kubernetes.default.svc"),
+            x509.DNSName("kubernetes.default.svc.cluster.local"),
+            x509.IPAddress(ip("127.0.0.1")),
+            x509.IPAddress(ip(gateway)),
+            x509.IPAddress(ip(KUBERNETES_SERVICE_IP)),
+        ],
+    )
+    kubelet_crt, kubelet_key = issue(node, None, [x509.DNSName(node), x509.IPAddress(ip(gateway))])
+    client_crt, client_key = issue("kube-apiserver-kubelet-client", "system:masters", [])
+    sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    files = {
+        "ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+        "server.crt": server_crt,
+        "server.key": server_key,
+        "kubelet.crt": kubelet_crt,
+        "kubelet.key": kubelet_key,
+        "apiserver-kubelet-client.crt": client_crt,
+        "apiserver-kubelet-client.key": client_key,
+        "sa.key": key_pem(sa_key),
+        "sa.pub": sa_key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        ),
+    }
+    out = {}
+    for name, data in files.items():
+        path = pki / name
+        path.write_bytes(data)
+        path.chmod(0o600)
+        out[name] = path
+    return out
+
+
+def _netcheck_cert(images: Path, pki: Path) -> tuple[Path, Path]:
+    """A serving certificate for 8.8.8.8 and 1.1.1.1, signed by the netcheck CA the runtime
+    image trusts (made with the images, so images need not be rebuilt per cluster)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    ca = x509.load_pem_x509_certificate((images / "netcheck" / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key(
+        (images / "netcheck" / "ca.key").read_bytes(), password=None
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "netcheck")]))
+        .issuer_name(ca.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(a)) for a in NETCHECK_IPS]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    crt, keyfile = pki / "netcheck.crt", pki / "netcheck.key"
+    crt.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    keyfile.chmod(0o600)
+    return crt, keyfile
+
+
+def _kubeconfig(path: Path, *, server: str, ca: Path, context: str, user: str, token: str) -> None:
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": context,
+                        "cluster": {"server": server, "certificate-authority": str(ca)},
+                    }
+                ],
+                "users": [{"name": user, "user": {"token": token}}],
+                "contexts": [{"name": context, "context": {"cluster": context, "user": user}}],
+                "current-context": context,
+            }
+        )
+    )
+    path.chmod(0o600)
+
+
+# --- configuration files ----------------------------------------------------------------------
+
+
+def _containerd_config(
+    work: Path, tools: ClusterTools, network_dir: Path, pause: str, socket: Path
+) -> Path:
+    base = work / "containerd"
+    text = f"""version = 2
+root = "{base}/root"
+state = "{base}/state"
+
+[grpc]
+  address = "{socket}"
+
+[ttrpc]
+  address = "{socket}.ttrpc"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{pause}"
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+  # No CAP_SYS_RESOURCE here: runc cannot lower oom_score_adj, which the kubelet asks for.
+  restrict_oom_score_adj = true
+  # Network namespaces under our state directory, so that teardown finds every one of them.
+  netns_mounts_under_state_dir = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        Root = "{base}/runc"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{tools.cni_dir}"
+    conf_dir = "{network_dir}"
+    max_conf_num = 1
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{base}/certs.d"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{base}/opt"
+"""
+    path = base / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _registry_hosts(work: Path, registry: str) -> None:
+    """containerd pulls from the cluster's registry over plain HTTP (it is on loopback)."""
+    hosts = work / "containerd" / "certs.d" / registry / "hosts.toml"
+    hosts.parent.mkdir(parents=True, exist_ok=True)
+    hosts.write_text(
+        f'server = "http://{registry}"\n\n'
+        f'[host."http://{registry}"]\n  capabilities = ["pull", "resolve"]\n'
+    )
+
+
+def _cni_config(
+    network_dir: Path, work: Path, name: str, bridge: str, subnet: str, gw: str
+) -> None:
+    network_dir.mkdir(parents=True, exist_ok=True)
+    conf = {
+        "cniVersion": "0.4.0",
+        "name": name,
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": bridge,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "ranges": [[{"subnet": subnet, "gateway": gw}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                    "dataDir": str(work / "cni-ipam"),
+                },
+            }
+        ],
+    }
+    (network_dir / f"10-{name}.conflist").write_text(json.dumps(conf, indent=1))
+
+
+def _kubelet_config(
+    work: Path,
+    pki: dict[str, Path],
+    *,
+    gateway: str,
+    port: int,
+    healthz: int,
+    cgroup_root: str,
+    socket: Path,
+) -> Path:
+    config = {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": gateway,
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": healthz,
+        "tlsCertFile": str(pki["kubelet.crt"]),
+        "tlsPrivateKeyFile": str(pki["kubelet.key"]),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": False},
+            "x509": {"clientCAFile": str(pki["ca.crt"])},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        # cgroup v1 (hybrid) without systemd; kubelet 1.35 refuses v1 unless told otherwise.
+        "cgroupDriver": "cgroupfs",
+        "failCgroupV1": False,
+        # The pods' cgroups under a root of this cluster's own, so two clusters never share one.
+        "cgroupRoot": cgroup_root,
+        "cgroupsPerQOS": True,
+        # No iptables chains of the kubelet's own: their names are global to the host.
+        "makeIPTablesUtilChains": False,
+        "containerRuntimeEndpoint": f"unix://{socket}",
+        "imageServiceEndpoint": f"unix://{socket}",
+        "podLogsDir": str(work / "pod-logs"),
+        "resolvConf": "/etc/resolv.conf",
+        "failSwapOn": False,
+        "clusterDomain": "cluster.local",
+        "evictionHard": {
+            "memory.available": "200Mi",
+            "nodefs.available": "2%",
+            "imagefs.available": "2%",
+        },
+        "imageGCHighThresholdPercent": 99,
+        "imageGCLowThresholdPercent": 98,
+        "serializeImagePulls": False,
+        "maxPods": 30,
+        "registerNode": True,
+    }
+    path = work / "kubelet" / "config.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def sky_config(cluster: Cluster, path: Path) -> Path:
+    """A SkyPilot configuration for this cluster: Kubernetes only, this context only, and a
+    jobs controller that fits the node (SkyPilot's default asks for 4+ CPUs) on the runtime
+    image (SkyPilot's default image is on a registry this machine cannot reach)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "allowed_clouds": ["kubernetes"],
+                "kubernetes": {"allowed_contexts": [cluster.context]},
+                "jobs": {
+                    "controller": {
+                        "resources": {
+                            "cpus": 1,
+                            "memory": 2,
+                            "image_id": f"docker:{cluster.images['sky-runtime']}",
+                        }
+                    }
+                },
+            }
+        )
+    )
+    return path
+
+
+# --- the cluster ------------------------------------------------------------------------------
+
+
+def _record_process(record: HostRecord, proc: ManagedProcess) -> None:
+    record.started(proc.pid)
+
+
+def _wait(what: str, ready: Any, timeout: float, procs: list[ManagedProcess]) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for p in procs:
+            p.check_running()
+        with contextlib.suppress(Exception):
+            if ready():
+                return
+        time.sleep(0.2)
+    tails = "\n".join(f"--- {p.name}:\n{p.log_tail(25)}" for p in procs)
+    raise TimeoutError(f"test cluster: {what} not reached after {timeout:.0f}s\n{tails}")
+
+
+@contextlib.contextmanager
+def _guardian(record: HostRecord) -> Iterator[subprocess.Popen[bytes]]:
+    """Start the guardian that undoes the host changes; close its stdin at the end and wait
+    for it to finish."""
+    log = open(Path(record.workdir) / "guardian.log", "ab")  # noqa: SIM115 - closed below
+    guard = subprocess.Popen(
+        [sys.executable, "-m", "tests.harness.cluster_host", record.workdir],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        start_new_session=True,
+    )
+    try:
+        assert guard.stdout is not None
+        if guard.stdout.readline().strip() != b"joined":
+            raise RuntimeError("the test cluster's guardian did not start")
+        yield guard
+    finally:
+        assert guard.stdin is not None
+        guard.stdin.close()
+        try:
+            guard.wait(timeout=120)
+        finally:
+            log.close()
+
+
+def _drain(cluster: Cluster, socket: Path, ctr: IO[bytes] | None = None) -> None:
+    """Delete every pod while the kubelet still runs, so it tears each sandbox down cleanly
+    (network namespace, CNI address and masquerade rules), and wait until none is left."""
+    with contextlib.suppress(Exception):
+        cluster.kubectl(
+            "delete",
+            "pods",
+            "--all",
+            "--all-namespaces",
+            "--grace-period=0",
+            "--force",
+            "--wait=false",
+            timeout=30,
+        )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        left = subprocess.run(
+            ["ctr", "-a", str(socket), "-n", "k8s.io", "containers", "ls", "-q"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+        if not left:
+            return
+        time.sleep(0.5)
+
+
+@contextlib.contextmanager
+def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]:
+    """Start a cluster in ``workdir`` (root only); stop it and undo every host change after."""
+    if os.geteuid() != 0:
+        raise PermissionError("the test cluster needs root (network namespaces, cgroups, mounts)")
+    cluster_id = secrets.token_hex(3)
+    subnet = pick_subnet()
+    gateway = str(next(subnet.hosts()))
+    work = workdir
+    work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o700)
+    # Unix socket paths are short (108 bytes), and containerd and the kubelet make sockets in
+    # their state folders: those live in a short folder of the machine-wide one.
+    rundir = SHARED / cluster_id
+    socket = rundir / "containerd.sock"
+    record = HostRecord(
+        cluster_id=cluster_id,
+        workdir=str(work),
+        bridge=f"npabr{cluster_id}",
+        subnet=str(subnet),
+        gateway=gateway,
+        network=f"npa-{cluster_id}",
+        chain=f"NPA-{cluster_id.upper()}",
+        cgroup_root=f"/npa-{cluster_id}",
+        containerd_socket=str(socket),
+    )
+    record.save()
+    context = f"npa-{cluster_id}"
+    node = f"npa-node-{cluster_id}"
+    logs = work / "logs"
+    procs: list[ManagedProcess] = []
+
+    def teardown_mark(what: str) -> None:
+        with open(logs / "teardown.log", "a") as out:
+            out.write(f"{time.time():.1f} {what}\n")
+
+    def start(proc: ManagedProcess, stack: contextlib.ExitStack) -> ManagedProcess:
+        # A short grace: once the pods are gone nothing of the cluster has state worth a
+        # graceful shutdown (the API server alone would take its time).
+        stack.callback(teardown_mark, f"stopped {proc.name}")
+        stack.callback(proc.stop, STOP_GRACE)
+        proc.start()
+        _record_process(record, proc)
+        procs.append(proc)
+        return proc
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_guardian(record))
+        # --- host network and cgroups ----------------------------------------------------
+        Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
+        record.did("bridge")
+        run("ip", "link", "add", record.bridge, "type", "bridge", check=True)
+        run("ip", "addr", "add", f"{gateway}/{subnet.prefixlen}", "dev", record.bridge, check=True)
+        run("ip", "link", "set", record.bridge, "up", check=True)
+        record.did("cgroups")
+        for hierarchy in sorted(CGROUP_FS.iterdir()):
+            if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
+                continue
+            target = hierarchy / record.cgroup_root.lstrip("/")
+            target.mkdir(exist_ok=True)
+            if hierarchy.name == "cpuset":  # a new cpuset starts empty: give it the parent's
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (target / knob).write_text((hierarchy / knob).read_text())
+            if hierarchy.name == "cpu":
+                # All the pods weigh as one group against every other process of the host; with
+                # the default weight (one process's) a busy host starves them, and SkyPilot's
+                # jobs controller gives up on its own API server after 60 s without CPU.
+                (target / "cpu.shares").write_text(f"{POD_CPU_SHARES}\n")
+
+        pki = _write_pki(work / "pki", gateway=gateway, node=node)
+        tokens = {name: secrets.token_hex(24) for name in ("admin", "kubelet", "scheduler")}
+        token_file = work / "pki" / "tokens.csv"
+        token_file.write_text(
+            f'{tokens["admin"]},npa-cluster-admin,npa-cluster-admin,"system:masters"\n'
+            f'{tokens["kubelet"]},system:node:{node},system:node:{node},"system:nodes"\n'
+            f'{tokens["scheduler"]},system:kube-scheduler,system:kube-scheduler,""\n'
+        )
+        token_file.chmod(0o600)
+
+        # --- netcheck: what SkyPilot's network check from a pod reaches -----------------
+        netcheck_port = free_port_on(gateway)
+        crt, key = _netcheck_cert(tools.images, work / "pki")
+        start(
+            ManagedProcess(
+                name="netcheck",
+                argv=[
+                    sys.executable,
+                    "-m",
+                    "tests.harness.netcheck",
+                    gateway,
+                    str(netcheck_port),
+                    str(crt),
+                    str(key),
+                ],
+                log_path=logs / "netcheck.log",
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                ports=[netcheck_port],
+            ),
+            stack,
+        )
+
+        # --- etcd and the API server ----------------------------------------------------
+        etcd_client, etcd_peer = free_port_on("127.0.0.1"), free_port_on("127.0.0.1")
+        etcd = start(
+            ManagedProcess(
+                name="etcd",
+                argv=[
+                    str(tools.etcd),
+                    "--name=npa-cluster",
+                    f"--data-dir={work / 'etcd'}",
+                    f"--listen-client-urls=http://127.0.0.1:{etcd_client}",
+                    f"--advertise-client-urls=http://127.0.0.1:{etcd_client}",
+                    f"--listen-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}",
+                    f"--initial-cluster=npa-cluster=http://127.0.0.1:{etcd_peer}",
+                    "--unsafe-no-fsync",
+                    "--quota-backend-bytes=2147483648",
+                ],
+                log_path=logs / "etcd.log",
+                ports=[etcd_client, etcd_peer],
+                env={"ETCD_UNSUPPORTED_ARCH": "amd64", "PATH": "/usr/bin:/bin"},
+            ),
+            stack,
+        )
+        etcd.wait_until(
+            lambda: http_status(f"http://127.0.0.1:{etcd_client}/health") == 200, 30, "healthy"
+        )
+        api_port = free_port_on(gateway)
+        server = f"https://{gateway}:{api_port}"
+        apiserver = start(
+            ManagedProcess(
+                name="kube-apiserver",
+                argv=[
+                    str(tools.kube_apiserver),
+                    f"--etcd-servers=http://127.0.0.1:{etcd_client}",
+                    f"--bind-address={gateway}",
+                    f"--advertise-address={gateway}",
+                    f"--secure-port={api_port}",
+                    f"--cert-dir={work / 'apiserver-certs'}",
+                    f"--tls-cert-file={pki['server.crt']}",
+                    f"--tls-private-key-file={pki['server.key']}",
+                    f"--client-ca-file={pki['ca.crt']}",
+                    f"--token-auth-file={token_file}",
+                    "--authorization-mode=Node,RBAC",
+                    "--enable-admission-plugins=NodeRestriction",
+                    f"--kubelet-client-certificate={pki['apiserver-kubelet-client.crt']}",
+                    f"--kubelet-client-key={pki['apiserver-kubelet-client.key']}",
+                    f"--kubelet-certificate-authority={pki['ca.crt']}",
+                    "--kubelet-preferred-address-types=InternalIP,Hostname",
+                    f"--service-account-issuer={server}",
+                    f"--service-account-key-file={pki['sa.pub']}",
+                    f"--service-account-signing-key-file={pki['sa.key']}",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--allow-privileged=true",
+                    "--v=1",
+                ],
+                log_path=logs / "kube-apiserver.log",
+                ports=[api_port],
+            ),
+            stack,
+        )
+        kubeconfigs = work / "kubeconfigs"
+        kubeconfigs.mkdir()
+        admin = kubeconfigs / "admin"
+        for name, user in (
+            ("admin", "npa-cluster-admin"),
+            ("kubelet", f"system:node:{node}"),
+            ("scheduler", "system:kube-scheduler"),
+        ):
+            _kubeconfig(
+                kubeconfigs / name,
+                server=server,
+                ca=pki["ca.crt"],
+                context=context,
+                user=user,
+                token=tokens[name],
+            )
+        ca_context = ssl.create_default_context(cafile=str(pki["ca.crt"]))
+
+        def readyz() -> bool:
+            req = urllib.request.Request(
+                f"{server}/readyz", headers={"Authorization": f"Bearer {tokens['admin']}"}
+            )
+            with urllib.request.urlopen(req, timeout=5, context=ca_context) as resp:
+                return int(resp.status) == 200
+
+        _wait("API server /readyz", readyz, 120, [apiserver])
+
+        # --- controllers -----------------------------------------------------------------
+        start(
+            ManagedProcess(
+                name="kube-controller-manager",
+                argv=[
+                    str(tools.kube_controller_manager),
+                    f"--kubeconfig={admin}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--use-service-account-credentials=false",
+                    f"--service-account-private-key-file={pki['sa.key']}",
+                    f"--root-ca-file={pki['ca.crt']}",
+                    "--allocate-node-cidrs=false",
+                    "--v=1",
+                ],
+                log_path=logs / "kube-controller-manager.log",
+            ),
+            stack,
+        )
+        start(
+            ManagedProcess(
+                name="kube-scheduler",
+                argv=[
+                    str(tools.kube_scheduler),
+                    f"--kubeconfig={kubeconfigs / 'scheduler'}",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    "--v=1",
+                ],
+                log_path=logs / "kube-scheduler.log",
+            ),
+            stack,
+        )
+
+        # --- the registry and its images -------------------------------------------------
+        reg_port = free_port_on("127.0.0.1")
+        registry = f"127.0.0.1:{reg_port}"
+        reg_config = work / "registry" / "config.yml"
+        reg_config.parent.mkdir(parents=True)
+        reg_config.write_text(
+            json.dumps(
+                {
+                    "version": 0.1,
+                    "log": {"level": "warn", "accesslog": {"disabled": True}},
+                    "storage": {
+                        "filesystem": {"rootdirectory": str(work / "registry" / "data")},
+                        "delete": {"enabled": True},
+                    },
+                    "http": {"addr": registry, "secret": secrets.token_hex(16)},
+                }
+            )
+        )
+        reg = start(
+            ManagedProcess(
+                name="cluster-registry",
+                argv=[str(tools.registry), "serve", str(reg_config)],
+                log_path=logs / "registry.log",
+                ports=[reg_port],
+            ),
+            stack,
+        )
+        reg.wait_until(lambda: http_status(f"http://{registry}/v2/") == 200, 30, "serving /v2/")
+        images = push_images(tools, registry, logs / "skopeo.log")
+
+        # --- containerd and the kubelet --------------------------------------------------
+        network_dir = work / "cni"
+        _cni_config(network_dir, work, record.network, record.bridge, str(subnet), gateway)
+        # containerd's images and the pods' layers live in memory: unpacking the runtime image
+        # is then quick, and tearing it down is one unmount instead of deleting tens of
+        # thousands of files (minutes on a busy host).
+        record.did("containerd")
+        (work / "containerd").mkdir(exist_ok=True)
+        run("mount", "-t", "tmpfs", "-o", f"size={CONTAINERD_TMPFS},mode=0700", "npa-containerd",
+            str(work / "containerd"), check=True)  # fmt: skip
+        _registry_hosts(work, registry)
+        socket.parent.mkdir(mode=0o700, parents=True)
+        containerd_conf = _containerd_config(work, tools, network_dir, images["pause"], socket)
+        containerd = start(
+            ManagedProcess(
+                name="containerd",
+                argv=[str(tools.containerd), "--config", str(containerd_conf)],
+                log_path=logs / "containerd.log",
+                env={
+                    **os.environ,
+                    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                },
+            ),
+            stack,
+        )
+        containerd.wait_until(socket.exists, 30, "listening")
+        pull_images(socket, work / "containerd" / "certs.d", images, logs / "pull.log")
+        kubelet_port, healthz = free_port_on(gateway), free_port_on("127.0.0.1")
+        kubelet_conf = _kubelet_config(
+            work,
+            pki,
+            gateway=gateway,
+            port=kubelet_port,
+            healthz=healthz,
+            cgroup_root=record.cgroup_root,
+            socket=socket,
+        )
+        cluster = Cluster(
+            cluster_id=cluster_id,
+            context=context,
+            node=node,
+            kubeconfig=admin,
+            gateway=gateway,
+            subnet=str(subnet),
+            registry=registry,
+            images=images,
+            workdir=work,
+            tools=tools,
+            processes=procs,
+        )
+        record.did("kubelet")
+        kubelet = start(
+            ManagedProcess(
+                name="kubelet",
+                argv=[
+                    str(tools.kubelet),
+                    f"--config={kubelet_conf}",
+                    f"--kubeconfig={kubeconfigs / 'kubelet'}",
+                    f"--root-dir={rundir / 'kubelet'}",
+                    f"--hostname-override={node}",
+                    f"--node-ip={gateway}",
+                    "--v=1",
+                ],
+                log_path=logs / "kubelet.log",
+                ports=[kubelet_port, healthz],
+                env={
+                    **os.environ,
+                    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                },
+            ),
+            stack,
+        )
+        # Pods go away first at teardown, while the kubelet can still tear them down cleanly.
+        stack.callback(teardown_mark, "drained")
+        stack.callback(_drain, cluster, socket)
+
+        # --- our own NAT: the kubernetes Service and SkyPilot's network check ------------
+        record.did("iptables")
+        nat = ("iptables", "-w", "-t", "nat")
+        run(*nat, "-N", record.chain, check=True)
+        run(
+            *nat,
+            "-A",
+            record.chain,
+            "-d",
+            KUBERNETES_SERVICE_IP,
+            "-p",
+            "tcp",
+            "--dport",
+            "443",
+            "-j",
+            "DNAT",
+            "--to-destination",
+            f"{gateway}:{api_port}",
+            check=True,
+        )
+        for ip in NETCHECK_IPS:
+            run(
+                *nat,
+                "-A",
+                record.chain,
+                "-d",
+                ip,
+                "-p",
+                "tcp",
+                "--dport",
+                "443",
+                "-j",
+                "DNAT",
+                "--to-destination",
+                f"{gateway}:{netcheck_port}",
+                check=True,
+            )
+        run(*nat, "-I", "PREROUTING", "-s", str(subnet), "-j", record.chain, check=True)
+
+        def node_ready() -> bool:
+            got = cluster.kubectl("get", "node", node, "-o", "json", timeout=10)
+            if got.returncode != 0:
+                return False
+            data = json.loads(got.stdout)
+            ready = any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in data["status"].get("conditions", [])
+            )
+            return ready and not data["spec"].get("taints")
+
+        _wait("node Ready and untainted", node_ready, READY_TIMEOUT, [kubelet, containerd])
+        yield cluster
+
+
+def push_images(tools: ClusterTools, registry: str, log: Path) -> dict[str, str]:
+    """Copy the built images into the registry, digests unchanged; tag -> pinned reference."""
+    layout = tools.images / "oci"
+    digests = dict(
+        line.split() for line in (tools.images / "images.txt").read_text().splitlines() if line
+    )
+    refs = {}
+    with open(log, "ab") as out:
+        for tag in IMAGE_TAGS:
+            subprocess.run(
+                [
+                    str(tools.skopeo),
+                    "copy",
+                    "--quiet",
+                    "--preserve-digests",
+                    "--dest-tls-verify=false",
+                    f"oci:{layout}:{tag}",
+                    f"docker://{registry}/npa/{tag}:1",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                check=True,
+            )
+            refs[tag] = f"{registry}/npa/{tag}@{digests[tag]}"
+    return refs
+
+
+def pull_images(socket: Path, hosts: Path, images: dict[str, str], log: Path) -> None:
+    """Put every image into the node's image store now, as a node's usual images are: a cold
+    pull of the runtime image takes minutes on a busy host, longer than a capability probe (or
+    a test) should wait for a pod to start. Pods still ask the registry for each image's
+    manifest (SkyPilot's pods pull Always); the layers are there."""
+    with open(log, "ab") as out:
+        for ref in images.values():
+            subprocess.run(
+                ["ctr", "-a", str(socket), "-n", "k8s.io", "images", "pull", "--plain-http",
+                 "--hosts-dir", str(hosts), ref],
+                stdout=out, stderr=subprocess.STDOUT, check=True, timeout=900,
+            )  # fmt: skip
+
+
+def tools_from_env() -> ClusterTools | str:
+    """The binaries named by the tools environment; a message naming what is missing."""
+    from tests.harness.tools import find_tool
+
+    wanted = {
+        "etcd": ("NPA_ETCD_BIN", "etcd"),
+        "kube_apiserver": ("NPA_KUBE_APISERVER_BIN", "kube-apiserver"),
+        "kube_controller_manager": ("NPA_KUBE_CONTROLLER_MANAGER_BIN", "kube-controller-manager"),
+        "kube_scheduler": ("NPA_KUBE_SCHEDULER_BIN", "kube-scheduler"),
+        "kubelet": ("NPA_KUBELET_BIN", "kubelet"),
+        "kubectl": ("NPA_KUBECTL_BIN", "kubectl"),
+        "containerd": ("NPA_CONTAINERD_BIN", "containerd"),
+        "registry": ("NPA_REGISTRY_BIN", "docker-registry"),
+        "skopeo": ("NPA_SKOPEO_BIN", "skopeo"),
+    }
+    found: dict[str, Any] = {}
+    missing = []
+    for attr, (env, name) in wanted.items():
+        tool = find_tool(env, name)
+        if tool is None:
+            missing.append(name)
+        found[attr] = tool
+    cni = Path(os.environ.get("NPA_CNI_BIN_DIR", "/usr/lib/cni"))
+    if not (cni / "bridge").exists():
+        missing.append(f"the CNI plugins ({cni})")
+    images = os.environ.get("NPA_CLUSTER_IMAGES")
+    if not images or not (Path(images) / "images.txt").exists():
+        missing.append("the cluster images (NPA_CLUSTER_IMAGES)")
+    for needed in ("ctr", "runc", "iptables", "ip"):
+        if shutil.which(needed) is None:
+            missing.append(needed)
+    if missing:
+        return ", ".join(missing)
+    return ClusterTools(cni_dir=cni, images=Path(str(images)), **found)
+
+
+def main(argv: list[str]) -> int:
+    """``python -m tests.harness.cluster up WORKDIR``: run a cluster until interrupted, printing
+    what a shell needs to use it (for ``make demo-cluster`` and for debugging)."""
+    if len(argv) != 2 or argv[0] != "up":
+        sys.stderr.write("usage: python -m tests.harness.cluster up WORKDIR\n")
+        return 2
+    tools = tools_from_env()
+    if isinstance(tools, str):
+        sys.stderr.write(f"missing: {tools}; run scripts/bootstrap-tools, then source env.sh\n")
+        return 6
+    started = time.monotonic()
+    stop = {"now": False}
+
+    def request_stop(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    with single_node_cluster(tools, Path(argv[1])) as cluster:
+        info = {
+            "context": cluster.context,
+            "kubeconfig": str(cluster.kubeconfig),
+            "gateway": cluster.gateway,
+            "registry": cluster.registry,
+            "images": cluster.images,
+            "started_seconds": round(time.monotonic() - started, 1),
+        }
+        (Path(argv[1]) / "cluster.json").write_text(json.dumps(info, indent=1))
+        print(json.dumps(info), flush=True)
+        while not stop["now"] and all(pid_alive(p.pid) for p in cluster.processes):
+            time.sleep(0.5)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

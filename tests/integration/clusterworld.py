@@ -1,0 +1,137 @@
+"""Specs and steps the end-to-end tests on the real cluster share: write a spec for the
+cluster's runtime image, reserve and submit a run as a user would, and follow it with
+``status`` until something holds."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.harness.cli import CliResult
+from tests.harness.skypilot_cluster import SkyCluster
+
+WF = ("workbench", "workflow")
+# Stages write their outputs to the store themselves, through the AWS CLI the runtime image
+# carries (its credentials and endpoint come from the store Secret): npa's stage contract does
+# not yet copy local output folders to the store on SkyPilot.
+GENERATE = (
+    "set -e; echo generating; seq 1 10 > /tmp/numbers.txt; "
+    'aws s3 cp --only-show-errors /tmp/numbers.txt "${NPA_OUTPUT_NUMBERS}numbers.txt"'
+)
+TOTAL = (
+    "set -e; echo summing; "
+    "awk '{ s += $1 } END { print s }' /npa/inputs/numbers/numbers.txt > /tmp/total.txt; "
+    'aws s3 cp --only-show-errors /tmp/total.txt "$NPA_OUTPUT_TOTAL"'
+)
+
+
+def stage(name: str, command: str, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "tool": "runtime",
+        "command": command,
+        "resources": {"cpus": 0.5, "memory_gib": 1, "disk_gib": 1},
+        **extra,
+    }
+
+
+def numbers_stages() -> list[dict[str, Any]]:
+    """Two stages: generate writes 1..10, total sums what generate stored (55)."""
+    return [
+        stage("generate", GENERATE, outputs=[{"name": "numbers", "path": "numbers/"}]),
+        stage(
+            "total",
+            TOTAL,
+            inputs=[{"name": "numbers", "from": "generate.numbers"}],
+            outputs=[{"name": "total", "path": "total.txt", "kind": "file"}],
+        ),
+    ]
+
+
+def write_spec(
+    path: Path, name: str, image: str, stages: list[dict[str, Any]], **tool: Any
+) -> Path:
+    doc = {
+        "apiVersion": "npa/v1",
+        "kind": "Workflow",
+        "metadata": {"name": name},
+        "tools": {"runtime": {"image": image, **tool}},
+        "stages": stages,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def prepare(world: SkyCluster, spec: Path) -> str:
+    r = world.npa(*WF, "prepare-run", str(spec), "--project", world.project)
+    assert r.code == 0, r.stdout + r.stderr
+    return r.stdout.strip()
+
+
+def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str) -> CliResult:
+    return world.npa(
+        *WF, "submit", str(spec), "--project", world.project, "--run-id", run_id,
+        "--infra", f"k8s/{world.context}", "--json", *extra,
+    )  # fmt: skip
+
+
+def status(world: SkyCluster, run_id: str) -> dict[str, Any]:
+    r = world.npa(*WF, "status", run_id, "--project", world.project, "--json", timeout=120)
+    assert r.code in (0, 4), r.stdout + r.stderr
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def follow(
+    world: SkyCluster,
+    run_id: str,
+    until: Callable[[dict[str, Any]], bool],
+    timeout: float = 600,
+    interval: float = 3,
+) -> tuple[dict[str, Any], list[str]]:
+    """``status`` until ``until`` holds; returns the last answer and every state seen."""
+    deadline = time.monotonic() + timeout
+    seen: list[str] = []
+    while True:
+        answer = status(world, run_id)
+        if not seen or seen[-1] != answer["state"]:
+            seen.append(answer["state"])
+        if until(answer):
+            return answer, seen
+        assert time.monotonic() < deadline, (
+            f"run {run_id} never got there; states seen {seen}; last:\n"
+            + json.dumps(answer, indent=1)
+            + "\n"
+            + diagnose(world)
+        )
+        time.sleep(interval)
+
+
+def terminal(answer: dict[str, Any]) -> bool:
+    return answer["state"] in {
+        "SUCCEEDED",
+        "CANCELLED",
+        "FAILED",
+        "FAILED_SETUP",
+        "FAILED_PRECHECKS",
+        "FAILED_NO_RESOURCE",
+        "FAILED_CONTROLLER",
+        "FAILED_STARTUP",
+        "INFRASTRUCTURE_RECOVERY_EXHAUSTED",
+    }
+
+
+def diagnose(world: SkyCluster) -> str:
+    """What the cluster and SkyPilot say, for a failure message."""
+    pods = world.cluster.kubectl("get", "pods", "-A", "-o", "wide").stdout
+    events = world.cluster.kubectl(
+        "get", "events", "-n", world.namespace, "--sort-by=.lastTimestamp"
+    ).stdout
+    queue = world.sky("jobs", "queue", "--all").stdout
+    return f"pods:\n{pods}\nevents:\n{events[-4000:]}\nsky jobs queue:\n{queue[-4000:]}"

@@ -1,0 +1,530 @@
+"""SkyPilot managed jobs for real: npa's CLI, SkyPilot 0.14.1 and its jobs controller, on the
+single-node cluster that runs pods, with moto's S3 on the cluster's gateway as the run store.
+No fake anywhere: the kubelet, the scheduler and SkyPilot decide everything these tests read.
+
+The session shares one jobs controller (a pod SkyPilot creates on the first launch, as it does
+for a user); the first test here is therefore the first launch on a fresh cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.procs import stop_lock_holders
+from tests.harness.s3 import SECRET_KEY
+from tests.harness.skypilot_cluster import SkyCluster
+from tests.integration.clusterworld import (
+    WF,
+    follow,
+    numbers_stages,
+    prepare,
+    stage,
+    status,
+    submit,
+    terminal,
+    write_spec,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+
+
+def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    world = sky_cluster
+    # No jobs controller yet: SkyPilot's queue answers ClusterNotUpError, which is absence.
+    queue = world.sky("jobs", "queue")
+    assert "No in-progress managed jobs" in queue.stdout + queue.stderr, (
+        "this test must be the session's first launch: " + queue.stdout + queue.stderr
+    )
+    spec = write_spec(
+        tmp_path / "wf" / "numbers.yaml",
+        "e2e-numbers",
+        world.cluster.images["sky-runtime"],
+        numbers_stages(),
+    )
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    result = submitted.json()
+    tx = result["launch_transaction"]
+    assert [r["answer"] for r in tx["reconcile"]] == ["absent"]
+    assert tx["outcome"] == "launched" and result["job_id"] == tx["launched_job_id"]
+    gates = {g["name"]: g for g in result["gates"]}
+    assert gates["namespace"]["status"] == "ok"
+    # The unattested runtime image was probed, in the project's namespace, and passed.
+    assert gates["images"]["status"] == "ok", gates
+
+    answer, seen = follow(world, run_id, terminal, timeout=900)
+    assert answer["state"] == "SUCCEEDED", json.dumps(answer, indent=1)
+    assert "RUNNING" in seen or "SUCCEEDED" in seen
+    assert [s["state"] for s in answer["stages"].values()] == ["SUCCEEDED", "SUCCEEDED"]
+
+    prefix = f"runs/e2e-numbers/{run_id}/npa-workflow/stages"
+    keys = world.store_keys(prefix)
+    assert keys[f"{prefix}/generate/outputs/numbers/numbers.txt"] > 0
+    total = world.s3.client().get_object(
+        Bucket=world.bucket, Key=f"{prefix}/total/outputs/total.txt"
+    )
+    assert total["Body"].read().decode().strip() == "55"
+
+    logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "generate")
+    assert logs.code == 0 and "generating" in logs.stdout, logs.stdout + logs.stderr
+    assert "summing" not in logs.stdout
+    artifacts = world.npa(*WF, "artifacts", run_id, "--project", world.project, "--json")
+    assert artifacts.code == 0, artifacts.stdout + artifacts.stderr
+    listed = world.npa(*WF, "list", "--project", world.project, "--json").json()
+    [row] = [r for r in listed["runs"] if r["run_id"] == run_id]
+    assert row["recorded_state"] == "SUCCEEDED" and row["job_id"] == result["job_id"]
+
+    # The readiness evidence the launch relied on is in its journal.
+    journal = world.npa_home / "operations" / f"launch.{world.project}.{run_id}.jsonl"
+    steps = [json.loads(line) for line in journal.read_text().splitlines()]
+    readiness = [s for s in steps if s["step"] == "readiness"]
+    assert readiness and readiness[0]["status"] == "done"
+    assert readiness[0]["readiness"]["stable"] is True
+
+    # The store's credentials reached the pods through the Secret alone: no file npa wrote,
+    # no task it rendered and no SkyPilot state holds the secret key.
+    for root in (world.npa_home, world.home / ".sky"):
+        for path in root.rglob("*"):
+            if path.is_file() and path.stat().st_size < 50_000_000:
+                assert SECRET_KEY.encode() not in path.read_bytes(), path
+    secret = world.cluster.kubectl(
+        "get", "secret", "npa-store", "-n", world.namespace, "-o", "json"
+    )
+    assert secret.returncode == 0, secret.stderr
+    assert "AWS_ENDPOINT_URL_S3" in json.loads(secret.stdout)["data"]
+    again = status(world, run_id)
+    assert again["state"] == "SUCCEEDED" and again["trustworthy"] is True
+    # Submitting the same run again launches nothing: its job is adopted by id.
+    rerun = submit(world, spec, run_id)
+    assert rerun.code == 0, rerun.stdout + rerun.stderr
+    assert rerun.json()["outcome"] == "adopted" and rerun.json()["job_id"] == result["job_id"]
+
+
+def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """SkyPilot deletes a pod that cannot pull its image and tries again for ever; npa reads the
+    kubelet's reason from the pod (or its events, once SkyPilot deleted it), shows it with the
+    command that fixes it, counts each failed pod and stops at the threshold."""
+    world = sky_cluster
+    absent = f"{world.cluster.registry}/npa/absent@sha256:{'0' * 64}"
+    spec = write_spec(tmp_path / "wf" / "absent.yaml", "e2e-absent", absent,
+                      [stage("only", "echo never runs")])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id, "--no-preflight-images",
+                       "--startup-failure-threshold", "2")  # fmt: skip
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+
+    def pull_failure(a: dict[str, Any]) -> bool:
+        return terminal(a) or any(
+            p["reason"] in ("ErrImagePull", "ImagePullBackOff") for p in a["pending"]
+        )
+
+    answer, _ = follow(world, run_id, pull_failure, timeout=600)
+    if not terminal(answer):
+        pulls = [
+            p for p in answer["pending"] if p["reason"] in ("ErrImagePull", "ImagePullBackOff")
+        ]
+        assert all(p["namespace"] == world.namespace for p in pulls), pulls
+        assert any(p["image"] == absent for p in pulls), pulls
+        assert any("preflight-images" in n for n in answer["next"]), answer["next"]
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "FAILED_STARTUP", json.dumps(final, indent=1)
+    supervisor = final["supervisor"]
+    assert supervisor["startup_failures"] >= 2
+    pulls = [a for a in supervisor["attempts"] if a["startup"] and "pod" in a["what"]]
+    assert len(pulls) >= 2 and all(absent in a["detail"] for a in pulls), supervisor
+    # The job was cancelled by id, so SkyPilot stops retrying.
+    job = str(submitted.json()["job_id"])
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        queue = world.sky("jobs", "queue", "--all").stdout
+        row = next((ln for ln in queue.splitlines() if ln.split()[:1] == [job]), "")
+        if "CANCELLED" in row:
+            break
+        time.sleep(5)
+    assert "CANCELLED" in row, queue
+
+
+def test_a_stage_that_exits_1_fails_the_run_as_payload(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    world = sky_cluster
+    out = {"name": "out", "path": "out.txt", "kind": "file"}
+    spec = write_spec(tmp_path / "wf" / "exit1.yaml", "e2e-exit1",
+                      world.cluster.images["sky-runtime"],
+                      [stage("fails", "echo about to fail; exit 1", outputs=[out])])  # fmt: skip
+    run_id = prepare(world, spec)
+    assert submit(world, spec, run_id).code == 0
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "FAILED", json.dumps(final, indent=1)
+    view = final["stages"]["fails"]
+    assert view["state"] == "FAILED" and view["classification"] == "payload", view
+    logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "fails")
+    assert "about to fail" in logs.stdout, logs.stdout + logs.stderr
+
+
+def test_a_stage_that_exits_0_without_its_outputs_fails(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """What the first real run did: ``mkdir -p "$NPA_OUTPUT_NUMBERS"`` made a local folder named
+    ``s3:``, the task exited 0 and nothing reached the store."""
+    world = sky_cluster
+    spec = write_spec(tmp_path / "wf" / "nothing.yaml", "e2e-nothing",
+                      world.cluster.images["sky-runtime"],
+                      [stage("generate", 'mkdir -p "$NPA_OUTPUT_NUMBERS" && echo wrote nothing',
+                             outputs=[{"name": "numbers", "path": "numbers/"}]),
+                       stage("after", "echo must not run")])  # fmt: skip
+    run_id = prepare(world, spec)
+    assert submit(world, spec, run_id).code == 0
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "FAILED", json.dumps(final, indent=1)
+    view = final["stages"]["generate"]
+    assert view["state"] == "FAILED" and view["classification"] == "payload", view
+    assert "numbers (missing)" in view["detail"], view
+    assert final["stages"]["after"]["state"] in ("PENDING", "CANCELLED"), final["stages"]
+    artifacts = world.npa(*WF, "artifacts", run_id, "--project", world.project, "--json")
+    [generate] = [s for s in artifacts.json()["stages"] if s["stage"] == "generate"]
+    assert [o["status"] for o in generate["outputs"]] == ["missing"], generate
+
+
+def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> None:
+    world = sky_cluster
+    spec = write_spec(tmp_path / "wf" / "long.yaml", "e2e-long",
+                      world.cluster.images["sky-runtime"],
+                      [stage("sleeps", "echo sleeping; sleep 1200")])  # fmt: skip
+    run_id = prepare(world, spec)
+    # Two submits of the same run at once: one job.
+    with ThreadPoolExecutor(2) as pool:
+        both = list(pool.map(lambda _: submit(world, spec, run_id), range(2)))
+    assert all(r.code == 0 for r in both), [r.stdout + r.stderr for r in both]
+    assert sorted(r.json()["outcome"] for r in both) == ["adopted", "launched"]
+    assert len({r.json()["job_id"] for r in both}) == 1
+    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
+    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    # The run's supervisor is killed; submitting the run again starts a new one on the job.
+    lock = world.npa_home / "locks" / f"supervisor.{world.project}.{run_id}.lock"
+    killed = stop_lock_holders(world.npa_home, [str(lock.relative_to(world.npa_home))])
+    assert len(killed) == 1
+    again = submit(world, spec, run_id)
+    assert again.code == 0 and again.json()["outcome"] == "adopted", again.stdout + again.stderr
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not stop_lock_holders_alive(lock):
+        time.sleep(0.5)
+    assert stop_lock_holders_alive(lock), "no supervisor took the run back"
+    cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
+    assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+    final, _ = follow(world, run_id, terminal, timeout=600)
+    assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
+    again = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
+    assert again.code == 0, again.stdout + again.stderr
+
+
+def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The node has no GPU. With a cluster autoscaler configured SkyPilot leaves the decision to
+    Kubernetes, so the pod is created and the real scheduler refuses it; status shows that."""
+    world = sky_cluster
+    config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
+    config["kubernetes"]["autoscaler"] = "generic"
+    grows = tmp_path / "autoscaled.yaml"
+    grows.write_text(yaml.safe_dump(config))
+    gpu = stage("trains", "nvidia-smi")
+    gpu["resources"]["accelerators"] = "H100:1"
+    spec = write_spec(tmp_path / "wf" / "gpu.yaml", "e2e-gpu",
+                      world.cluster.images["sky-runtime"], [gpu])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = world.npa(
+        *WF, "submit", str(spec), "--project", world.project, "--run-id", run_id,
+        "--infra", f"k8s/{world.context}", "--no-resolve-accelerators", "--json",
+        SKYPILOT_GLOBAL_CONFIG=str(grows),
+    )  # fmt: skip
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+
+    def unschedulable(a: dict[str, Any]) -> bool:
+        return terminal(a) or any(p["reason"] == "Unschedulable" for p in a["pending"])
+
+    answer, _ = follow(world, run_id, unschedulable, timeout=600)
+    assert not terminal(answer), json.dumps(answer, indent=1)
+    [pod] = [p for p in answer["pending"] if p["reason"] == "Unschedulable"]
+    assert "nvidia.com/gpu" in pod["message"] or "node affinity" in pod["message"], pod
+    assert any("gpus --cluster" in n for n in answer["next"]), answer["next"]
+    cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
+    assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+    final, _ = follow(world, run_id, terminal, timeout=600)
+    assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
+
+
+def test_a_task_pod_deleted_under_a_running_job_is_recovered(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The node loses the task's pod (as when a node goes): SkyPilot's controller sees the
+    cluster gone and brings the task back, or ends the job and npa's supervisor relaunches it
+    under the same run; either way the run ends SUCCEEDED with its output."""
+    world = sky_cluster
+    out = {"name": "done", "path": "done.txt", "kind": "file"}
+    command = (
+        "set -e; echo working; sleep 45; echo done > /tmp/done.txt; "
+        'aws s3 cp --only-show-errors /tmp/done.txt "$NPA_OUTPUT_DONE"'
+    )
+    spec = write_spec(tmp_path / "wf" / "lost.yaml", "e2e-lost",
+                      world.cluster.images["sky-runtime"],
+                      [stage("works", command, outputs=[out])])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    job = submitted.json()["job_id"]
+    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
+    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    pods = json.loads(
+        world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
+    )["items"]
+    [task_pod] = [
+        p["metadata"]["name"]
+        for p in pods
+        if p["metadata"].get("annotations", {}).get("skypilot-cluster-name", "").endswith(f"-{job}")
+    ]
+    deleted = world.cluster.kubectl(
+        "delete", "pod", task_pod, "-n", world.namespace, "--grace-period=0", "--force"
+    )
+    assert deleted.returncode == 0, deleted.stderr
+    final, seen = follow(world, run_id, terminal, timeout=1200)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    queue = world.sky("jobs", "queue", "--all").stdout
+    row = next((ln for ln in queue.splitlines() if ln.split()[:1] == [str(job)]), "")
+    relaunched = final["supervisor"]["relaunches"] if final["supervisor"] else 0
+    recovered = "RECOVERING" in seen or relaunched >= 1 or " 1 " in f" {row} "
+    assert recovered, (seen, final["supervisor"], queue)
+    prefix = f"runs/e2e-lost/{run_id}/npa-workflow/stages/works/outputs"
+    assert world.store_keys(prefix).get(f"{prefix}/done.txt", 0) > 0
+
+
+def test_an_input_that_cannot_be_fetched_stops_as_configuration(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The stage's setup cannot fetch its input (no such bucket): SkyPilot ends the job
+    FAILED_SETUP, which npa treats as a configuration a person must fix: no retry."""
+    world = sky_cluster
+    missing = {"name": "raw", "uri": "s3://npa-no-such-bucket/raw/"}
+    spec = write_spec(tmp_path / "wf" / "noinput.yaml", "e2e-noinput",
+                      world.cluster.images["sky-runtime"],
+                      [stage("reads", "ls /npa/inputs/raw", inputs=[missing])])  # fmt: skip
+    run_id = prepare(world, spec)
+    assert submit(world, spec, run_id, "--retries", "2").code == 0
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "FAILED_SETUP", json.dumps(final, indent=1)
+    supervisor = final["supervisor"]
+    assert supervisor["classification"] == "actionable_configuration", supervisor
+    assert supervisor["relaunches"] == 0, supervisor
+
+
+def test_a_resumed_run_relaunches_only_the_stage_that_failed(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """generate succeeds, total fails until an object it waits for exists; the resume adopts
+    generate (its outputs are in the store) and launches a new job for total alone."""
+    world = sky_cluster
+    go = f"s3://{world.bucket}/go-ahead/{tmp_path.name}"
+    stages = numbers_stages()
+    stages[1]["command"] = f"aws s3 ls {go} || exit 3; " + stages[1]["command"]
+    spec = write_spec(tmp_path / "wf" / "resume.yaml", "e2e-resume",
+                      world.cluster.images["sky-runtime"], stages)  # fmt: skip
+    run_id = prepare(world, spec)
+    first = submit(world, spec, run_id)
+    assert first.code == 0, first.stdout + first.stderr
+    failed, _ = follow(world, run_id, terminal, timeout=900)
+    assert failed["state"] == "FAILED", json.dumps(failed, indent=1)
+    assert [v["state"] for v in failed["stages"].values()] == ["SUCCEEDED", "FAILED"]
+    world.s3.client().put_object(Bucket=world.bucket, Key=go[len(f"s3://{world.bucket}/"):],
+                                 Body=b"go")  # fmt: skip
+    resumed = world.npa(*WF, "submit", str(spec), "--project", world.project, "--resume-run",
+                        run_id, "--infra", f"k8s/{world.context}", "--json")  # fmt: skip
+    assert resumed.code == 0, resumed.stdout + resumed.stderr
+    body = resumed.json()
+    assert body["resume"]["adopted_stages"] == ["generate"], body["resume"]
+    assert body["job_id"] != first.json()["job_id"]
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    assert final["stages"]["generate"]["source"] == "adopted"
+    total = world.s3.client().get_object(
+        Bucket=world.bucket,
+        Key=f"runs/e2e-resume/{run_id}/npa-workflow/stages/total/outputs/total.txt",
+    )
+    assert total["Body"].read().decode().strip() == "55"
+
+
+def test_the_capability_probe_runs_one_bounded_pod_in_the_projects_namespace(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """busybox has a shell and /tmp but no passwd entry for uid 1000 and no sudo: SkyPilot's pod
+    set-up could not run as npa's user, so the probe, run as that user, rejects it."""
+    world = sky_cluster
+    image = world.cluster.images["busybox"]
+    spec = write_spec(tmp_path / "wf" / "busybox.yaml", "e2e-busybox", image,
+                      [stage("only", "true")])  # fmt: skip
+    r = world.npa(*WF, "preflight-images", str(spec), "--project", world.project, "--json")
+    assert r.code == 1, r.stdout + r.stderr
+    [row] = r.json()["images"]
+    assert row["status"] == "rejected" and row["verified_by"] is None, row
+    for lacking in ("passwd-user", "sudo"):
+        assert lacking in row["detail"], row
+    events = world.cluster.kubectl(
+        "get", "events", "-n", world.namespace, "-o", "json",
+        "--field-selector", "involvedObject.kind=Pod",
+    )  # fmt: skip
+    probes = {
+        e["involvedObject"]["name"]
+        for e in json.loads(events.stdout)["items"]
+        if e["involvedObject"]["name"].startswith("npa-probe-" + row["digest"][7:19])
+    }
+    assert len(probes) == 1, probes  # exactly one pod, in the project's namespace
+    left = world.cluster.kubectl("get", "pods", "-A", "-l", "npa.io/probe", "-o", "name")
+    assert left.stdout.strip() == "", left.stdout
+
+
+def test_skypilot_status_and_verify_against_the_live_controller(
+    sky_cluster: SkyCluster,
+) -> None:
+    world = sky_cluster
+    r = world.npa("skypilot", "status", "--project", world.project, "--context", world.context,
+                  "--json")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    checks = {c["name"]: c for c in r.json()["checks"]}
+    assert checks["jobs controller"]["verdict"] == "ok", checks["jobs controller"]
+    assert "up" in checks["jobs controller"]["answer"]
+    v = world.npa("skypilot", "verify", "--cluster", world.context, "--project", world.project,
+                  "--output-format", "json")  # fmt: skip
+    assert v.code == 0, v.stdout + v.stderr
+    found = {c["name"]: c for c in v.json()["checks"]}
+    assert found["nodes"]["verdict"] == "ok" and found["sky check"]["verdict"] == "ok", found
+    gpus = world.npa(*WF, "gpus", "--cluster", world.context, "--json")
+    assert gpus.code == 0, gpus.stdout + gpus.stderr
+    [node] = gpus.json()["nodes"]
+    assert node["node"] == world.cluster.node and node["ready"] and node["allocatable"] == 0
+
+
+def stop_lock_holders_alive(lock: Path) -> bool:
+    """Whether someone holds ``lock`` (a supervisor holds its run's lock for its whole life)."""
+    import fcntl
+
+    if not lock.exists():
+        return False
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def _server_processes(port: str) -> list[tuple[int, int]]:
+    """(pid, process group) of the local API server on ``port`` and of its keeper."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        server = b"sky.server.server" in argv and f"--port={port}".encode() in argv
+        keeper = b"npa.adapters.skypilot.keeper" in argv
+        if server or keeper:
+            found.append((int(proc.name), int(stat[2])))
+    return found
+
+
+def _group_members(pgid: int) -> list[int]:
+    members = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) == pgid:
+                    members.append(int(proc.name))
+            except (OSError, ValueError, IndexError):
+                continue
+    return members
+
+
+def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """Reading a run never starts SkyPilot's API server (nor creates ~/.sky); submit starts one
+    through npa's keeper, and a SIGTERM to that server leaves no request worker behind."""
+    world = sky_cluster
+    port = world.env["SKYPILOT_API_SERVER_LOCAL_PORT"]
+    spec = write_spec(tmp_path / "wf" / "waits.yaml", "e2e-waits",
+                      world.cluster.images["sky-runtime"],
+                      [stage("waits", "echo waiting; sleep 1200")])  # fmt: skip
+    run_id = prepare(world, spec)
+    assert submit(world, spec, run_id).code == 0
+    follow(world, run_id, lambda a: a["state"] in ("PENDING", "STARTING", "RUNNING"))
+
+    stopped = world.sky("api", "stop")
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    fresh = tmp_path / "fresh-home"
+    fresh.mkdir()
+    for home in (fresh, world.home):
+        r = world.npa(*WF, "status", run_id, "--project", world.project, "--json",
+                      HOME=str(home))  # fmt: skip
+        assert r.code == 4, r.stdout + r.stderr
+        answer = r.json()
+        assert answer["state"] == "VERIFICATION_UNAVAILABLE", answer
+        [job] = [s for s in answer["sources"] if s["source"] == "backend-job"]
+        assert job["answer"] == "unavailable" and job["fix"] == "sky api start", job
+        assert "sky api start" in answer["next"]
+        assert _server_processes(port) == [], "status started an API server"
+    assert not (fresh / ".sky").exists()
+    # The run's supervisor cannot ask either: it records that it does not know, once, and
+    # relaunches nothing.
+    key = f"runs/e2e-waits/{run_id}/npa-workflow/manifest.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        manifest = json.loads(
+            world.s3.client().get_object(Bucket=world.bucket, Key=key)["Body"].read()
+        )
+        unknown = [
+            a for a in manifest["supervisor"]["attempts"] if a["classification"] == "unknown"
+        ]
+        if unknown:
+            break
+        time.sleep(2)
+    assert [a["failure"] for a in unknown] == ["queue-unavailable"], manifest["supervisor"]
+    assert manifest["supervisor"]["recovery"] == "blocked" and manifest["job_id"] is not None
+
+    # submit starts the server (through the keeper) and launches.
+    quick = [stage("quick", "echo quick")]
+    second = write_spec(
+        tmp_path / "wf" / "quick.yaml", "e2e-quick", world.cluster.images["sky-runtime"], quick
+    )
+    second_run = prepare(world, second)
+    launched = submit(world, second, second_run)
+    assert launched.code == 0, launched.stdout + launched.stderr
+    cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
+    assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+    processes = _server_processes(port)
+    [(server, group)] = [(pid, pgid) for pid, pgid in processes if pid == pgid]
+    assert len(_group_members(group)) > 1  # the server and its request workers
+    os.kill(server, signal.SIGTERM)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (_group_members(group) or _server_processes(port)):
+        time.sleep(0.5)
+    assert _group_members(group) == [], "the server left processes behind"
+    assert _server_processes(port) == []
+    restarted = world.start_api_server()
+    assert restarted.returncode == 0, restarted.stdout + restarted.stderr
