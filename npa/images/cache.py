@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from npa.core.errors import StateCorrupt
+from npa.core.errors import LocalStateUnavailable, StateCorrupt
 from npa.core.fsio import atomic_write_json, read_json
 from npa.core.paths import NpaPaths
 from npa.images.contract import CONTRACT_VERSION
@@ -71,7 +71,7 @@ class VerificationCache:
             probe_run_as_user=probe_run_as_user,
             checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, LocalStateUnavailable):
             atomic_write_json(self._file(digest), entry.model_dump(mode="json"))
             return True
         return False

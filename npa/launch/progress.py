@@ -10,13 +10,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from npa.adapters.storage import ObjectStore
-from npa.backends.base import JobState, WaveVerdict
+from npa.backends.base import JobState, StageProgress, WaveProgress, WaveVerdict
+from npa.core.errors import StateCorrupt
 from npa.core.fsio import ensure_private_dir
-from npa.launch.supervision import Classification, Policy, classify_exit, record
-from npa.runs.manifest import RunManifest, StageRecord, WaveRecord, now_iso, update_manifest
+from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
+from npa.runs.manifest import (
+    RunManifest,
+    StageRecord,
+    WaveRecord,
+    now_iso,
+    read_manifest,
+    update_manifest,
+)
 
 
 class ManifestRecorder:
@@ -43,6 +52,30 @@ class ManifestRecorder:
                 m.stages.setdefault(stage, StageRecord())
 
         self._update(mutate)
+
+    def progress(self, stage: str, *, since: float) -> StageProgress:
+        manifest = read_manifest(self.store, self.prefix)
+        if manifest is None:
+            raise StateCorrupt(
+                f"the manifest of {self.store.uri}/{self.prefix} disappeared during the run",
+                fix="npa workbench workflow status RUN_ID --project P",
+            )
+        rec = manifest.stages.get(stage, StageRecord())
+        after = datetime.fromtimestamp(since, UTC)
+        spent = sum(
+            1
+            for a in manifest.supervisor.attempts
+            if a.stage == stage
+            and a.classification == Classification.PAYLOAD.value
+            and a.recovery == Recovery.RETRIED.value
+            and datetime.fromisoformat(a.at) >= after
+        )
+        return StageProgress(
+            state=rec.state,
+            detail=rec.detail,
+            waves={w.wave: WaveProgress(state=w.state, attempts=w.attempts) for w in rec.waves},
+            retries_spent=spent,
+        )
 
     def running(self) -> None:
         self._update(lambda m: setattr(m, "state", JobState.RUNNING.value))

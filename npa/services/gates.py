@@ -33,7 +33,7 @@ from npa.backends.base import (
     ResolvesAccelerators,
     RunsOnThisMachine,
 )
-from npa.core.errors import GatesFailed, NpaError
+from npa.core.errors import GatesFailed, GatesUnknown, NpaError
 from npa.core.paths import NpaPaths
 from npa.services.configure import ProjectSettings
 
@@ -90,7 +90,9 @@ class GateReport:
         lines = [
             f"  - {g.name}: {g.detail}" + (f"\n      fix: {g.fix}" if g.fix else "") for g in failed
         ]
-        raise GatesFailed(
+        # Only sources that could not be asked: exit 4, as the same fault gives at any later step.
+        error = GatesUnknown if all(g.status == "unknown" for g in failed) else GatesFailed
+        raise error(
             f"submit stopped before staging anything: {len(failed)} gate(s) did not "
             "pass\n" + "\n".join(lines),
             fix=failed[0].fix,

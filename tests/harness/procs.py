@@ -186,11 +186,12 @@ def stop_lock_holders(root: Path, patterns: Sequence[str]) -> list[int]:
                     continue  # nobody holds it
                 except OSError:
                     pass
-                text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                # The holder's pid comes first (an executor adds its start time after it).
+                text = os.pread(fd, 64, 0).decode(errors="replace").split()[:1]
             finally:
                 os.close(fd)
-            if text.isdigit() and pid_alive(int(text)):
-                holders.append(int(text))
+            if text and text[0].isdigit() and pid_alive(int(text[0])):
+                holders.append(int(text[0]))
     # SIGTERM first: a local supervisor then stops the stage processes it started.
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         for pid in holders:

@@ -28,8 +28,8 @@ from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
 from npa.core.errors import LockBusy, NpaError, StackOperationFailed, ToolMissing, Unavailable
-from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
+from npa.core.procs import pid_running
 
 # The Pulumi project name; the same as the top-level Pulumi.yaml so the plain CLI sees the stacks.
 PROJECT = "npa"

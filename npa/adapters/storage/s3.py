@@ -86,6 +86,7 @@ class S3Store(S3Base):
         max_connections: int = 32,
         max_attempts: int = 4,
         fix_hint: str | None = None,
+        timeout: float = 20.0,
     ) -> None:
         # botocore directly: boto3's resource layer costs start-up time and is not needed.
         import botocore.session
@@ -99,11 +100,13 @@ class S3Store(S3Base):
                 "s3",
                 region_name=region,
                 endpoint_url=endpoint_url,
+                # A store that stops answering fails within about ``timeout`` seconds, all
+                # attempts together: each waits at most a third of it.
                 config=Config(
-                    retries={"mode": "standard", "max_attempts": max_attempts},
+                    retries={"mode": "standard", "max_attempts": min(max_attempts, 3)},
                     max_pool_connections=max_connections,
-                    connect_timeout=10,
-                    read_timeout=60,
+                    connect_timeout=min(5.0, timeout / 4),
+                    read_timeout=timeout / 3,
                 ),
             )
             creds = session.get_credentials()
