@@ -636,7 +636,9 @@ def _record_and_launch(
     receipt.job = JobIdentity(backend=backend.name, job_id=str(job_id), job_name=manifest.job_name)
     write_receipt(paths, receipt)
     job = backend.job(job_id)
-    ended = job.state.terminal and job.state is not JobState.SUCCEEDED
+    # A job that ended without success stays ended; one whose executor died without a final
+    # state is continued by the watcher started below.
+    ended = job.state.terminal and job.state is not JobState.SUCCEEDED and not job.continuable
     if ended and isinstance(backend, HostsExecutor):
         _record_final(run, job)
     watcher = None
