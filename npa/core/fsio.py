@@ -48,6 +48,9 @@ def ensure_private_dir(path: Path) -> Path:
             continue
         except OSError as exc:
             raise local_state_error(exc, "create the folder", d) from None
+    if not path.is_dir():
+        # Something else (a file, a dangling link) holds the name: never report it as made.
+        raise NotADirectoryError(f"{path} exists and is not a directory")
     return path
 
 

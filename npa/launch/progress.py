@@ -31,8 +31,11 @@ from npa.runs.manifest import (
 class ManifestRecorder:
     """Records an executing job's progress in its run's manifest (under the manifest lock)."""
 
-    def __init__(self, store: ObjectStore, prefix: str, manifest_lock: Path, policy: Policy):
+    def __init__(
+        self, store: ObjectStore, prefix: str, manifest_lock: Path, policy: Policy, status: str
+    ):
         self.store = store
+        self.status = status  # the command that shows the run, for fix lines
         self.prefix = prefix
         self.manifest_lock = manifest_lock
         self.policy = policy
@@ -58,7 +61,7 @@ class ManifestRecorder:
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {self.store.uri}/{self.prefix} disappeared during the run",
-                fix="npa workbench workflow status RUN_ID --project P",
+                fix=self.status,
             )
         rec = manifest.stages.get(stage, StageRecord())
         after = datetime.fromtimestamp(since, UTC)

@@ -10,6 +10,7 @@ encodes the tasks as SkyPilot YAML. Both are pure: they read and write nothing.
 from __future__ import annotations
 
 import hashlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ def load_digests(path: Path) -> dict[str, str]:
     ):
         raise InvalidInput(
             f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
-            fix=f"printf 'curator: sha256:<64 hex>\\n' > {path}",
+            fix=f"cat {shlex.quote(str(path))}  # each line maps a tool ref to sha256:<64 hex>",
         )
     return dict(data)
 
@@ -95,11 +96,7 @@ def resolve_images(
         raise InvalidInput(
             "cannot render: images must be pinned by digest\n"
             + "\n".join(f"  - {p}" for p in problems),
-            fix=(
-                "npa workbench workflow preflight-images <spec.yaml> --registry <registry>  "
-                "# or pass --digests FILE mapping TOOL_REF: sha256:<digest>"
-            ),
-            details={"problems": problems},
+            details={"problems": problems, "unpinned": True},
         )
     return pinned
 
@@ -241,8 +238,7 @@ def render_workflow(
     if problems:
         raise InvalidInput(
             "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            fix=skypilot_tasks.RENDER_FIX,
-            details={"problems": problems},
+            details={"problems": problems, "context": context, "store": store},
         )
     assert context is not None
     images = resolve_images(workflow, digests, verified)

@@ -7,6 +7,7 @@ import difflib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,6 +18,7 @@ from npa import __version__
 from npa.core.errors import InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
+from npa.core.text import plural
 from npa.spec.validate import load_workflow
 
 INDEX = "render.json"
@@ -42,7 +44,8 @@ class RenderResult(Result):
     diff: str | None = None
 
     def text_lines(self) -> list[str]:
-        lines = [f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}"]
+        files = plural(len(self.files), "task file")
+        lines = [f"rendered {files} for run {self.run_id} into {self.out_dir}"]
         lines += [f"  {f.file}  sha256:{f.sha256[:12]}  ({f.stage})" for f in self.files]
         if self.diff_against is not None:
             if not self.changed:
@@ -154,6 +157,38 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         shutil.rmtree(old)
 
 
+def _render_fix(
+    error: InvalidInput, path: Path, run_id: str, out: Path, digests_file: Path | None
+) -> str:
+    """The command that renders after all: the same one with the values npa can find."""
+    from npa.adapters.kube import kubeconfig
+    from npa.services.configure import resolve_project
+
+    if error.details.get("unpinned"):
+        return (
+            shlex.join(["npa", "workbench", "workflow", "preflight-images", str(path)])
+            + "  # resolves each image to its digest; render then pins them"
+        )
+    argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
+    argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
+    context = error.details.get("context")
+    if context is None:
+        try:
+            context = kubeconfig.merge(kubeconfig.source_files()).current_context
+        except kubeconfig.KubeconfigError:
+            context = None
+        if context is None:
+            return "kubectl config get-contexts -o name  # a context for render --context"
+        argv += ["--context", str(context)]
+    store = error.details.get("store")
+    if store is None or not str(store).startswith(("s3://", "gs://")):
+        configured = resolve_project(None).value("store") or ""
+        if not configured.startswith(("s3://", "gs://")):
+            return "npa configure --show  # render needs an s3:// or gs:// store (--store-uri)"
+        argv += ["--store-uri", configured]
+    return shlex.join(argv)
+
+
 def render_spec(
     path: Path,
     run_id: str,
@@ -169,9 +204,13 @@ def render_spec(
 
     workflow = load_workflow(path)
     digests = load_digests(digests_file) if digests_file else {}
-    tasks = render_workflow(
-        workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
-    )
+    try:
+        tasks = render_workflow(
+            workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
+        )
+    except InvalidInput as error:
+        error.fix = _render_fix(error, path, run_id, out, digests_file)
+        raise
     previous = _read_render(diff_against) if diff_against is not None else None
     files = {t.filename: t.text for t in tasks}
     index = {

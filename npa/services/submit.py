@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from npa.adapters.storage import ObjectStore
+from npa.adapters.storage import ObjectStore, inspect_command
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
 from npa.backends.base import (
     AdoptsPartialWaves,
@@ -63,6 +63,7 @@ from npa.core.layout import (
 )
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchTransaction, Observer, Transaction
@@ -119,7 +120,9 @@ class SubmitResult(Result):
         for g in self.gates:
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
-        lines.append(f"source {self.source_digest} staged; {len(self.tasks)} tasks rendered")
+        lines.append(
+            f"source {self.source_digest} staged; {plural(len(self.tasks), 'task')} rendered"
+        )
         if self.outcome == "ended":
             why = f": {self.failure_reason}" if self.failure_reason else ""
             lines.append(
@@ -336,7 +339,18 @@ def _render(run: _Run) -> dict[str, str]:
     tasks = stage_tasks(
         run.workflow, run.plan, images=images, accelerators=run.admission.accelerators
     )
-    return run.backend.render_tasks(tasks)
+    try:
+        return run.backend.render_tasks(tasks)
+    except InvalidInput as error:
+        if error.fix is None:
+            project = run.project
+            error.fix = (
+                _cmd("workbench", "workflow", "preflight-images", str(run.options.spec))
+                + f" --project {shlex.quote(project)}"
+                if error.details.get("unpinned")
+                else _cmd("configure", "--show", "--project", project)
+            )
+        raise
 
 
 def _store_run_files(run: _Run, existing: RunManifest | None) -> dict[str, str]:
@@ -456,6 +470,18 @@ def _submission(run: _Run, manifest: RunManifest) -> JobSubmission:
     )
 
 
+def _review_fix(run: _Run) -> str:
+    """What a backend refused is the run's task: the command that shows it for review (the
+    render verb for a Kubernetes context, else the task files stored in the run prefix)."""
+    context = infra_context(run.options.infra)
+    if context is None:
+        return inspect_command(run.store, run.prefix, listing=True) + "  # the run's task files"
+    return _cmd(
+        "workbench", "workflow", "render", str(run.options.spec), "--run-id", run.run_id,
+        "--out", f"{run.run_id}-render", "--context", context,
+    )  # fmt: skip
+
+
 def _launch(
     run: _Run,
     submission: JobSubmission,
@@ -497,6 +523,8 @@ def _launch(
 
         run.update(stop)
         stopped.details["launch_transaction"] = transaction.record.model_dump(mode="json")
+        if stopped.fix is None:
+            stopped.fix = _review_fix(run)
         raise
     job_id = record.job_id
     assert job_id is not None

@@ -52,6 +52,7 @@ from npa.core.fsio import atomic_write_text, ensure_private_dir, write_holder
 from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
 from npa.core.paths import NpaPaths
 from npa.core.procs import ProcessIdentity, group_members, signal_group
+from npa.core.text import plural
 
 POLL_SECONDS = 0.05
 # A stage gets this long to stop after SIGTERM (a cancel) before its group is killed.
@@ -448,7 +449,10 @@ class Executor:
         return env
 
     def run_stage(self, task: LocalTask, progress: StageProgress) -> None:
-        self.log(f"stage {task.stage}: {task.waves} waves of up to {task.parallel} shards")
+        self.log(
+            f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
+            f"{plural(task.parallel, 'shard')}"
+        )
         self.table.update(self.job_id, current_stage=task.stage)
         self.recorder.stage_started(task.stage)
         env = self.stage_env(task)

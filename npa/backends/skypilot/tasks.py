@@ -25,10 +25,6 @@ SOURCE_MOUNT = "/npa/source"
 INPUT_MOUNT = "/npa/inputs"
 # SkyPilot mounts these schemes as storage; file:// only exists on the machine that renders.
 MOUNTABLE = ("s3://", "gs://", "r2://")
-RENDER_FIX = (
-    "npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
-    "--context <kube-context> --store-uri s3://<bucket>/<prefix>"
-)
 
 
 class YamlText(str):
