@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness.cli import run_npa
+from tests.harness.procs import run_processes, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -244,30 +243,6 @@ def test_receipt_without_manifest_is_manifest_pending(
     r = status(env, run_id)
     assert r.code == 0, r.stdout + r.stderr
     assert r.json()["state"] == "MANIFEST_PENDING"
-
-
-def run_processes(run_id: str) -> list[int]:
-    """The processes of this run (found by the NPA_RUN_ID their environment carries)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
-        except OSError:
-            continue
-        if f"NPA_RUN_ID={run_id}".encode() in environ and state not in ("Z", "X"):
-            found.append(int(entry.name))
-    return found
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
-    """Wait for an event; the timeout only bounds a test that would otherwise hang."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 def test_resume_after_a_killed_wave_adopts_complete_waves_only(
