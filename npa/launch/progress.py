@@ -107,6 +107,12 @@ class ManifestRecorder:
             for rec in m.stages.values():
                 if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
                     rec.state = "CANCELLED"
+                elif rec.state == "RUNNING" and state is not JobState.SUCCEEDED:
+                    # The stage the job ended in ends with it, with the reason: never a
+                    # RUNNING stage in a run that ended.
+                    rec.state, rec.detail = state.value, detail or rec.detail
+                    for wave in rec.waves:
+                        wave.state = state.value if wave.state == "RUNNING" else wave.state
 
         self._update(final)
 

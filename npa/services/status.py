@@ -391,6 +391,13 @@ def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[st
     return out
 
 
+def _recorded_failure(m: RunManifest | None) -> str | None:
+    """Why a run the manifest records as failed ended: the detail of the stage it ended in."""
+    if m is None or m.state not in FAILED_STATES:
+        return None
+    return next((r.detail for r in m.stages.values() if r.state == m.state and r.detail), None)
+
+
 def _submit_again(located: Located, spec: str, *, resume: bool) -> str:
     """The submit that picks the run up again, with the infra and policy it was submitted
     with (a plain rerun continues its job; ``resume`` starts a new job that adopts the work
@@ -485,7 +492,7 @@ def status(
         job_id=record.job_id if record else located.job_id,
         job_name=located.job_name,
         job_state=record.state.value if record else None,
-        failure_reason=record.failure_reason if record else None,
+        failure_reason=(record.failure_reason if record else None) or _recorded_failure(m),
         run_prefix=located.prefix_uri,
         pending=pending,
         stages=stages,

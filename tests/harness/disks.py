@@ -58,6 +58,17 @@ def read_only(path: Path) -> Iterator[Path]:
         _umount(path)
 
 
+@contextlib.contextmanager
+def bind(source: Path, target: Path) -> Iterator[Path]:
+    """``source`` (a folder) also seen at ``target`` (created if missing) for the block."""
+    target.mkdir(parents=True, exist_ok=True)
+    _mount("--bind", str(source), str(target))
+    try:
+        yield target
+    finally:
+        _umount(target)
+
+
 def fill(folder: Path) -> Path:
     """Fill the filesystem holding ``folder`` to its last byte; returns the filler file (delete
     it to give the space back)."""

@@ -11,18 +11,25 @@ of the run is left, and no traceback reached the user.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
 import signal
+import subprocess
+import sys
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness.cli import CliResult, run_npa
+from tests.harness.disks import bind, fill, read_only, tmpfs
 from tests.harness.procs import run_processes, wait_until
+from tests.harness.s3 import S3Server
+from tests.integration.store_proxy import ProxyState, store_proxy
 
 pytestmark = pytest.mark.integration
 
@@ -185,3 +192,205 @@ def test_a_killed_executor_is_continued_by_the_command_status_prints(world: Worl
     assert w.marks_of(at)["start"] == 2  # only the killed shard ran again
     assert sum(w.marks_of(s)["start"] for s in SHARDS) == len(SHARDS) + 1
     assert not run_processes(w.run_id)
+
+
+BUCKET = "npa-recovery"
+
+
+@pytest.fixture
+def s3_world(tmp_path: Path, npa_home: Path, s3: S3Server) -> Iterator[tuple[World, ProxyState]]:
+    """The same workflow on an S3 store (moto) reached through the fault proxy, by the CLI
+    and by the executors it starts."""
+    s3.client().create_bucket(Bucket=BUCKET)
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        w = World(tmp_path, npa_home, **{**s3.env, "AWS_ENDPOINT_URL_S3": endpoint})
+        r = w.npa("configure", "--project", "demo", "--store", f"s3://{BUCKET}/npa")
+        assert r.code == 0, r.stderr
+        yield w, proxy
+        w.release()
+        # Executors still at work end with the run (a failing test must not leave them).
+        for pid in run_processes(w.run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def local_jobs(w: World) -> list[str]:
+    root = w.home / "local-jobs"
+    return sorted(p.name for p in root.iterdir() if p.name.isdigit()) if root.exists() else []
+
+
+# Where submit is killed: committing the staged source; writing the run's manifest before the
+# launch (LAUNCHING); writing it after, with the job id.
+KILL_POINTS = {
+    "source-commit": ("/source/manifest.json", 0),
+    "manifest-launching": ("/npa-workflow/manifest.json", 0),
+    "manifest-launched": ("/npa-workflow/manifest.json", 1),
+}
+
+
+@pytest.mark.parametrize("point", list(KILL_POINTS))
+def test_a_submit_killed_at_a_manifest_write_is_finished_by_its_rerun(
+    s3_world: tuple[World, ProxyState], point: str
+) -> None:
+    w, proxy = s3_world
+    w.prepare()
+    contains, skip = KILL_POINTS[point]
+    rule = proxy.rule("PUT", contains, "hold", skip=skip)
+    argv = [sys.executable, "-m", "npa", *WF, "submit", str(w.spec), "--project", "demo",
+            "--run-id", w.run_id, "--json"]  # fmt: skip
+    proc = subprocess.Popen(argv, env={**os.environ, **w.env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    while not rule.hit.wait(0.05):
+        assert proc.poll() is None, f"submit ended before {point}: " + str(proc.communicate())
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=60)
+    proxy.clear()
+
+    again = w.submit("--json")
+    no_traceback(again)
+    assert again.code == 0, again.stdout + again.stderr
+    assert again.json()["outcome"] in ("launched", "adopted"), again.stdout
+    final = w.watch()
+    assert final["state"] == "SUCCEEDED", final
+    w.each_shard_done_once()
+    assert sum(w.marks_of(s)["start"] for s in SHARDS) == len(SHARDS)
+    assert len(local_jobs(w)) == 1  # launched exactly once
+    wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+
+
+def test_a_store_that_fails_right_after_launch_is_recovered_by_the_rerun(
+    s3_world: tuple[World, ProxyState],
+) -> None:
+    w, proxy = s3_world
+    w.prepare()
+    w.hold("generate-0")
+    # The manifest write that records the job id answers 500: submit fails, the job exists.
+    proxy.rule("PUT", "/npa-workflow/manifest.json", "fail", skip=1)
+    first = w.submit("--json")
+    no_traceback(first)
+    proxy.clear()
+    assert first.code == 4, first.stdout + first.stderr
+    error = first.json()["error"]
+    assert w.run_id in error["fix"], error
+    w.release()
+    again = w.run_printed(error["fix"].split(", then rerun: ")[-1].split("  #")[0])
+    no_traceback(again)
+    assert again.code == 0, again.stdout + again.stderr
+    final = w.watch()
+    assert final["state"] == "SUCCEEDED", final
+    w.each_shard_done_once()
+    assert len(local_jobs(w)) == 1
+
+
+def rerun_of(error: dict[str, Any]) -> str:
+    """The command an OS-refusal error says to rerun once its fix is applied."""
+    assert error["kind"] == "local_state_unavailable", error
+    command: str = error["details"]["rerun"]
+    assert error["fix"].endswith(f", then rerun: {command}"), error
+    return command
+
+
+@pytest.mark.parametrize(
+    "folder", ["locks", "operations", "workflow-submissions", "runs", "local-jobs", "."]
+)
+def test_a_read_only_part_of_npa_home_is_an_npa_error_whose_rerun_works(
+    world: World, folder: str
+) -> None:
+    w = world
+    w.prepare()
+    target = (w.home / folder).resolve()
+    with read_only(target):
+        r = w.submit("--json")
+        no_traceback(r)
+        assert r.code == 4, r.stdout + r.stderr
+        error = r.json()["error"]
+        assert "Read-only file system" in error["message"], error
+        assert str(target) in error["message"] and f"findmnt -T {target}" in error["fix"]
+        # Records stay readable and tell the truth: nothing was launched.
+        body = w.status()
+        assert body["state"] == "NOT_SUBMITTED", body
+    assert not local_jobs(w)
+    again = w.run_printed(rerun_of(error))
+    no_traceback(again)
+    assert again.code == 0, again.stdout + again.stderr
+    assert w.watch()["state"] == "SUCCEEDED"
+    w.each_shard_done_once()
+
+
+def test_a_read_only_cache_is_not_needed(world: World) -> None:
+    w = world
+    w.prepare()
+    with read_only(w.home / "cache"):
+        r = w.submit("--json")
+        no_traceback(r)
+        assert r.code == 0, r.stdout + r.stderr
+        assert w.watch()["state"] == "SUCCEEDED"
+    w.each_shard_done_once()
+
+
+@pytest.fixture
+def small_home(tmp_path: Path, npa_home: Path) -> Iterator[World]:
+    """NPA_HOME on a 16 MiB tmpfs; its store folder on the real disk (so the quota gate, which
+    asks the store's filesystem, still passes): npa's own records are what fills up."""
+    npa_home.mkdir(parents=True, exist_ok=True)
+    outside = tmp_path / "store-on-disk"
+    outside.mkdir()
+    with tmpfs(npa_home, "16m"), bind(outside, npa_home / "store"):
+        w = World(tmp_path, npa_home)
+        yield w
+        w.release()
+        for pid in run_processes(w.run_id):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_full_disk_at_submit_is_an_npa_error_whose_rerun_works(small_home: World) -> None:
+    w = small_home
+    w.prepare()
+    filler = fill(w.home)
+    r = w.submit("--json")
+    no_traceback(r)
+    assert r.code == 4, r.stdout + r.stderr
+    error = r.json()["error"]
+    assert "No space left on device" in error["message"], error
+    assert f"df -h {w.home}" in error["fix"], error
+    body = w.status()
+    assert body["state"] == "NOT_SUBMITTED", body  # no LAUNCHING without a job
+    filler.unlink()
+    again = w.run_printed(rerun_of(error))
+    no_traceback(again)
+    assert again.code == 0, again.stdout + again.stderr
+    assert w.watch()["state"] == "SUCCEEDED"
+    w.each_shard_done_once()
+
+
+def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> None:
+    w = small_home
+    w.prepare()
+    w.hold("square-0")
+    r = w.submit("--json")
+    assert r.code == 0, r.stdout + r.stderr
+    job_id = r.json()["job_id"]
+    wait_until(lambda: w.started("square-0-0"), "square's first wave started")
+    filler = fill(w.home)
+    w.release()
+    final = w.watch()
+    # A final state recorded, never a live-looking job; the executor's log has no traceback.
+    # The machine failed, not the stage: the reason names the folder and the fix.
+    assert final["state"] == "FAILED_CONTROLLER", final
+    assert "No space left on device" in (final["failure_reason"] or ""), json.dumps(final)
+    assert f"df -h {w.home}" in final["failure_reason"], final
+    job = json.loads((w.home / "local-jobs" / str(job_id) / "job.json").read_text())
+    assert job["state"] == final["state"], job
+    log = (w.home / "local-jobs" / str(job_id) / "logs" / "supervisor.log").read_text()
+    assert "Traceback" not in log, log
+    wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+    filler.unlink()
+    resume = next((n for n in final["next"] if "--resume-run" in n), None)
+    assert resume is not None, json.dumps(final, indent=1)
+    again = w.run_printed(resume)
+    no_traceback(again)
+    assert again.code == 0, again.stdout + again.stderr
+    assert w.watch()["state"] == "SUCCEEDED"
+    assert w.marks_of("generate-0-0")["done"] == 1  # what had succeeded is not run again
+    assert all(w.marks_of(s)["done"] >= 1 for s in SHARDS)

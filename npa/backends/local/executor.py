@@ -62,6 +62,8 @@ LOCK_WAIT = 5.0
 # How long the processes an earlier executor left may take to die once killed.
 REAP_WAIT = 30.0
 RESERVE_BYTES = 1 << 20
+# Less free space than this after a failed wave: the disk is full, not the stage at fault.
+MIN_FREE_BYTES = 64 << 10
 SHARD_WRAPPER = Path(__file__).with_name("shard.py")
 
 
@@ -267,8 +269,9 @@ class Executor:
             self.finish(failed.state, failed.detail)
             return 1
         except NpaError as error:
-            self.log(f"error: {error.message}" + (f" (fix: {error.fix})" if error.fix else ""))
-            self.finish(JobState.FAILED_CONTROLLER, error.message, infrastructure=True)
+            detail = error.message + (f"; fix: {error.fix}" if error.fix else "")
+            self.log(f"error: {detail}")
+            self.finish(JobState.FAILED_CONTROLLER, detail, infrastructure=True)
             return 1
         except Exception as exc:  # the record must say the controller failed, not hang live
             self.log(traceback.format_exc())
@@ -500,12 +503,27 @@ class Executor:
                 stored = self.upload_outputs(task)
                 self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
                 return budget
+            self.check_space(task.stage, wave)
             verdict = self.recorder.wave_failed(task.stage, wave, shards, codes, attempt, budget)
             if not verdict.retry:
                 assert verdict.state is not None
                 raise StageFailed(verdict.state, verdict.detail)
             budget -= 1 if verdict.spends_retry else 0
             self.log(f"{verdict.detail}; retrying the wave ({verdict.classification})")
+
+    def check_space(self, stage: str, wave: int) -> None:
+        """A wave that failed on a full disk failed for this machine, not for its code: end the
+        job as the controller's failure, naming the folder and the fix (a payload retry would
+        only fail the same way)."""
+        try:
+            stats = os.statvfs(self.work)
+        except OSError:
+            return
+        if stats.f_bavail * stats.f_frsize >= MIN_FREE_BYTES:
+            return
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        action = f"hold the outputs of stage {stage} wave {wave} in"
+        raise local_state_error(full, action, self.work)
 
     def run_wave(
         self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str], attempt: int
