@@ -664,10 +664,17 @@ def _record_and_launch(
     receipt.job = JobIdentity(backend=backend.name, job_id=str(job_id), job_name=manifest.job_name)
     write_receipt(paths, receipt)
     job = backend.job(job_id)
-    # A job that ended without success stays ended; one whose executor died without a final
-    # state is continued by the watcher started below.
-    ended = job.state.terminal and job.state is not JobState.SUCCEEDED and not job.continuable
-    if ended and isinstance(backend, HostsExecutor):
+    # A job npa executes that ended without success stays ended; one whose executor died
+    # without a final state is continued by the watcher started below. A job another service
+    # runs goes to the watcher whatever its state: supervision decides whether it is relaunched.
+    hosted = isinstance(backend, HostsExecutor)
+    ended = (
+        hosted
+        and job.state.terminal
+        and job.state is not JobState.SUCCEEDED
+        and not job.continuable
+    )
+    if ended:
         _record_final(run, job)
     watcher = None
     if not ended:
