@@ -27,7 +27,7 @@ import pytest
 
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.disks import bind, fill, read_only, tmpfs
-from tests.harness.procs import run_processes, wait_until
+from tests.harness.procs import pid_alive, run_processes, wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
 
@@ -394,3 +394,51 @@ def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> N
     assert w.watch()["state"] == "SUCCEEDED"
     assert w.marks_of("generate-0-0")["done"] == 1  # what had succeeded is not run again
     assert all(w.marks_of(s)["done"] >= 1 for s in SHARDS)
+
+
+def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
+    w = world
+    w.prepare()
+    w.hold("generate-0")
+    r = w.submit("--json")
+    assert r.code == 0, r.stdout + r.stderr
+    job_id = r.json()["job_id"]
+    wait_until(lambda: w.started("generate-0-0"), "generate started")
+    os.kill(executor_of(w, job_id), signal.SIGKILL)
+    wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+    # The plain submit continues the job under a new executor, which runs generate again.
+    again = w.submit("--json")
+    assert again.code == 0 and again.json()["job_id"] == job_id, again.stdout + again.stderr
+    wait_until(lambda: w.marks_of("generate-0-0")["start"] == 2, "generate started again")
+    second = executor_of(w, job_id)
+
+    c = w.npa(*WF, "cancel", w.run_id, "--project", "demo", "--json")
+    no_traceback(c)
+    assert c.code == 0, c.stdout + c.stderr
+    body = c.json()
+    # What cancel saw after signalling the live executor, not the request it made.
+    assert (body["outcome"], body["job_state"]) == ("cancelled", "CANCELLED"), body
+    assert not run_processes(w.run_id)  # the executor and its stage are gone when it returns
+    assert not pid_alive(second)
+    assert w.marks_of("generate-0-0")["done"] == 0  # stopped, not waited out
+    assert w.status()["state"] == "CANCELLED"
+    # A plain rerun never runs a cancelled job again.
+    ended = w.submit("--json")
+    assert ended.code == 1 and ended.json()["outcome"] == "ended", ended.stdout
+    assert not run_processes(w.run_id) and w.marks_of("generate-0-0")["start"] == 2
+
+
+def test_cancel_of_a_job_whose_executor_died_records_it_cancelled(world: World) -> None:
+    w = world
+    w.prepare()
+    w.hold("generate-0")
+    r = w.submit("--json")
+    job_id = r.json()["job_id"]
+    wait_until(lambda: w.started("generate-0-0"), "generate started")
+    os.kill(executor_of(w, job_id), signal.SIGKILL)
+    wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+    c = w.npa(*WF, "cancel", w.run_id, "--project", "demo", "--json")
+    assert c.code == 0, c.stdout + c.stderr
+    assert (c.json()["outcome"], c.json()["job_state"]) == ("cancelled", "CANCELLED"), c.stdout
+    job = json.loads((w.home / "local-jobs" / str(job_id) / "job.json").read_text())
+    assert job["state"] == "CANCELLED"
