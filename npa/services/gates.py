@@ -23,6 +23,7 @@ from npa.adapters.storage import (
     BucketAbsent,
     ObjectStore,
     StoreUnavailable,
+    inspect_command,
     normalize_store_uri,
     open_store,
 )
@@ -231,6 +232,8 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
         )
     else:
         report.add("store-credentials", status, detail)
+    name = facts.workflow.metadata.name if facts.workflow else "x"
+    probe = show
     try:
         store = open_store(
             store_uri,
@@ -241,14 +244,15 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
             paths=paths,
         )
         facts.store = store
+        # What shows whether the store answers now: the same listing, run by hand.
+        probe = inspect_command(store, f"{name}/", listing=True)
         if status != "failed":
-            name = facts.workflow.metadata.name if facts.workflow else "x"
             store.list_page(f"{name}/", page_size=1)
             report.add("store", "ok", f"{store_uri} answered")
     except BucketAbsent as error:
         report.add("store", "failed", error.message, error.fix)
     except StoreUnavailable as error:
-        report.add("store", "unknown", error.message, error.fix or show)
+        report.add("store", "unknown", error.message, probe)
     except NpaError as error:
         report.add("store", "failed", error.message, error.fix or show)
 

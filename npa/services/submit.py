@@ -39,6 +39,7 @@ from npa.backends.base import (
 )
 from npa.core.errors import (
     GatesFailed,
+    GatesUnknown,
     InvalidInput,
     LaunchStopped,
     LocalStateUnavailable,
@@ -563,7 +564,13 @@ def _admit(
         registry_auth=options.registry_auth,
     )
     report = run_gates(asked, paths, settings, backend)
-    report.raise_if_failed()
+    try:
+        report.raise_if_failed()
+    except GatesUnknown as error:
+        # Nothing is wrong with the run: once the source answers, this same submit goes on.
+        if asked.run:
+            with_rerun(error, options.command(asked.run))
+        raise
     return settings, report
 
 

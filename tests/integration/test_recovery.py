@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -442,3 +443,36 @@ def test_cancel_of_a_job_whose_executor_died_records_it_cancelled(world: World) 
     assert (c.json()["outcome"], c.json()["job_state"]) == ("cancelled", "CANCELLED"), c.stdout
     job = json.loads((w.home / "local-jobs" / str(job_id) / "job.json").read_text())
     assert job["state"] == "CANCELLED"
+
+
+@pytest.mark.parametrize("phase", ["gates", "staging", "launch"])
+def test_a_store_that_stops_answering_fails_in_bounded_time_with_exit_4(
+    s3_world: tuple[World, ProxyState], phase: str
+) -> None:
+    w, proxy = s3_world
+    w.prepare()
+    w.env["NPA_STORE_TIMEOUT_SECONDS"] = "2"
+    if phase == "gates":
+        proxy.hang = True  # from the first request on
+    else:  # the first write of staging, or the run's first manifest write
+        contains = "/blobs/" if phase == "staging" else "/npa-workflow/manifest.json"
+        proxy.rule("PUT", contains, "hold")
+    started = time.monotonic()
+    r = w.submit("--json")
+    spent = time.monotonic() - started
+    proxy.hang = False
+    proxy.clear()
+    no_traceback(r)
+    assert r.code == 4, r.stdout + r.stderr
+    # A bound, not a speed: the store's own budget is 2 s; nothing waits 60 s or retries forever.
+    assert spent < 45, spent
+    error = r.json()["error"]
+    print(phase, error["kind"], error["fix"])
+    assert not local_jobs(w)  # nothing launched
+    body = w.status()
+    assert body["state"] in ("NOT_SUBMITTED", "PLAN_ONLY"), body
+    # The fix ends with the submit that goes on once the store answers: run it as printed.
+    again = w.run_printed(error["details"]["rerun"])
+    assert again.code == 0, again.stdout + again.stderr
+    assert w.watch()["state"] == "SUCCEEDED"
+    w.each_shard_done_once()
