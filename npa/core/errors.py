@@ -307,11 +307,17 @@ def local_state_error(exc: OSError, action: str, path: Path | str | None = None)
     )
 
 
-def with_rerun(error: NpaError, command: str) -> NpaError:
+def with_rerun(error: NpaError, command: str, *, replace: bool = False) -> NpaError:
     """``error`` with ``command`` (the one that recovers once the fix is applied) added to its
-    fix; an error that already names its rerun keeps it."""
+    fix; an error that already names its rerun keeps it, unless ``replace`` (a command that
+    wraps the step that failed names itself instead)."""
     if "rerun" in error.details:
-        return error
+        if not replace:
+            return error
+        earlier = error.details.pop("rerun")
+        if error.fix is not None:
+            error.fix = error.fix.removesuffix(f", then rerun: {earlier}").removesuffix(earlier)
+        error.fix = error.fix or None
     error.details["rerun"] = command
     error.fix = f"{error.fix}, then rerun: {command}" if error.fix else command
     return error

@@ -627,7 +627,7 @@ def submit(
     except (StoreUnavailable, LocalStateUnavailable) as error:
         # Once the store answers (or the disk is fixed), the same submit picks up where this one
         # stopped: it never launches a second job for the run.
-        raise with_rerun(error, rerun) from None
+        raise with_rerun(error, rerun, replace=True) from None
 
 
 def _record_and_launch(
