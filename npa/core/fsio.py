@@ -210,27 +210,35 @@ def exclusive_lock(path: Path, *, timeout: float = 0.0, purpose: str = "") -> It
     except OSError as exc:
         raise local_state_error(exc, "create the lock", path) from None
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise local_state_error(exc, "lock", path) from None
-                if time.monotonic() >= deadline:
-                    holder = _lock_holder(fd)
-                    what = f" for {purpose}" if purpose else ""
-                    raise LockBusy(
-                        f"another npa process{holder} holds the lock {path}{what}",
-                        fix="wait for it to finish, then rerun the same command",
-                    ) from exc
-                time.sleep(0.05)
+        if not flock_within(fd, path, timeout):
+            holder = _lock_holder(fd)
+            what = f" for {purpose}" if purpose else ""
+            raise LockBusy(
+                f"another npa process{holder} holds the lock {path}{what}",
+                fix="wait for it to finish, then rerun the same command",
+            )
         write_holder(fd)
         yield path
     finally:
         # Closing the descriptor releases the flock.
         os.close(fd)
+
+
+def flock_within(fd: int, path: Path, timeout: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` (the file ``path``), waiting up to ``timeout``
+    seconds; False when another process still holds it then. A refusal other than "held"
+    raises LocalStateUnavailable naming ``path``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise local_state_error(exc, "lock", path) from None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
 
 
 def write_holder(fd: int, text: str | None = None) -> None:

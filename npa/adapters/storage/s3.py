@@ -66,6 +66,13 @@ class S3Base(ObjectStore):
         self.put(key, data)
         return True
 
+    def _probe(self, key: str | None) -> str:
+        """What shows whether the store answers now, for the object (or prefix) that failed: a
+        store that errs or does not answer needs looking at, not npa's settings."""
+        from npa.adapters.storage import inspect_command
+
+        return inspect_command(self, key or "", listing=key is None or key.endswith("/"))
+
     def _conflicts_exhausted(self, key: str) -> StoreUnavailable:
         return StoreUnavailable(
             f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
@@ -139,9 +146,10 @@ class S3Store(S3Base):
             reason = f"the store answered {code} (HTTP {status})"
         else:
             reason = f"{type(exc).__name__}: {exc}"
+        refused = code in _REFUSED
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
-            fix=self._fix_hint or "npa configure --show",
+            fix=(self._fix_hint or "npa configure --show") if refused else self._probe(key),
             details={"store": self.uri, "code": code, "http_status": status},
         )
 

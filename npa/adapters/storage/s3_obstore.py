@@ -120,11 +120,12 @@ class ObstoreS3Store(S3Base):
                 f"the store refused the credentials from {self.credential_source!r} "
                 f"({text}); npa cannot tell whether the object exists"
             )
+            fix = self._fix_hint or "npa configure --show"
         else:
-            reason = text
+            reason, fix = text, self._probe(key)
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
-            fix=self._fix_hint or "npa configure --show",
+            fix=fix,
             details={"store": self.uri, "code": _code(exc), "client": "obstore"},
         )
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import os
 import shutil
 import signal
@@ -48,7 +47,7 @@ from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
 from npa.core.errors import BackendError, NpaError, local_state_error
-from npa.core.fsio import atomic_write_text, ensure_private_dir, write_holder
+from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
 from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
 from npa.core.paths import NpaPaths
 from npa.core.procs import ProcessIdentity, group_members, signal_group
@@ -173,19 +172,14 @@ class Executor:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError as exc:
             raise local_state_error(exc, "create the lock", path) from None
-        deadline = time.monotonic() + LOCK_WAIT
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    os.close(fd)
-                    raise local_state_error(exc, "lock", path) from None
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    return False
-                time.sleep(0.02)
+        try:
+            taken = flock_within(fd, path, LOCK_WAIT)
+        except NpaError:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            return False
         me = ProcessIdentity.current()
         write_holder(fd, f"{me.pid} {me.start if me.start is not None else ''}\n")
         self.lock_fd = fd
