@@ -95,6 +95,15 @@ class World:
         return self.npa(*WF, "submit", str(self.spec), "--project", "demo",
                         "--run-id", self.run_id, *extra)  # fmt: skip
 
+    def launch(self, *held: str) -> int:
+        """Reserve a run and submit it with the ``held`` waves waiting; the job id."""
+        self.prepare()
+        self.hold(*held)
+        r = self.submit("--json")
+        assert r.code == 0, r.stdout + r.stderr
+        job_id: int = r.json()["job_id"]
+        return job_id
+
     def status(self) -> Any:
         r = self.npa(*WF, "status", self.run_id, "--project", "demo", "--json")
         return r.json()
@@ -167,11 +176,7 @@ def executor_of(w: World, job_id: int) -> int:
 @pytest.mark.parametrize("at", ["generate-0-0", "square-1-1"])
 def test_a_killed_executor_is_continued_by_the_command_status_prints(world: World, at: str) -> None:
     w = world
-    w.prepare()
-    w.hold("generate-0", "square-0", "square-1", "total-0")
-    r = w.submit("--json")
-    assert r.code == 0, r.stdout + r.stderr
-    job_id = r.json()["job_id"]
+    job_id = w.launch("generate-0", "square-0", "square-1", "total-0")
     # Let the stages before the kill point run, then kill the executor while `at` runs.
     for shard in SHARDS:
         wave = shard.rsplit("-", 1)[0]
@@ -368,11 +373,7 @@ def test_a_full_disk_at_submit_is_an_npa_error_whose_rerun_works(small_home: Wor
 
 def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> None:
     w = small_home
-    w.prepare()
-    w.hold("square-0")
-    r = w.submit("--json")
-    assert r.code == 0, r.stdout + r.stderr
-    job_id = r.json()["job_id"]
+    job_id = w.launch("square-0")
     wait_until(lambda: w.started("square-0-0"), "square's first wave started")
     filler = fill(w.home)
     w.release()
@@ -400,11 +401,7 @@ def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> N
 
 def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
     w = world
-    w.prepare()
-    w.hold("generate-0")
-    r = w.submit("--json")
-    assert r.code == 0, r.stdout + r.stderr
-    job_id = r.json()["job_id"]
+    job_id = w.launch("generate-0")
     wait_until(lambda: w.started("generate-0-0"), "generate started")
     os.kill(executor_of(w, job_id), signal.SIGKILL)
     wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
@@ -432,10 +429,7 @@ def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
 
 def test_cancel_of_a_job_whose_executor_died_records_it_cancelled(world: World) -> None:
     w = world
-    w.prepare()
-    w.hold("generate-0")
-    r = w.submit("--json")
-    job_id = r.json()["job_id"]
+    job_id = w.launch("generate-0")
     wait_until(lambda: w.started("generate-0-0"), "generate started")
     os.kill(executor_of(w, job_id), signal.SIGKILL)
     wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
@@ -468,7 +462,6 @@ def test_a_store_that_stops_answering_fails_in_bounded_time_with_exit_4(
     # A bound, not a speed: the store's own budget is 2 s; nothing waits 60 s or retries forever.
     assert spent < 45, spent
     error = r.json()["error"]
-    print(phase, error["kind"], error["fix"])
     assert not local_jobs(w)  # nothing launched
     body = w.status()
     assert body["state"] in ("NOT_SUBMITTED", "PLAN_ONLY"), body
