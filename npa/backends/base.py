@@ -97,8 +97,11 @@ class JobRecord(BaseModel):
     submitted_at: float | None = None
     ended_at: float | None = None
     failure_reason: str | None = None
+    # No live executor and no final state (a :class:`HostsExecutor` backend): rerunning the same
+    # submit starts an executor that continues this very job.
+    continuable: bool = False
     # In task order; empty for a backend that keeps no per-task record (the local backend's
-    # supervisor writes each stage's state into the run manifest itself).
+    # executor writes each stage's state into the run manifest itself).
     tasks: list[TaskRecord] = Field(default_factory=list)
     details: dict[str, Any] = Field(default_factory=dict)
 
@@ -272,7 +275,8 @@ class ExecutionBackend(abc.ABC):
     @abc.abstractmethod
     def request_launch(self, submission: JobSubmission) -> str:
         """Ask for the job to be started; returns a request id that can be resolved later,
-        also from another process."""
+        also from another process. Raises LocalStateUnavailable only when a write on this
+        machine failed before the request left it: then no job exists."""
 
     @abc.abstractmethod
     def launch_result(self, request_id: str) -> int:
@@ -315,6 +319,11 @@ class ExecutionBackend(abc.ABC):
         ``launch_requested``, ``launch_accepted``), given to the backend's constructor (a test
         stops its process at a chosen step with it); None when none was given."""
         return None
+
+    def local_state(self) -> list[Path]:
+        """The folders of this machine a launch into this backend writes (so submit can check
+        they take a write before it records anything); none by default."""
+        return []
 
     def controller_fix(self, project: str) -> str | None:
         """The command that shows this backend's controller side (what to run when a job's
@@ -467,6 +476,28 @@ class WaveVerdict:
     spends_retry: bool  # a retry of the payload itself: it counts against the stage's retries
 
 
+@dataclass(frozen=True)
+class WaveProgress:
+    """One wave as the run's record holds it: its state and how many attempts it had."""
+
+    state: str  # RUNNING (an attempt was cut short) / SUCCEEDED / FAILED (judged)
+    attempts: int
+
+
+@dataclass(frozen=True)
+class StageProgress:
+    """What the run's record says about one stage, for an executor that continues a job."""
+
+    state: str  # PENDING / RUNNING / SUCCEEDED / FAILED ...
+    detail: str | None
+    waves: dict[int, WaveProgress]
+    retries_spent: int  # payload retries the stage had since the job started
+
+    @property
+    def succeeded_waves(self) -> set[int]:
+        return {w for w, p in self.waves.items() if p.state == "SUCCEEDED"}
+
+
 class RunRecorder(Protocol):
     """What an executor reports to while it runs a job: launch implements it by recording the
     run's manifest and applying the supervision policy, so an executor needs neither."""
@@ -475,6 +506,10 @@ class RunRecorder(Protocol):
         """How many times a failed payload may be run again (``--retries`` or the stage's)."""
 
     def started(self, job_id: int, stages: list[str]) -> None: ...
+
+    def progress(self, stage: str, *, since: float) -> StageProgress:
+        """The stage as recorded so far (a continued job skips what is done); ``since`` is when
+        the job was first taken (epoch seconds): retries before it belong to earlier jobs."""
 
     def running(self) -> None: ...
 

@@ -19,6 +19,7 @@ The tree (exit code in brackets; a subclass keeps its parent's unless it says ot
     |   +-- BackendUnavailable               an execution backend (nothing is concluded)
     |   +-- NotStable                        an API that is not stable enough to launch into
     |   +-- AmbiguousExistence               whether a run's job exists cannot be told
+    |   +-- LocalStateUnavailable            a folder on this machine refused (full, read-only)
     +-- LockBusy [5]                     another process holds a lock npa needs
     +-- ToolMissing [6]                  an external tool is not installed
     +-- StateCorrupt [1]                 a state file npa cannot read as what it wrote
@@ -30,6 +31,7 @@ The tree (exit code in brackets; a subclass keeps its parent's unless it says ot
     |   +-- LaunchRejected [2]               the job itself was rejected
     +-- LaunchStopped [1]                supervision ended a launch (it carries the final state)
     +-- GatesFailed [1]                  a gate of submit did not pass; nothing was written
+    |   +-- GatesUnknown [4]                 every gate that did not pass could not be asked
     +-- Interrupted [130]                the user stopped a multi-step operation
 
 Exceptions that never reach a user (control flow inside one module) are not part of it.
@@ -37,7 +39,9 @@ Exceptions that never reach a user (control flow inside one module) are not part
 
 from __future__ import annotations
 
+import errno
 from enum import Enum
+from pathlib import Path
 from typing import Any, ClassVar
 
 # Exit codes are part of the CLI contract; scripts branch on them.
@@ -213,6 +217,15 @@ class LaunchRejected(BackendError):
     kind = "launch_rejected"
 
 
+class LocalStateUnavailable(Unavailable):
+    """The operating system refused a read or write of npa's own files on this machine (a full
+    disk, a read-only mount, a missing permission): nothing about the run itself is concluded.
+    Once the fix is applied, the command that failed recovers when run again (:func:`with_rerun`
+    names it; the CLI does so with the command line as given when nothing more exact did)."""
+
+    kind = "local_state_unavailable"
+
+
 class NotStable(Unavailable):
     """The API a launch goes to did not answer ready long enough in a row."""
 
@@ -246,8 +259,65 @@ class GatesFailed(NpaError):
     kind = "gates_failed"
 
 
+class GatesUnknown(GatesFailed):
+    """Every gate that did not pass could not be asked (a store or API that did not answer):
+    nothing is known to be wrong, so the exit code says "unavailable", as it would later on."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
 class Interrupted(NpaError):
     """The user stopped a multi-step operation; its journal holds the resume command."""
 
     exit_code = 130
     kind = "interrupted"
+
+
+# --- the operating system -----------------------------------------------------------------------
+
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS,)
+_DENIED = (errno.EACCES, errno.EPERM)
+
+
+def os_fix(path: Path | str, code: int | None) -> str:
+    """What a person runs about an OS refusal at ``path``: a command with real values, and the
+    step it shows in a comment."""
+    if code in _FULL:
+        what = "quota" if code == errno.EDQUOT else "space"
+        return f"df -h {path}  # free {what} on that filesystem"
+    if code in _READ_ONLY:
+        return f"findmnt -T {path}  # remount it read-write, or point NPA_HOME at a writable folder"
+    if code in _DENIED:
+        return f"ls -ld {path}  # make it readable and writable by you (chown or chmod)"
+    return f"ls -ld {path}  # check that it exists and that you can write there"
+
+
+def local_state_error(exc: OSError, action: str, path: Path | str | None = None) -> NpaError:
+    """The npa error for an OS refusal of ``action`` (``write``, ``lock``, ...) on one of npa's
+    own files: the path, what the system said, and the fix."""
+    where = path if path is not None else (exc.filename or "?")
+    reason = exc.strerror or str(exc)
+    if exc.errno in _FULL:
+        reason += " (the filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
+    return LocalStateUnavailable(
+        f"could not {action} {where}: {reason}",
+        fix=os_fix(where, exc.errno),
+        details={"path": str(where), "errno": exc.errno},
+    )
+
+
+def with_rerun(error: NpaError, command: str, *, replace: bool = False) -> NpaError:
+    """``error`` with ``command`` (the one that recovers once the fix is applied) added to its
+    fix; an error that already names its rerun keeps it, unless ``replace`` (a command that
+    wraps the step that failed names itself instead)."""
+    if "rerun" in error.details:
+        if not replace:
+            return error
+        earlier = error.details.pop("rerun")
+        if error.fix is not None:
+            error.fix = error.fix.removesuffix(f", then rerun: {earlier}").removesuffix(earlier)
+        error.fix = error.fix or None
+    error.details["rerun"] = command
+    error.fix = f"{error.fix}, then rerun: {command}" if error.fix else command
+    return error

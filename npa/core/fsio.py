@@ -3,6 +3,10 @@
 A write goes to a temporary file in the target's directory, is fsynced, then renamed over the
 target, and the directory is fsynced: a crash at any point leaves either the old file or the new
 one, never a mix. Files are 0600 and directories npa creates are 0700.
+
+When the system refuses (a full disk, a read-only mount, a missing permission) the writers here
+raise :class:`LocalStateUnavailable` naming the path and the fix, never a bare ``OSError``; the
+old file is left as it was.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from npa.core.errors import LockBusy, StateCorrupt
+from npa.core.errors import LockBusy, StateCorrupt, local_state_error
+from npa.core.procs import pid_running
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -37,10 +42,12 @@ def ensure_private_dir(path: Path) -> Path:
     for d in reversed(missing):
         try:
             d.mkdir(mode=DIR_MODE)
+            # mkdir's mode is filtered by the umask; set it exactly.
+            os.chmod(d, DIR_MODE)
         except FileExistsError:
             continue
-        # mkdir's mode is filtered by the umask; set it exactly.
-        os.chmod(d, DIR_MODE)
+        except OSError as exc:
+            raise local_state_error(exc, "create the folder", d) from None
     if not path.is_dir():
         # Something else (a file, a dangling link) holds the name: never report it as made.
         raise NotADirectoryError(f"{path} exists and is not a directory")
@@ -75,21 +82,6 @@ def _remove_orphan_temps(path: Path) -> None:
                 os.unlink(entry.path)
 
 
-def pid_running(pid: int) -> bool:
-    """Whether ``pid`` runs; a zombie (killed, not yet reaped) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rsplit(")", 1)[-1].split()[0] not in ("Z", "X")
-
-
 def spawn_detached(module: str, directory: Path, log: Path, npa_home: Path) -> int:
     """Start ``python -m module directory`` in a session of its own (it outlives the shell and
     terminal that started it), output appended to ``log``; returns its pid."""
@@ -115,23 +107,44 @@ def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
     ensure_private_dir(path.parent)
     _remove_orphan_temps(path)
     tmp = path.parent / f"{_temp_prefix(path)}{os.getpid()}-{time.monotonic_ns()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:
-            os.fchmod(fd, mode)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
+            try:
+                os.fchmod(fd, mode)
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        raise local_state_error(exc, "write", path) from None
+
+
+def probe_writable(folder: Path, size: int = 4096) -> None:
+    """Prove ``folder`` takes a write of ``size`` bytes now (created if missing); raises
+    LocalStateUnavailable naming it when the disk is full, read-only or not ours."""
+    ensure_private_dir(folder)
+    probe = folder / f".npa-probe-{os.getpid()}-{time.monotonic_ns()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
+        try:
+            os.write(fd, b"\0" * size)
             os.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(probe)
+    except OSError as exc:
+        raise local_state_error(exc, "write in", folder) from None
 
 
 def atomic_write_text(path: Path, text: str, *, mode: int = FILE_MODE) -> None:
@@ -162,12 +175,25 @@ def append_line(path: Path, line: str) -> None:
     ensure_private_dir(path.parent)
     if "\n" in line:
         raise ValueError("a journal line cannot contain a newline")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    data = (line + "\n").encode("utf-8")
     try:
-        os.write(fd, (line + "\n").encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, data)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                os.fsync(fd)
+            except OSError:
+                # A torn line would make the journal unreadable: cut it back to the last line.
+                with contextlib.suppress(OSError):
+                    os.ftruncate(fd, size)
+                raise
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise local_state_error(exc, "append to", path) from None
 
 
 @contextlib.contextmanager
@@ -179,30 +205,48 @@ def exclusive_lock(path: Path, *, timeout: float = 0.0, purpose: str = "") -> It
     leaves a stale lock behind. The holder's pid is written into the file for diagnostics.
     """
     ensure_private_dir(path.parent)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise
-                if time.monotonic() >= deadline:
-                    holder = _lock_holder(fd)
-                    what = f" for {purpose}" if purpose else ""
-                    raise LockBusy(
-                        f"another npa process{holder} holds the lock {path}{what}",
-                        fix="wait for it to finish, then rerun the same command",
-                    ) from exc
-                time.sleep(0.05)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+    except OSError as exc:
+        raise local_state_error(exc, "create the lock", path) from None
+    try:
+        if not flock_within(fd, path, timeout):
+            holder = _lock_holder(fd)
+            what = f" for {purpose}" if purpose else ""
+            raise LockBusy(
+                f"another npa process{holder} holds the lock {path}{what}",
+                fix="wait for it to finish, then rerun the same command",
+            )
+        write_holder(fd)
         yield path
     finally:
         # Closing the descriptor releases the flock.
         os.close(fd)
+
+
+def flock_within(fd: int, path: Path, timeout: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` (the file ``path``), waiting up to ``timeout``
+    seconds; False when another process still holds it then. A refusal other than "held"
+    raises LocalStateUnavailable naming ``path``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise local_state_error(exc, "lock", path) from None
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
+def write_holder(fd: int, text: str | None = None) -> None:
+    """Put the holder's pid (or ``text``) into a lock file it holds, for diagnostics only: on a
+    full disk the lock still holds, without the note."""
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, (text if text is not None else f"{os.getpid()}\n").encode(), 0)
 
 
 def _lock_holder(fd: int) -> str:

@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
-from npa.core.errors import StateCorrupt
+from npa.core.errors import LocalStateUnavailable, StateCorrupt
 from npa.core.fsio import atomic_write_json, read_json
 from npa.core.paths import NpaPaths
 from npa.images.contract import CONTRACT_VERSION
@@ -91,7 +91,7 @@ class VerificationCache:
 
     @staticmethod
     def _write(path: Path, entry: CacheEntry) -> bool:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, LocalStateUnavailable):
             atomic_write_json(path, entry.model_dump(mode="json"))
             return True
         return False

@@ -10,20 +10,32 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 from npa.adapters.storage import ObjectStore
-from npa.backends.base import JobState, WaveVerdict
+from npa.backends.base import JobState, StageProgress, WaveProgress, WaveVerdict
+from npa.core.errors import StateCorrupt
 from npa.core.fsio import ensure_private_dir
-from npa.launch.supervision import Classification, Policy, classify_exit, record
-from npa.runs.manifest import RunManifest, StageRecord, WaveRecord, now_iso, update_manifest
+from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
+from npa.runs.manifest import (
+    RunManifest,
+    StageRecord,
+    WaveRecord,
+    now_iso,
+    read_manifest,
+    update_manifest,
+)
 
 
 class ManifestRecorder:
     """Records an executing job's progress in its run's manifest (under the manifest lock)."""
 
-    def __init__(self, store: ObjectStore, prefix: str, manifest_lock: Path, policy: Policy):
+    def __init__(
+        self, store: ObjectStore, prefix: str, manifest_lock: Path, policy: Policy, status: str
+    ):
         self.store = store
+        self.status = status  # the command that shows the run, for fix lines
         self.prefix = prefix
         self.manifest_lock = manifest_lock
         self.policy = policy
@@ -43,6 +55,30 @@ class ManifestRecorder:
                 m.stages.setdefault(stage, StageRecord())
 
         self._update(mutate)
+
+    def progress(self, stage: str, *, since: float) -> StageProgress:
+        manifest = read_manifest(self.store, self.prefix)
+        if manifest is None:
+            raise StateCorrupt(
+                f"the manifest of {self.store.uri}/{self.prefix} disappeared during the run",
+                fix=self.status,
+            )
+        rec = manifest.stages.get(stage, StageRecord())
+        after = datetime.fromtimestamp(since, UTC)
+        spent = sum(
+            1
+            for a in manifest.supervisor.attempts
+            if a.stage == stage
+            and a.classification == Classification.PAYLOAD.value
+            and a.recovery == Recovery.RETRIED.value
+            and datetime.fromisoformat(a.at) >= after
+        )
+        return StageProgress(
+            state=rec.state,
+            detail=rec.detail,
+            waves={w.wave: WaveProgress(state=w.state, attempts=w.attempts) for w in rec.waves},
+            retries_spent=spent,
+        )
 
     def running(self) -> None:
         self._update(lambda m: setattr(m, "state", JobState.RUNNING.value))
@@ -71,6 +107,12 @@ class ManifestRecorder:
             for rec in m.stages.values():
                 if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
                     rec.state = "CANCELLED"
+                elif rec.state == "RUNNING" and state is not JobState.SUCCEEDED:
+                    # The stage the job ended in ends with it, with the reason: never a
+                    # RUNNING stage in a run that ended.
+                    rec.state, rec.detail = state.value, detail or rec.detail
+                    for wave in rec.waves:
+                        wave.state = state.value if wave.state == "RUNNING" else wave.state
 
         self._update(final)
 

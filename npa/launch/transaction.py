@@ -32,6 +32,7 @@ from npa.core.errors import (
     BackendUnavailable,
     LaunchRejected,
     LaunchStopped,
+    LocalStateUnavailable,
     NotFound,
     NotStable,
     TransientRefusal,
@@ -119,6 +120,9 @@ class Transaction:
         self.record = LaunchTransaction(
             backend=backend.name, job_name=submission.job_name, journal=str(journal.path)
         )
+        # True once a launch request may have left this machine: from then on a job may exist,
+        # so nothing this transaction's caller recorded is ever rolled back.
+        self.requested = False
 
     # --- helpers -----------------------------------------------------------------------------
     def _fix(self) -> str:
@@ -238,7 +242,14 @@ class Transaction:
             if ids:
                 return self._adopt(ids[0], "queue")
             attempt += 1
-            request_id = self.backend.request_launch(self.submission)
+            try:
+                request_id = self.backend.request_launch(self.submission)
+            except LocalStateUnavailable:
+                raise  # a local write failed before the request left: no job exists
+            except BaseException:
+                self.requested = True
+                raise
+            self.requested = True
             self.journal.append("requested", "started", request_id=request_id, attempt=attempt)
             self.observe("launch_requested")
             job_id = self._resolve(request_id, attempt=attempt)

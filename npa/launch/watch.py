@@ -58,6 +58,7 @@ from npa.backends.base import (
     ReportsPodReasons,
     TaskRecord,
 )
+from npa.core.commands import npa_command
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
@@ -265,7 +266,9 @@ class Watcher:
         """Hand the job to the backend's executor, with the run's manifest as its record."""
         assert self.spec.job_id is not None
         store = _open_store(self.submission, self.paths)
-        recorder = ManifestRecorder(store, self.submission.prefix, self.manifest_lock, self.policy)
+        s = self.submission
+        status = npa_command("workbench", "workflow", "status", s.run_id, "--project", s.project)
+        recorder = ManifestRecorder(store, s.prefix, self.manifest_lock, self.policy, status)
         return backend.execute(self.spec.job_id, recorder)
 
     @property

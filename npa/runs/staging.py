@@ -37,6 +37,7 @@ from pydantic import BaseModel
 from npa.adapters.storage import ObjectAbsent, ObjectInfo, ObjectStore
 from npa.core.errors import (
     InvalidInput,
+    LocalStateUnavailable,
     SourceChanged,
     SourceRefused,
     StateCorrupt,
@@ -377,7 +378,8 @@ class HashIndex:
             return cls()  # a cache: missing or damaged means hash everything
 
     def save(self, path: Path) -> None:
-        """Write the index owner-only and atomically (NPA_HOME's cache)."""
+        """Write the index owner-only and atomically (NPA_HOME's cache). A cache that cannot
+        be written (a full or read-only disk) is left as it was: the next run hashes more."""
         body = {
             "version": self.VERSION,
             "reference_ns": self.reference_ns,
@@ -385,7 +387,8 @@ class HashIndex:
             "committed": self.committed,
             "entries": self.entries,
         }
-        atomic_write_bytes(path, json.dumps(body, separators=(",", ":")).encode())
+        with contextlib.suppress(LocalStateUnavailable):
+            atomic_write_bytes(path, json.dumps(body, separators=(",", ":")).encode())
 
     def lookup(self, f: LocalFile) -> HashedFile | None:
         e = self.entries.get(f.path)

@@ -4,10 +4,18 @@ Repeat-safe: a run that never launched (reserved, planned or staged) is a succes
 so is a job already in a final state. A launch whose job id was never recorded is looked up by
 the exact job name once; one match is cancelled by its id, several block (npa never acts on an
 ambiguous name).
+
+What it reports is what it saw after asking, never the request it made: ``cancelled`` when the
+backend then reports the job CANCELLED, ``cancelling`` when the backend acknowledged and stops
+it on its own time (CANCELLING), ``already_final`` when the job ended by itself meanwhile, and
+``still_running`` (exit 1) when the job is seen running on.
 """
 
 from __future__ import annotations
 
+from pydantic import Field
+
+from npa.backends.base import JobState
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -18,16 +26,23 @@ from npa.services.status import open_located_backend
 class CancelResult(Result):
     project: str
     run_id: str
-    outcome: str  # cancelled | already_final | never_launched | no_job
+    # cancelled | cancelling | already_final | never_launched | no_job | still_running
+    outcome: str
     job_id: int | None
     backend: str | None
     job_state: str | None
     detail: str
     sources: list[SourceAnswer]
+    next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
         job = f" (job {self.job_id})" if self.job_id is not None else ""
-        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}"]
+        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}"] + [
+            f"  next: {n}" for n in self.next
+        ]
+
+    def exit_code(self) -> int:
+        return 1 if self.outcome == "still_running" else 0
 
 
 def cancel(
@@ -95,7 +110,7 @@ def cancel(
             "cancelled",
             fix=located.status_command("--json"),
         )
-    if before.state.terminal:
+    if before.state.terminal and not before.continuable:
         return result("already_final", f"job is {before.state.value}", job_id, before.state.value)
     try:
         backend.cancel(job_id)
@@ -105,5 +120,23 @@ def cancel(
             fix=error.fix or located.status_command(),
         ) from None
     after = backend.job(job_id)
-    return result("cancelled", f"cancel requested; job is {after.state.value}", job_id,
-                  after.state.value)  # fmt: skip
+    state = after.state
+    if state is JobState.CANCELLED:
+        return result("cancelled", "the job is seen CANCELLED", job_id, state.value)
+    if state.terminal:
+        return result(
+            "already_final", f"the job ended {state.value} before it was stopped", job_id,
+            state.value,
+        )  # fmt: skip
+    if state is JobState.CANCELLING:
+        return result(
+            "cancelling", "the backend acknowledged the cancel and is stopping the job", job_id,
+            state.value,
+        )  # fmt: skip
+    outcome = result(
+        "still_running", f"cancel was sent, but the job is still {state.value}", job_id,
+        state.value,
+    )  # fmt: skip
+    outcome.next = [located.status_command(), f"npa workbench workflow cancel {located.run_id} "
+                    f"--project {located.project}"]  # fmt: skip
+    return outcome

@@ -25,6 +25,7 @@ from npa.adapters.storage import (
     BucketAbsent,
     ObjectStore,
     StoreUnavailable,
+    inspect_command,
     normalize_store_uri,
     open_store,
 )
@@ -35,7 +36,7 @@ from npa.backends.base import (
     ResolvesAccelerators,
     RunsOnThisMachine,
 )
-from npa.core.errors import GatesFailed, NpaError
+from npa.core.errors import GatesFailed, GatesUnknown, NpaError
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
 from npa.services.configure import ProjectSettings
@@ -105,7 +106,9 @@ class GateReport:
         lines = [
             f"  - {g.name}: {g.detail}" + (f"\n      fix: {g.fix}" if g.fix else "") for g in failed
         ]
-        raise GatesFailed(
+        # Only sources that could not be asked: exit 4, as the same fault gives at any later step.
+        error = GatesUnknown if all(g.status == "unknown" for g in failed) else GatesFailed
+        raise error(
             f"submit stopped before staging anything: {plural(len(failed), 'gate')} did not "
             "pass\n" + "\n".join(lines),
             fix=failed[0].fix,
@@ -264,6 +267,8 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
         )
     else:
         report.add("store-credentials", status, detail)
+    name = facts.workflow.metadata.name if facts.workflow else "x"
+    probe = show
     try:
         store = open_store(
             store_uri,
@@ -274,14 +279,15 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
             paths=paths,
         )
         facts.store = store
+        # What shows whether the store answers now: the same listing, run by hand.
+        probe = inspect_command(store, f"{name}/", listing=True)
         if status != "failed":
-            name = facts.workflow.metadata.name if facts.workflow else "x"
             store.list_page(f"{name}/", page_size=1)
             report.add("store", "ok", f"{store_uri} answered")
     except BucketAbsent as error:
         report.add("store", "failed", error.message, error.fix)
     except StoreUnavailable as error:
-        report.add("store", "unknown", error.message, error.fix or show)
+        report.add("store", "unknown", error.message, probe)
     except NpaError as error:
         report.add("store", "failed", error.message, error.fix or show)
 

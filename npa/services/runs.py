@@ -10,7 +10,7 @@ from urllib.parse import unquote, urlparse
 from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
-from npa.core.errors import Interrupted, InvalidInput, NpaError
+from npa.core.errors import Interrupted, InvalidInput, NpaError, with_rerun
 from npa.core.fsio import exclusive_lock
 from npa.core.layout import run_prefix
 from npa.core.output import Result
@@ -245,7 +245,10 @@ def stage_run_source(
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)
-            if error.fix is None or error.exit_code == 4:
+            if error.details.get("errno") is not None:
+                # The system refused (a full or read-only store): its fix, then this command.
+                with_rerun(error, resume)
+            elif error.fix is None or error.exit_code == 4:
                 error.fix = resume
             raise
         except KeyboardInterrupt:

@@ -419,12 +419,42 @@ def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[st
     return out
 
 
+def _recorded_failure(m: RunManifest | None) -> str | None:
+    """Why a run the manifest records as failed ended: the detail of the stage it ended in."""
+    if m is None or m.state not in FAILED_STATES:
+        return None
+    return next((r.detail for r in m.stages.values() if r.state == m.state and r.detail), None)
+
+
+def _submit_again(located: Located, spec: str, *, resume: bool) -> str:
+    """The submit that picks the run up again, with the infra and policy it was submitted
+    with (a plain rerun continues its job; ``resume`` starts a new job that adopts the work
+    done)."""
+    argv = ["workbench", "workflow", "submit", spec, "--project", located.project]
+    argv += ["--resume-run" if resume else "--run-id", located.run_id]
+    m = located.manifest
+    if m is not None:
+        argv += ["--infra", m.infra] if m.infra != "local" else []
+        policy = m.policy
+        if policy.get("retries") is not None:
+            argv += ["--retries", str(policy["retries"])]
+        for flag, key in (
+            ("--startup-failure-threshold", "startup_failure_threshold"),
+            ("--max-infrastructure-recoveries", "max_infrastructure_recoveries"),
+        ):
+            if policy.get(key, 3) != 3:
+                argv += [flag, str(policy[key])]
+        argv += [] if policy.get("resolve_accelerators", True) else ["--no-resolve-accelerators"]
+    return cmd(*argv)
+
+
 def _next(
     located: Located,
     state: str,
     pending: list[PodReason],
     stages: dict[str, StageView],
     controller_fix: str | None,
+    record: JobRecord | None = None,
 ) -> list[str]:
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
@@ -433,8 +463,11 @@ def _next(
     failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
     logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
     artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
-    resume = cmd(*wf, "submit", spec, "--project", project, "--resume-run", run)
-    if state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
+    resume = _submit_again(located, spec, resume=True)
+    if record is not None and record.continuable:
+        # No executor, no final state: the same submit starts one that continues this job.
+        out += [_submit_again(located, spec, resume=False), logs]
+    elif state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
         out += [artifacts, logs]
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
         out += [controller_fix or logs, resume]
@@ -488,7 +521,7 @@ def status(
         job_id=record.job_id if record else located.job_id,
         job_name=located.job_name,
         job_state=record.state.value if record else None,
-        failure_reason=record.failure_reason if record else None,
+        failure_reason=(record.failure_reason if record else None) or _recorded_failure(m),
         run_prefix=located.prefix_uri,
         pending=pending,
         stages=stages,
@@ -500,6 +533,7 @@ def status(
             pending,
             stages,
             backend.controller_fix(located.project) if backend is not None else None,
+            record,
         ),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
     )

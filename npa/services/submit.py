@@ -16,6 +16,7 @@ between backends is asked of their capabilities, never of their name.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shlex
@@ -29,8 +30,26 @@ from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, inspect_command
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
-from npa.backends.base import AdoptsPartialWaves, JobState, PreparesLaunch, PullsPinnedImages
-from npa.core.errors import GatesFailed, InvalidInput, LaunchStopped, NotFound
+from npa.backends.base import (
+    AdoptsPartialWaves,
+    HostsExecutor,
+    JobRecord,
+    JobState,
+    PreparesLaunch,
+    PullsPinnedImages,
+)
+from npa.core.errors import (
+    GatesFailed,
+    GatesUnknown,
+    InvalidInput,
+    LaunchStopped,
+    LocalStateUnavailable,
+    NotFound,
+    NpaError,
+    StoreUnavailable,
+    with_rerun,
+)
+from npa.core.fsio import exclusive_lock, probe_writable
 from npa.core.layout import (
     job_name as run_job_name,
 )
@@ -82,7 +101,10 @@ class SubmitResult(Result):
     backend: str
     job_name: str
     job_id: int
-    outcome: str  # launched | adopted
+    outcome: str  # launched | adopted | ended (the job had already ended without success)
+    job_state: str | None = None  # the job's state as its backend reported it after launch
+    failure_reason: str | None = None
+    watcher: str | None = None  # what submit did about the process that follows the job
     gates: list[Gate]
     source_digest: str
     source_dir: str  # the directory staged, and what it held
@@ -103,12 +125,26 @@ class SubmitResult(Result):
         for g in self.gates:
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
-        lines += [
+        lines.append(
             f"source {self.source_dir} staged: {plural(self.source_files, 'file')}, "
             f"{plural(self.source_bytes, 'byte')} ({self.source_digest}); "
-            f"{plural(len(self.tasks), 'task')} rendered",
-            f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
-            f"({self.job_name})",
+            f"{plural(len(self.tasks), 'task')} rendered"
+        )
+        if self.outcome == "ended":
+            why = f": {self.failure_reason}" if self.failure_reason else ""
+            lines.append(
+                f"run {self.run_id}: its {self.backend} job {self.job_id} ({self.job_name}) "
+                f"already ended {self.job_state}{why}; a plain submit never runs a finished job "
+                "again"
+            )
+        else:
+            lines.append(
+                f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
+                f"({self.job_name})"
+            )
+        if self.watcher:
+            lines.append(f"  {self.watcher}")
+        lines += [
             f"  prefix:   {self.run_prefix}",
             f"  manifest: {self.manifest}",
             f"  receipt:  {self.receipt}",
@@ -122,6 +158,9 @@ class SubmitResult(Result):
             )
         lines += [f"  next: {n}" for n in self.next]
         return lines
+
+    def exit_code(self) -> int:
+        return 1 if self.outcome == "ended" else 0
 
 
 @dataclass
@@ -140,6 +179,29 @@ class SubmitOptions:
     resolve_accelerators: bool = True
     preflight_images: bool = True
     max_parallel: int = 4
+
+    def command(self, run_id: str, *, resume: bool | None = None) -> str:
+        """This submit as a command line for ``run_id`` (``--resume-run`` when resuming), with
+        every option given: what a person runs to do it again."""
+        resume = bool(self.resume_run) if resume is None else resume
+        argv = ["workbench", "workflow", "submit", str(self.spec)]
+        argv += ["--project", self.project] if self.project else []
+        argv += ["--resume-run" if resume else "--run-id", run_id]
+        argv += ["--infra", self.infra] if self.infra != "local" else []
+        for override in self.image_overrides:
+            argv += ["--image-override", override]
+        argv += ["--image", self.image] if self.image else []
+        for auth in self.registry_auth:
+            argv += ["--registry-auth", auth]
+        argv += ["--retries", str(self.retries)] if self.retries is not None else []
+        if self.startup_failure_threshold != 3:
+            argv += ["--startup-failure-threshold", str(self.startup_failure_threshold)]
+        if self.max_infrastructure_recoveries != 3:
+            argv += ["--max-infrastructure-recoveries", str(self.max_infrastructure_recoveries)]
+        argv += [] if self.resolve_accelerators else ["--no-resolve-accelerators"]
+        argv += [] if self.preflight_images else ["--no-preflight-images"]
+        argv += ["--max-parallel", str(self.max_parallel)] if self.max_parallel != 4 else []
+        return _cmd(*argv)
 
 
 def _cmd(*argv: str) -> str:
@@ -251,6 +313,9 @@ class _Run:
     run_id: str
     prefix: str
     source_digest: str = ""
+    source_dir: str = ""  # the directory staged, and what it held
+    source_files: int = 0
+    source_bytes: int = 0
     tasks: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -436,8 +501,10 @@ def _launch(
     launch_name: str,
     readiness: ReadinessCheck | None,
     observe: Observer | None,
+    started: Callable[[Transaction], None],
 ) -> LaunchTransaction:
-    """The launch transaction, and its outcome recorded in the manifest."""
+    """The launch transaction (handed to ``started`` first), and its outcome recorded in the
+    manifest."""
     policy = Policy(
         startup_failure_threshold=run.options.startup_failure_threshold,
         max_infrastructure_recoveries=run.options.max_infrastructure_recoveries,
@@ -454,6 +521,7 @@ def _launch(
         supervisor=supervisor,
         observe=observe or run.backend.observer(),
     )
+    started(transaction)
     try:
         record = transaction.run()
     except LaunchStopped as stopped:
@@ -506,7 +574,13 @@ def _admit(
         registry_auth=options.registry_auth,
     )
     report = run_gates(asked, paths, settings, backend)
-    report.raise_if_failed()
+    try:
+        report.raise_if_failed()
+    except GatesUnknown as error:
+        # Nothing is wrong with the run: once the source answers, this same submit goes on.
+        if asked.run:
+            with_rerun(error, options.command(asked.run))
+        raise
     report.admission.commit()
     return settings, report
 
@@ -546,71 +620,217 @@ def submit(
         run_id=admission.entry.run_id,
         prefix=run_prefix(workflow.metadata.name, admission.entry.run_id),
     )
-    staged = stage_run_source(
-        options.spec,
-        run.project,
-        run.run_id,
-        None,
-        interactive=False,
-        paths=paths,
-        progress=progress,
-    )
-    run.source_digest = staged.source_digest
-    run.tasks = _render(run)
-    manifest, resume = _record(run)
-    receipt = _receipt(run, manifest)
-    receipt_path = write_receipt(paths, receipt)
+    rerun = options.command(run.run_id)
+    try:
+        _probe_local_state(paths, backend, run.project)
+        staged = stage_run_source(
+            options.spec,
+            run.project,
+            run.run_id,
+            None,
+            interactive=False,
+            paths=paths,
+            progress=progress,
+        )
+        run.source_digest = staged.source_digest
+        run.source_dir, run.source_files, run.source_bytes = (
+            staged.source,
+            staged.files,
+            staged.bytes,
+        )
+        run.tasks = _render(run)
+        return _record_and_launch(run, report, readiness=readiness, observe=observe)
+    except (StoreUnavailable, LocalStateUnavailable) as error:
+        # Once the store answers (or the disk is fixed), the same submit picks up where this one
+        # stopped: it never launches a second job for the run.
+        raise with_rerun(error, rerun, replace=True) from None
 
-    # Each resume is its own launch (its own job name and journal), so rerunning the same
-    # resume adopts its job rather than launching another; so is a watcher's relaunch (-a<N>).
-    launch_name = run_launch_name(
-        run.project, run.run_id, resumes=len(manifest.resumes), job_name=manifest.job_name
-    )
-    submission = _submission(run, manifest)
-    if isinstance(backend, PreparesLaunch):
-        backend.prepare_launch(submission)
-    readiness = readiness or readiness_check(backend)
-    record = _launch(
-        run, submission, manifest, launch_name=launch_name, readiness=readiness, observe=observe
-    )
+
+def _record_and_launch(
+    run: _Run,
+    report: GateReport,
+    *,
+    readiness: ReadinessCheck | None,
+    observe: Observer | None,
+) -> SubmitResult:
+    """Record the run (manifest, receipt), launch it exactly once and start its watcher. A
+    failure before any launch request left this machine puts the records back as they were."""
+    paths, backend, options = run.paths, run.backend, run.options
+    before = _Before.capture(run)
+    transaction: list[Transaction] = []
+    try:
+        manifest, resume = _record(run)
+        receipt = _receipt(run, manifest)
+        receipt_path = write_receipt(paths, receipt)
+        # Each resume is its own launch (its own job name and journal), so rerunning the same
+        # resume adopts its job rather than launching another; so is a watcher's relaunch (-a<N>).
+        launch_name = run_launch_name(
+            run.project, run.run_id, resumes=len(manifest.resumes), job_name=manifest.job_name
+        )
+        submission = _submission(run, manifest)
+        if isinstance(backend, PreparesLaunch):
+            backend.prepare_launch(submission)
+        readiness = readiness or readiness_check(backend)
+        record = _launch(
+            run,
+            submission,
+            manifest,
+            launch_name=launch_name,
+            readiness=readiness,
+            observe=observe,
+            started=transaction.append,
+        )
+    except NpaError as error:
+        if not transaction or not transaction[0].requested:
+            before.restore(run, error)
+        raise
     job_id = record.job_id
     assert job_id is not None
     receipt.job = JobIdentity(backend=backend.name, job_id=str(job_id), job_name=manifest.job_name)
     write_receipt(paths, receipt)
-    # Follow the job from now on (or keep the live watcher).
-    ensure_watcher(
-        paths,
-        backend,
-        submission,
-        job_id=job_id,
-        launch_name=launch_name,
-        readiness=readiness,
+    job = backend.job(job_id)
+    # A job npa executes that ended without success stays ended; one whose executor died
+    # without a final state is continued by the watcher started below. A job another service
+    # runs goes to the watcher whatever its state: supervision decides whether it is relaunched.
+    hosted = isinstance(backend, HostsExecutor)
+    ended = (
+        hosted
+        and job.state.terminal
+        and job.state is not JobState.SUCCEEDED
+        and not job.continuable
     )
+    if ended:
+        _record_final(run, job)
+    watcher = None
+    if not ended:
+        # Follow the job from now on: keep a live watcher, or start one (which, for a job whose
+        # executor died, continues the job).
+        pid = ensure_watcher(
+            paths, backend, submission, job_id=job_id, launch_name=launch_name, readiness=readiness
+        )
+        watcher = _watcher_note(job, pid)
     status = _cmd("workbench", "workflow", "status", run.run_id, "--project", run.project)
+    resume_cmd = options.command(run.run_id, resume=True)
+    workflow = run.workflow.metadata.name
     base = f"{run.store_uri}/{run.prefix}"
     return SubmitResult(
         project=run.project,
-        workflow=workflow.metadata.name,
+        workflow=workflow,
         run_id=run.run_id,
         infra=options.infra,
         backend=backend.name,
         job_name=manifest.job_name,
         job_id=job_id,
-        outcome=record.outcome or "launched",
+        outcome="ended" if ended else record.outcome or "launched",
+        job_state=job.state.value,
+        failure_reason=job.failure_reason,
+        watcher=watcher,
         gates=report.gates,
-        source_digest=staged.source_digest,
-        source_dir=staged.source,
-        source_files=staged.files,
-        source_bytes=staged.bytes,
+        source_digest=run.source_digest,
+        source_dir=run.source_dir,
+        source_files=run.source_files,
+        source_bytes=run.source_bytes,
         run_prefix=base,
         manifest=f"{run.store_uri}/{manifest_key(run.prefix)}",
         receipt=str(receipt_path),
         tasks={
             s: f"{run.store_uri}/{task_key(run.prefix, s, backend.task_suffix)}" for s in run.tasks
         },
-        images=admission.images,
-        accelerator_remap=admission.accelerators,
+        images=run.admission.images,
+        accelerator_remap=run.admission.accelerators,
         launch_transaction=record.model_dump(mode="json"),
         resume=resume,
-        next=[status + " --watch"],
+        next=[resume_cmd] if ended else [status + " --watch"],
     )
+
+
+def _watcher_note(job: JobRecord, pid: int | None) -> str | None:
+    """What submit did about the process that follows the job."""
+    if pid is None:
+        return None
+    if job.continuable:
+        return (
+            f"started watcher pid {pid} to continue the job ({job.failure_reason}); work "
+            "already done is not repeated"
+        )
+    return f"watcher pid {pid}"
+
+
+def _record_final(run: _Run, job: JobRecord) -> None:
+    """Write a hosted job's final state into the manifest when its executor could not (the
+    store did not answer at the end): the run's record says what the job says."""
+    if job.job_id is None:
+        return
+    state = job.state.value
+
+    def final(m: RunManifest) -> None:
+        if m.job_id == job.job_id and m.state not in {s.value for s in JobState if s.terminal}:
+            m.state = state
+
+    run.update(final)
+
+
+def _probe_local_state(paths: NpaPaths, backend: ExecutionBackend, project: str) -> None:
+    """Every folder of this machine the launch will write must take a write now, so a full or
+    read-only disk stops submit before anything is recorded (never half way)."""
+    folders = [
+        paths.locks_dir,
+        paths.operations_dir,
+        paths.submissions_dir / project,
+        paths.root / "supervisors",
+        *backend.local_state(),
+    ]
+    for folder in folders:
+        probe_writable(folder)
+
+
+@dataclass
+class _Before:
+    """The run's manifest and receipt as they were before this submit changed them."""
+
+    manifest: RunManifest | None
+    receipt: bytes | None
+
+    @classmethod
+    def capture(cls, run: _Run) -> _Before:
+        path = run.paths.submission_receipt(run.project, run.run_id)
+        try:
+            receipt: bytes | None = path.read_bytes()
+        except FileNotFoundError:
+            receipt = None
+        return cls(read_manifest(run.store, run.prefix), receipt)
+
+    def restore(self, run: _Run, error: NpaError) -> None:
+        """Put the records back (no job exists: no request left this machine); the error
+        then says so, or says what could not be put back."""
+        from npa.core.fsio import atomic_write_bytes
+
+        try:
+            current = read_manifest(run.store, run.prefix)
+            if current is not None and (
+                self.manifest is None or current.model_dump() != self.manifest.model_dump()
+            ):
+                with contextlib.ExitStack() as held:
+                    # Under the manifest lock when it can be taken; a read-only locks folder
+                    # (what may have stopped this submit) still lets the record be put back.
+                    with contextlib.suppress(LocalStateUnavailable):
+                        held.enter_context(exclusive_lock(run.lock, timeout=60))
+                    if self.manifest is None:
+                        run.store.delete(manifest_key(run.prefix))
+                    else:
+                        write_manifest(run.store, self.manifest)
+            path = run.paths.submission_receipt(run.project, run.run_id)
+            if self.receipt is None:
+                path.unlink(missing_ok=True)
+            elif not path.exists() or path.read_bytes() != self.receipt:
+                atomic_write_bytes(path, self.receipt)
+        except (NpaError, OSError) as undo:
+            error.details["rolled_back"] = False
+            error.message += (
+                f"; no job was launched, but the run's records could not be put back ("
+                f"{getattr(undo, 'message', undo)}): the run reads LAUNCH_INCOMPLETE until the "
+                "same submit is run again"
+            )
+            return
+        error.details["rolled_back"] = True
+        error.message += "; no job was launched and the run's records are as they were"

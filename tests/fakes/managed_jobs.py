@@ -46,6 +46,7 @@ def initial_state() -> dict[str, Any]:
         "jobs": [],
         "requests": {},
         "launch_calls": 0,
+        "queue_calls": 0,  # how often the queue was asked: a test waits on polls, not on time
         "refuse": [],
         "queue_error": None,
         "kill_at": None,
@@ -171,6 +172,7 @@ class FakeManagedJobs:
         from sky.schemas.api.responses import ManagedJobRecord
 
         with self._state() as state:
+            state["queue_calls"] = state.get("queue_calls", 0) + 1
             error = state["queue_error"]
             jobs = list(state["jobs"])
         if error:

@@ -111,7 +111,7 @@ def pulumi_backend(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> PulumiBac
 
 
 # Lock files held for life by npa's detached supervisors (local runs and SkyPilot runs).
-SUPERVISOR_LOCKS = ("locks/supervisor.*.lock", "local-jobs/*/supervisor.lock")
+SUPERVISOR_LOCKS = ("locks/supervisor.*.lock", "local-jobs/*/executor.lock")
 
 
 @pytest.fixture

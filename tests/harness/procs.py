@@ -63,6 +63,31 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def run_processes(run_id: str) -> list[int]:
+    """The live processes of one npa run (found by the NPA_RUN_ID their environment carries):
+    what must be gone once the run is stopped."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except OSError:
+            continue
+        if f"NPA_RUN_ID={run_id}".encode() in environ and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 60) -> None:
+    """Wait for an event; the timeout only bounds a test that would otherwise hang."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
 @dataclass
 class ManagedProcess:
     """One service process and the log it writes."""
@@ -186,11 +211,12 @@ def stop_lock_holders(root: Path, patterns: Sequence[str]) -> list[int]:
                     continue  # nobody holds it
                 except OSError:
                     pass
-                text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                # The holder's pid comes first (an executor adds its start time after it).
+                text = os.pread(fd, 64, 0).decode(errors="replace").split()[:1]
             finally:
                 os.close(fd)
-            if text.isdigit() and pid_alive(int(text)):
-                holders.append(int(text))
+            if text and text[0].isdigit() and pid_alive(int(text[0])):
+                holders.append(int(text[0]))
     # SIGTERM first: a local supervisor then stops the stage processes it started.
     for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
         for pid in holders:

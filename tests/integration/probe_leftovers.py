@@ -73,10 +73,10 @@ def test_start_a_long_local_run_then_fail(npa_home: Path, tmp_path: Path) -> Non
     deadline = time.monotonic() + 60
     pids: list[int] = []
     while time.monotonic() < deadline and len(pids) < 2:
-        for lock in npa_home.glob("local-jobs/*/supervisor.lock"):
-            text = lock.read_text().strip()
-            if text.isdigit():
-                pids = [int(text), *_children(int(text))]
+        for lock in npa_home.glob("local-jobs/*/executor.lock"):
+            holder = lock.read_text().split()[:1]  # "pid start" while an executor holds it
+            if holder and holder[0].isdigit():
+                pids = [int(holder[0]), *_children(int(holder[0]))]
         time.sleep(0.1)
     assert len(pids) >= 2, "the supervisor never started its stage"
     Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps({"pids": pids, "ports": []}))

@@ -1,6 +1,11 @@
 """An HTTP proxy in front of moto's S3 server that counts requests, can refuse every write,
 can answer every request with a server error, or can refuse conditional writes: a store that
-provably receives no write, one that cannot be verified, or one without If-None-Match."""
+provably receives no write, one that cannot be verified, or one without If-None-Match.
+
+Rules act on chosen requests, so a test can stop a client at an exact point of its work: a
+``hold`` rule keeps the matching request unanswered (the client waits in it, never written)
+until the test releases it, and sets ``hit`` so the test knows the client got there; a ``fail``
+rule answers it 500. ``hang`` leaves every request unanswered: a store that stopped answering."""
 
 from __future__ import annotations
 
@@ -11,9 +16,29 @@ import http.server
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import Literal
 from urllib.parse import urlparse
 
 WRITES = frozenset({"PUT", "POST", "DELETE"})
+
+
+@dataclass
+class Rule:
+    """Act on the requests of ``method`` whose path holds ``contains``, after letting ``skip``
+    of them through."""
+
+    method: str
+    contains: str
+    action: Literal["hold", "fail"]
+    skip: int = 0
+    seen: int = 0
+    hit: threading.Event = field(default_factory=threading.Event)
+
+    def matches(self, method: str, path: str) -> bool:
+        if method != self.method or self.contains not in path:
+            return False
+        self.seen += 1
+        return self.seen > self.skip
 
 
 @dataclass
@@ -23,9 +48,29 @@ class ProxyState:
     fail_everything: bool = False
     drop_connections: bool = False  # hang up without answering, like a stopped server
     refuse_conditional: bool = False  # 501 to If-None-Match PUTs, as some S3-compatibles do
+    hang: bool = False  # accept, never answer: a store that stopped answering
     conditional_puts: int = 0
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     writes: list[str] = field(default_factory=list)
+    rules: list[Rule] = field(default_factory=list)
+    released: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def rule(
+        self, method: str, contains: str, action: Literal["hold", "fail"], skip: int = 0
+    ) -> Rule:
+        """Add a rule (see the module docstring); returns it, so a test can wait on ``hit``."""
+        made = Rule(method, contains, action, skip)
+        with self.lock:
+            self.rules.append(made)
+        return made
+
+    def clear(self) -> None:
+        """Drop every rule and let every held request go (unanswered: its client is gone)."""
+        with self.lock:
+            self.rules.clear()
+        self.released.set()
+        self.released = threading.Event()
 
 
 def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
@@ -44,6 +89,20 @@ def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
             state.counts[self.command] += 1
             length = int(self.headers.get("Content-Length") or 0)
             data = self.rfile.read(length) if length else None
+            with state.lock:
+                rule = next((r for r in state.rules if r.matches(self.command, self.path)), None)
+            if state.hang or (rule is not None and rule.action == "hold"):
+                released = state.released
+                if rule is not None:
+                    rule.hit.set()
+                released.wait()
+                self.close_connection = True
+                self.connection.close()
+                return
+            if rule is not None:
+                rule.hit.set()
+                self._error(500, "InternalError")
+                return
             if state.drop_connections:
                 self.close_connection = True
                 self.connection.close()
@@ -101,5 +160,7 @@ def store_proxy(upstream: str) -> Iterator[tuple[str, ProxyState]]:
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", state
     finally:
+        state.hang = False
+        state.clear()
         server.shutdown()
         server.server_close()

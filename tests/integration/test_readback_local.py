@@ -3,16 +3,15 @@ detached supervisor. status / list / artifacts / logs / cancel / load-artifact."
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.harness.cli import run_npa
+from tests.harness.procs import run_processes, wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -190,11 +189,7 @@ def test_cancel_by_id_is_repeat_safe(spec: Path, env: dict[str, str], npa_home: 
     r = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
     assert r.code == 0 and r.json()["outcome"] == "never_launched", r.stdout
     out = submit(spec, run_id, env)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if status(env, run_id).json()["state"] == "RUNNING":
-            break
-        time.sleep(0.1)
+    wait_until(lambda: status(env, run_id).json()["state"] == "RUNNING", "the run is RUNNING")
     from npa.core.paths import NpaPaths
     from npa.services.provision import active_runs
 
@@ -250,24 +245,6 @@ def test_receipt_without_manifest_is_manifest_pending(
     assert r.json()["state"] == "MANIFEST_PENDING"
 
 
-def _kill_run_processes(run_id: str) -> None:
-    """SIGKILL the processes of this run only (found by the NPA_RUN_ID their environment
-    carries), as a node loss or an OOM kill would."""
-    import os
-    import signal
-
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"NPA_RUN_ID={run_id}".encode() in environ:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(entry.name), signal.SIGKILL)
-
-
 def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     spec: Path, env: dict[str, str], npa_home: Path, tmp_path: Path
 ) -> None:
@@ -298,20 +275,23 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     spec.write_text(text)
     run_id = prepare(spec, env)
     first = submit(spec, run_id, {**env, "SLOW_WAVE": "1"})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if (counts / "square").exists() and "1" in (counts / "square").read_text().split():
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("wave 1 never started")
+    wait_until(
+        lambda: (counts / "square").exists() and "1" in (counts / "square").read_text().split(),
+        "wave 1 started",
+    )
     import os
     import signal
 
-    job = json.loads((npa_home / "local-jobs" / str(first["job_id"]) / "job.json").read_text())
-    os.kill(job["supervisor_pid"], signal.SIGKILL)  # the supervisor first: it would record
-    _kill_run_processes(run_id)
-    time.sleep(0.3)
+    from npa.backends.local.jobs import LocalJobTable
+    from npa.core.paths import NpaPaths
+
+    table = LocalJobTable(NpaPaths(npa_home))
+    job = table.read(first["job_id"])
+    assert job.executor is not None
+    os.kill(job.executor.pid, signal.SIGKILL)  # as a node loss or an OOM kill would
+    # Its lock goes with it, and its stage processes die with it: no orphan.
+    wait_until(lambda: table.executor_holding(first["job_id"]) is None, "the lock was freed")
+    wait_until(lambda: not run_processes(run_id), "no process of the run is left")
     r = status(env, run_id)
     body = r.json()
     assert body["state"] == "FAILED_CONTROLLER", body

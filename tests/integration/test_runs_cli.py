@@ -325,28 +325,37 @@ def test_unreachable_store_is_unavailable_with_the_resume_command(
 def test_sigkill_at_random_points_then_rerun(
     env: dict[str, str], s3: S3Server, tmp_path: Path
 ) -> None:
+    """Kill staging at chosen points of its work, each reached as an event (the store proxy
+    holds the matching request, so the process is provably there when the kill lands): after
+    a few blobs, at a random later blob, while the tree and while the commit are written."""
     tree = make_tree(tmp_path / "src", files=400, size=20_000)
     spec = tree / "spec.yaml"
     run_id = prepare(spec, env)
     rng = random.Random(int(os.environ.get("NPA_KILL_SEED", "1225")))
+    later = [("/blobs/", rng.randrange(10, 60)) for _ in range(2)]
+    points = [("/blobs/", 0), ("/blobs/", 3), *later, ("/trees/", 0), ("/manifest.json", 0)]
     argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source", str(spec),
             "--project", "team", "--run-id", run_id, "--jobs", "8", "--json"]  # fmt: skip
-    full_env = {**os.environ, **env}
-    kills = 0
-    partial = 0  # kills that left some blobs but no manifest: the interesting case
-    for _ in range(6):
-        proc = subprocess.Popen(argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        time.sleep(rng.uniform(0.3, 2.5))
-        if proc.poll() is None:
+    stored = []  # the objects each kill left: some blobs but no manifest is the interesting case
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        full_env = {**os.environ, **env, "AWS_ENDPOINT_URL_S3": endpoint}
+        for contains, skip in points:
+            rule = proxy.rule("PUT", contains, "hold", skip=skip)
+            proc = subprocess.Popen(
+                argv, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            while not rule.hit.wait(0.05):
+                assert proc.poll() is None, f"staging ended before a PUT of {contains}"
             proc.send_signal(signal.SIGKILL)
-            kills += 1
-        proc.communicate(timeout=60)
-        # After every kill, whatever point it hit, the prefix is consistent.
-        committed = assert_consistent(s3, run_id, tree)
-        partial += not committed and bool(source_objects(s3, run_id))
-    print(f"kills={kills} partial={partial}")
-    assert kills >= 3, "the tree stages too fast to be interrupted; make it bigger"
-    assert partial >= 1, "no kill landed mid-upload; widen the kill window"
+            proc.communicate(timeout=60)
+            proxy.clear()
+            # After every kill, whatever point it hit, the prefix is consistent.
+            committed = assert_consistent(s3, run_id, tree)
+            assert not committed, (contains, skip)
+            stored.append(len(source_objects(s3, run_id)))
+    # A hold stops every matching request from its first held one on: the first kill comes
+    # before any blob is stored, every later one after some are.
+    assert stored[0] == 0 and all(stored[1:]), stored
     final = stage(spec, run_id, env)
     assert final.returncode == 0, final.stdout + final.stderr
     assert assert_consistent(s3, run_id, tree)
@@ -484,15 +493,17 @@ def test_ctrl_c_stops_cleanly_with_the_resume_command(
     argv = [sys.executable, "-m", "npa", "workbench", "workflow", "stage-source",
             str(tree / "spec.yaml"), "--project", "team", "--run-id", run_id,
             "--jobs", "4"]  # fmt: skip
-    proc = subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
-    deadline = time.time() + 30
-    while time.time() < deadline and not any(
-        k.startswith("blobs/") for k in source_objects(s3, run_id)
-    ):
-        time.sleep(0.1)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        # Interrupt while the fourth blob is on its way (held there: provably mid-upload).
+        rule = proxy.rule("PUT", "/blobs/", "hold", skip=3)
+        full = {**os.environ, **env, "AWS_ENDPOINT_URL_S3": endpoint}
+        proc = subprocess.Popen(argv, env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        while not rule.hit.wait(0.05):
+            assert proc.poll() is None, "staging ended before its fourth blob"
+        proc.send_signal(signal.SIGINT)
+        proxy.clear()
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out + err
     assert "interrupted" in err and f"--run-id {run_id}" in err
     assert "Traceback" not in err

@@ -222,7 +222,11 @@ def test_an_unavailable_queue_is_unknown_and_blocks_relaunch(world: dict[str, An
     m = wait_for(world, lambda m: m["supervisor"]["classification"] == "unknown")
     assert m["supervisor"]["recovery"] == "blocked"
     assert m["state"] == "RUNNING" and m["job_id"] == 1  # unknown is never "absent"
-    time.sleep(0.5)  # several polls while the queue stays down
+    polled = read_state(world["state"]).get("queue_calls", 0)
+    deadline = time.monotonic() + 60
+    while read_state(world["state"]).get("queue_calls", 0) < polled + 3:  # three polls, queue down
+        assert time.monotonic() < deadline, "the supervisor stopped polling the queue"
+        time.sleep(0.05)
     m = manifest(world)
     assert len(m["supervisor"]["attempts"]) == 1  # recorded once per episode
     assert read_state(world["state"])["launch_calls"] == 1 and pid(world) is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -14,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from npa.core.errors import LockBusy, StateCorrupt
+from npa.core.errors import LocalStateUnavailable, LockBusy, StateCorrupt
 from npa.core.fsio import (
     append_line,
     atomic_write_bytes,
     atomic_write_json,
     ensure_private_dir,
     exclusive_lock,
+    probe_writable,
     read_json,
 )
 
@@ -58,20 +60,87 @@ def test_umask_does_not_loosen_or_tighten_modes(tmp_path: Path) -> None:
     assert mode_of(tmp_path / "x" / "y") == 0o700
 
 
-def test_exception_mid_write_leaves_old_file_and_no_temp(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("code", "fix"),
+    [
+        (errno.ENOSPC, "df -h"),
+        (errno.EDQUOT, "df -h"),
+        (errno.EROFS, "findmnt -T"),
+        (errno.EACCES, "ls -ld"),
+    ],
+)
+def test_a_refused_write_leaves_the_old_file_and_says_where_and_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, fix: str
 ) -> None:
     target = tmp_path / "f"
     atomic_write_bytes(target, b"old content")
 
     def failing_fsync(fd: int) -> None:
-        raise OSError(28, "No space left on device")
+        raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(os, "fsync", failing_fsync)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(LocalStateUnavailable) as refused:
         atomic_write_bytes(target, b"new content")
+    error = refused.value
+    assert error.exit_code == 4 and str(target) in error.message
+    assert error.fix is not None and error.fix.startswith(f"{fix} {target}")
     assert target.read_bytes() == b"old content"
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+def test_a_journal_line_that_does_not_fit_is_cut_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = tmp_path / "j.jsonl"
+    append_line(journal, '{"step": 1}')
+    real_write = os.write
+
+    def short_write(fd: int, data: bytes) -> int:
+        return real_write(fd, data[:5])  # the disk filled half way through the line
+
+    monkeypatch.setattr(os, "write", short_write)
+    with pytest.raises(LocalStateUnavailable, match="full"):
+        append_line(journal, '{"step": 2}')
+    monkeypatch.undo()
+    assert journal.read_text() == '{"step": 1}\n'  # every line still parses
+
+
+def test_the_lock_holds_when_its_note_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, data: bytes, offset: int) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "pwrite", full)
+    with (
+        exclusive_lock(tmp_path / "x.lock"),
+        pytest.raises(LockBusy),
+        exclusive_lock(tmp_path / "x.lock"),
+    ):
+        pass
+
+
+def test_probe_writable_names_a_read_only_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "ro"
+    probe_writable(folder)
+    assert folder.is_dir() and list(folder.iterdir()) == []  # the probe leaves nothing
+    real_open = os.open
+
+    def read_only(path: str | Path, flags: int, mode: int = 0o777) -> int:
+        if flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(os, "open", read_only)
+    with pytest.raises(LocalStateUnavailable) as refused:
+        probe_writable(folder)
+    assert str(folder) in refused.value.message and "Read-only" in refused.value.message
+    assert (
+        refused.value.fix == f"findmnt -T {folder}  # remount it read-write, or point "
+        "NPA_HOME at a writable folder"
+    )
 
 
 CRASH_CHILD = textwrap.dedent(

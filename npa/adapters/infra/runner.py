@@ -38,8 +38,8 @@ from npa.core.errors import (
     ToolMissing,
     Unavailable,
 )
-from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
+from npa.core.procs import pid_running
 
 # The Pulumi project name; the same as the top-level Pulumi.yaml so the plain CLI sees the stacks.
 PROJECT = "npa"

@@ -21,6 +21,10 @@ if TYPE_CHECKING:
     from npa.adapters.storage.s3_obstore import ObstoreS3Store
 
 LOCAL = "local"
+# The longest one store operation may take when the store does not answer, retries included:
+# a store that hangs fails within it, at every step of every command.
+STORE_TIMEOUT = 20.0
+STORE_TIMEOUT_ENV = "NPA_STORE_TIMEOUT_SECONDS"
 # The S3 client: obstore by default; botocore where a store needs what only it does.
 S3_CLIENT_ENV = "NPA_S3_CLIENT"
 S3_CLIENTS = ("obstore", "botocore")
@@ -38,6 +42,19 @@ __all__ = [
     "normalize_store_uri",
     "open_store",
 ]
+
+
+def store_timeout() -> float:
+    """:data:`STORE_TIMEOUT`, or what ``NPA_STORE_TIMEOUT_SECONDS`` says."""
+    value = os.environ.get(STORE_TIMEOUT_ENV)
+    try:
+        seconds = float(value) if value else STORE_TIMEOUT
+    except ValueError:
+        raise InvalidStoreUri(
+            f"{STORE_TIMEOUT_ENV}={value!r} is not a number of seconds",
+            fix=f"export {STORE_TIMEOUT_ENV}={STORE_TIMEOUT:g}",
+        ) from None
+    return max(1.0, seconds)
 
 
 def normalize_store_uri(uri: str, paths: NpaPaths | None = None, project: str = "default") -> str:
@@ -135,7 +152,7 @@ def open_store(
             max_connections=max_connections,
             max_attempts=max_attempts,
             fix_hint=fix_hint,
-            timeout=timeout,
+            timeout=store_timeout() if timeout is None else timeout,
         )
     from npa.adapters.storage.file import FileStore
 

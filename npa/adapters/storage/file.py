@@ -3,7 +3,9 @@
 Writes go to a temporary file under ``<root>/.npa-tmp`` and are renamed into place, so a reader
 (or a process killed mid-write) never sees a partial object under its key. create-if-absent
 publishes with ``link(2)``, which fails atomically when the key exists — the ``O_EXCL`` guarantee
-without ever exposing a half-written file.
+without ever exposing a half-written file. A writer killed mid-write leaves its temporary file:
+the first write of every later process removes those untouched for :data:`TMP_MAX_AGE` seconds
+(a live writer keeps touching its own).
 """
 
 from __future__ import annotations
@@ -11,14 +13,22 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import time
 import uuid
 from pathlib import Path
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
-from npa.core.errors import InvalidInput, ObjectAbsent, StoreUnavailable
+from npa.core.errors import (
+    InvalidInput,
+    LocalStateUnavailable,
+    ObjectAbsent,
+    StoreUnavailable,
+    os_fix,
+)
 from npa.core.fsio import ensure_private_dir
 
 TMP_DIR = ".npa-tmp"
+TMP_MAX_AGE = 600.0
 
 
 class FileStore(ObjectStore):
@@ -27,6 +37,7 @@ class FileStore(ObjectStore):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.uri = root.as_uri()
+        self._swept = False
 
     def _path(self, key: str) -> Path:
         check_key(key)
@@ -34,24 +45,52 @@ class FileStore(ObjectStore):
             raise InvalidInput(f"object key {key!r} is reserved for the file store's own use")
         return self.root / key
 
-    def _unavailable(self, exc: OSError, what: str, key: str) -> StoreUnavailable:
+    def _unavailable(
+        self, exc: OSError | LocalStateUnavailable, what: str, key: str
+    ) -> StoreUnavailable:
+        code = exc.errno if isinstance(exc, OSError) else exc.details.get("errno")
+        reason = exc.strerror or str(exc) if isinstance(exc, OSError) else exc.message
         return StoreUnavailable(
-            f"could not {what} {self.uri}/{key}: {exc.strerror or exc}",
-            fix=f"ls -ld {self.root}  # check it exists and is readable and writable by you",
-            details={"store": self.uri, "errno": exc.errno},
+            f"could not {what} {self.uri}/{key}: {reason}",
+            fix=os_fix(self.root, code),
+            details={"store": self.uri, "errno": code},
         )
 
+    def sweep_temps(self, *, now: float | None = None) -> int:
+        """Remove temporary files killed writers left (untouched for :data:`TMP_MAX_AGE`
+        seconds); returns how many. Done once per process, at its first write."""
+        self._swept = True
+        limit = (time.time() if now is None else now) - TMP_MAX_AGE
+        removed = 0
+        try:
+            entries = list(os.scandir(self.root / TMP_DIR))
+        except OSError:
+            return 0
+        for entry in entries:
+            with contextlib.suppress(OSError):
+                if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < limit:
+                    os.unlink(entry.path)
+                    removed += 1
+        return removed
+
     def _write_tmp(self, data: bytes) -> Path:
+        if not self._swept:
+            self.sweep_temps()
         tmp_dir = ensure_private_dir(self.root / TMP_DIR)
         tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)  # a full disk: never leave the part written
+            raise
         return tmp
 
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
@@ -64,7 +103,7 @@ class FileStore(ObjectStore):
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        except OSError as exc:
+        except (OSError, LocalStateUnavailable) as exc:
             raise self._unavailable(exc, "write", key) from None
         return ObjectInfo(key, len(data))
 
@@ -146,7 +185,7 @@ class FileStore(ObjectStore):
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-        except OSError as exc:
+        except (OSError, LocalStateUnavailable) as exc:
             raise self._unavailable(exc, "create", key) from None
         return True
 

@@ -66,6 +66,13 @@ class S3Base(ObjectStore):
         self.put(key, data)
         return True
 
+    def _probe(self, key: str | None) -> str:
+        """What shows whether the store answers now, for the object (or prefix) that failed: a
+        store that errs or does not answer needs looking at, not npa's settings."""
+        from npa.adapters.storage import inspect_command
+
+        return inspect_command(self, key or "", listing=key is None or key.endswith("/"))
+
     def _conflicts_exhausted(self, key: str) -> StoreUnavailable:
         return StoreUnavailable(
             f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
@@ -87,7 +94,7 @@ class S3Store(S3Base):
         max_connections: int = 32,
         max_attempts: int = 4,
         fix_hint: str | None = None,
-        timeout: float | None = None,
+        timeout: float = 20.0,
     ) -> None:
         # botocore directly: boto3's resource layer costs start-up time and is not needed.
         import botocore.session
@@ -101,12 +108,13 @@ class S3Store(S3Base):
                 "s3",
                 region_name=region,
                 endpoint_url=endpoint_url,
+                # A store that stops answering fails within about ``timeout`` seconds, all
+                # attempts together: each waits at most a third of it.
                 config=Config(
-                    retries={"mode": "standard", "max_attempts": max_attempts},
+                    retries={"mode": "standard", "max_attempts": min(max_attempts, 3)},
                     max_pool_connections=max_connections,
-                    # A caller with a deadline (BoundedStore) gets sockets that give up by then.
-                    connect_timeout=min(10, timeout) if timeout else 10,
-                    read_timeout=min(60, timeout) if timeout else 60,
+                    connect_timeout=min(5.0, timeout / 4),
+                    read_timeout=timeout / 3,
                 ),
             )
             creds = session.get_credentials()
@@ -138,9 +146,10 @@ class S3Store(S3Base):
             reason = f"the store answered {code} (HTTP {status})"
         else:
             reason = f"{type(exc).__name__}: {exc}"
+        refused = code in _REFUSED
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
-            fix=self._fix_hint or "npa configure --show",
+            fix=(self._fix_hint or "npa configure --show") if refused else self._probe(key),
             details={"store": self.uri, "code": code, "http_status": status},
         )
 

@@ -44,7 +44,7 @@ class ObstoreS3Store(S3Base):
         max_connections: int = 32,
         max_attempts: int = 4,
         fix_hint: str | None = None,
-        timeout: float | None = None,
+        timeout: float = 20.0,
     ) -> None:
         import obstore
         from obstore.store import S3Store
@@ -88,18 +88,18 @@ class ObstoreS3Store(S3Base):
             config=config,  # type: ignore[arg-type]
             client_options={
                 "allow_http": bool(endpoint_url and endpoint_url.startswith("http://")),
-                "connect_timeout": timedelta(seconds=min(10, timeout) if timeout else 10),
-                "read_timeout": timedelta(seconds=min(60, timeout) if timeout else 60),
+                "connect_timeout": timedelta(seconds=min(5.0, timeout / 4)),
+                "read_timeout": timedelta(seconds=timeout / 2),
                 # No cap on a whole request: a 1 GiB blob on a slow link takes a while;
                 # read_timeout catches a store that stops answering.
                 "timeout": timedelta(hours=1),
                 "pool_max_idle_per_host": str(max_connections),
             },
+            # No retry starts after half the budget: a store that does not answer fails
+            # within about ``timeout`` seconds in all.
             retry_config={
                 "max_retries": max(0, max_attempts - 1),
-                # Retries go on past a read timeout: the BoundedStore around a reading
-                # command is what gives up, with its own answer.
-                "retry_timeout": timedelta(seconds=60),
+                "retry_timeout": timedelta(seconds=timeout / 2),
             },
             credential_provider=provider,  # type: ignore[arg-type]
         )
@@ -120,11 +120,12 @@ class ObstoreS3Store(S3Base):
                 f"the store refused the credentials from {self.credential_source!r} "
                 f"({text}); npa cannot tell whether the object exists"
             )
+            fix = self._fix_hint or "npa configure --show"
         else:
-            reason = text
+            reason, fix = text, self._probe(key)
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
-            fix=self._fix_hint or "npa configure --show",
+            fix=fix,
             details={"store": self.uri, "code": _code(exc), "client": "obstore"},
         )
 

@@ -9,11 +9,10 @@ Capabilities: runs on this machine (the local disk must hold the outputs), execu
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from npa.backends.base import (
     AdoptsPartialWaves,
@@ -29,11 +28,14 @@ from npa.backends.base import (
     RunTasks,
 )
 from npa.backends.local import tasks
-from npa.backends.local.jobs import BACKEND, LocalJobTable
-from npa.core.errors import BackendUnavailable, LaunchRejected, NotFound
+from npa.backends.local.jobs import BACKEND, LocalJobTable, ProcessRecord, start_deadline
+from npa.core.errors import BackendError, BackendUnavailable, LaunchRejected, NotFound
 from npa.core.paths import NpaPaths
+from npa.core.procs import ProcessIdentity, group_members, signal_group
 
 REQUEST_PREFIX = "local-"
+# How long cancel waits to see the job stop (its executor gives stages 10 s after SIGTERM).
+CANCEL_WAIT = 30.0
 
 
 class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, HostsExecutor):
@@ -50,6 +52,9 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
 
     def render_tasks(self, run: RunTasks) -> dict[str, str]:
         return tasks.encode(run)
+
+    def local_state(self) -> list[Path]:
+        return [self.table.root]
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
@@ -72,15 +77,35 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
     # --- execution ---------------------------------------------------------------------------
     def needs_executor(self, job_id: int) -> bool:
         job = self.table.read(job_id)
-        return not job.supervisor_started and not job.state.terminal and not job.cancel_requested
+        if job.state.terminal or job.cancel_requested:
+            return False
+        if self.table.executor_holding(job_id) is not None:
+            return False  # attached: a live executor holds it
+        spawned = job.spawned
+        starting = (
+            spawned is not None
+            and (job.executor is None or spawned.at > job.executor.at)
+            and spawned.identity.alive()
+            and self.table.clock() - spawned.at <= start_deadline()
+        )
+        return not starting
 
     def executor_started(self, job_id: int, pid: int) -> None:
-        self.table.update(job_id, supervisor_pid=pid, supervisor_started=True)
+        identity = ProcessIdentity.of(pid)
+        self.table.update(
+            job_id,
+            spawned=ProcessRecord(pid=pid, start=identity.start, at=self.table.clock()),
+        )
 
     def execute(self, job_id: int, recorder: RunRecorder) -> int:
         from npa.backends.local.executor import Executor
 
-        return Executor(self.paths, job_id, recorder).run()
+        try:
+            executor = Executor(self.paths, job_id, recorder)
+        except (OSError, ValueError, NotFound) as exc:
+            print(f"cannot execute local job {job_id}: {exc}", flush=True)
+            return 1
+        return executor.run()
 
     # --- reading -----------------------------------------------------------------------------
     def queue(self, job_name: str) -> QueueAnswer:
@@ -95,14 +120,36 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
         return self.table.record(self.table.read(job_id))
 
     def cancel(self, job_id: int) -> None:
+        """Stop what really runs: the live executor, by its proven identity (it stops its
+        stages and records CANCELLED), else every stage process group an executor left; returns
+        once the job is seen stopped (or raises BackendError saying what still runs)."""
+        from npa.backends.local.executor import shard_leaders
+
         job = self.table.update(job_id, cancel_requested=True)
         if job.state.terminal:
             return
-        if self.table.supervisor_alive(job_id) and job.supervisor_pid:
-            # The supervisor stops its stage processes and records CANCELLED itself.
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(job.supervisor_pid, signal.SIGTERM)
-            return
+        deadline = time.monotonic() + CANCEL_WAIT
+        holder = self.table.executor_holding(job_id)
+        if holder is not None:
+            holder.signal(signal.SIGTERM)
+            while self.table.executor_holding(job_id) is not None:
+                if time.monotonic() >= deadline:
+                    raise BackendError(
+                        f"local job {job_id}'s executor ({holder}) did not stop within "
+                        f"{CANCEL_WAIT:g}s of SIGTERM",
+                        fix=f"kill -KILL {holder.pid}  # then cancel again",
+                    )
+                time.sleep(0.05)
+            if self.table.read(job_id).state.terminal:
+                return
+        # No executor (it died, or never started): its stage processes are the job's.
+        leaders = [leader for _, leader in shard_leaders(self.table.job_dir(job_id))]
+        for leader in leaders:
+            signal_group(leader, signal.SIGKILL)
+        while any(group_members(leader) for leader in leaders):
+            if time.monotonic() >= deadline:
+                raise BackendError(f"stage processes of local job {job_id} did not stop")
+            time.sleep(0.05)
         self.table.update(job_id, state=JobState.CANCELLED, ended_at=time.time())
 
     def logs(

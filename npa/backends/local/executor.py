@@ -1,43 +1,69 @@
 """The local executor: runs one job's stages, wave by wave, and reports every step.
 
 It runs inside the run's watcher process (:mod:`npa.launch.watch`, started detached in its own
-session so it outlives the shell that submitted), which hands it the job and a recorder. While
-it lives it holds the job's ``supervisor.lock``; readers treat a live job without that lock as a
-dead controller. It writes its own log to the job's ``logs/supervisor.log``.
+session so it outlives the shell that submitted), which hands it the job and a recorder. Its
+first act is to take the job's ``executor.lock`` and write its identity (pid and start time)
+into it and into the job record; it holds the lock until it exits, so a job is executing exactly
+while some process holds that lock. A second executor of the same job finds the lock held and
+exits without touching anything. Its own log is the job's ``logs/supervisor.log``.
 
 For each stage, in dependency order: fetch its inputs from the store, run each wave's shards as
 processes (at most ``parallel`` at once, and never more than the job's ``max_parallel``), put the
 outputs and logs back into the store after every wave, and check every declared output is there
 and non-empty. The job record is updated at each step; the run's record, and whether a failed
 wave runs again, belong to the recorder (:class:`npa.backends.base.RunRecorder`).
+
+Every shard runs under a small wrapper (:mod:`npa.backends.local.shard`) that leads a process
+group of its own and kills that group when this process dies, however it dies; each shard's
+identity and exit status are recorded under ``shards/<stage>/w<wave>/a<attempt>/``. An executor
+that takes a job its predecessor left without a final state *continues* it: it first stops
+every process an earlier executor of the run left (and refuses to start while any is alive),
+then skips the stages and waves the run's record holds as succeeded and, in a wave that was cut
+short, runs only the shards that did not run to the end.
+
+A full disk does not leave a live-looking job behind: a reserve file taken at start is given
+back before the final state is written, so the job ends in a recorded failed state.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
 
 from npa.adapters.storage import ObjectStore, open_store
-from npa.backends.base import JobState, JobSubmission, RunRecorder
+from npa.backends.base import JobState, JobSubmission, RunRecorder, StageProgress, WaveProgress
 from npa.backends.local import tasks as local_tasks
-from npa.backends.local.jobs import LocalJobTable
+from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
-from npa.core.errors import NpaError
-from npa.core.fsio import ensure_private_dir
+from npa.core.errors import BackendError, NpaError, local_state_error
+from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
 from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
 from npa.core.paths import NpaPaths
+from npa.core.procs import ProcessIdentity, group_members, signal_group
 from npa.core.text import plural
 
 POLL_SECONDS = 0.05
+# A stage gets this long to stop after SIGTERM (a cancel) before its group is killed.
+CANCEL_GRACE = 10.0
+# Readers peek at the executor lock for an instant; another executor holds it for life.
+LOCK_WAIT = 5.0
+# How long the processes an earlier executor left may take to die once killed.
+REAP_WAIT = 30.0
+RESERVE_BYTES = 1 << 20
+# Less free space than this after a failed wave: the disk is full, not the stage at fault.
+MIN_FREE_BYTES = 64 << 10
+SHARD_WRAPPER = Path(__file__).with_name("shard.py")
 
 
 class Cancelled(Exception):
@@ -51,6 +77,36 @@ class StageFailed(Exception):
         self.detail = detail
 
 
+def spawn_shard(
+    command: str, *, cwd: Path, env: dict[str, str], log: BinaryIO, exit_file: Path, death_fd: int
+) -> subprocess.Popen[bytes]:
+    """Start one shard, tied to this executor's life: the leader of a new process group (the
+    wrapper), which runs ``command`` and kills its group when ``death_fd`` reports this process
+    gone. The one place a stage process is started."""
+    return subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SHARD_WRAPPER), str(death_fd), str(exit_file), "--",
+         "/bin/sh", "-c", command],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=(death_fd,),
+    )  # fmt: skip
+
+
+def shard_leaders(job_dir: Path) -> list[tuple[Path, ProcessIdentity]]:
+    """Every shard process a job's executors started (record file, identity)."""
+    found = []
+    for record in sorted((job_dir / "shards").glob("*/w*/a*/s*.pid")):
+        parts = record.read_text().split() if record.is_file() else []
+        if parts and parts[0].isdigit():
+            start = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+            found.append((record, ProcessIdentity(pid=int(parts[0]), start=start)))
+    return found
+
+
 class Executor:
     def __init__(self, paths: NpaPaths, job_id: int, recorder: RunRecorder) -> None:
         self.paths = paths
@@ -59,49 +115,122 @@ class Executor:
         self.job_dir = self.table.job_dir(job_id)
         self.recorder = recorder
         self.submission: JobSubmission = self.table.submission(self.job_id)
-        self.work = ensure_private_dir(self.job_dir / "work")
-        self.logs = ensure_private_dir(self.job_dir / "logs")
+        self.work = self.job_dir / "work"
+        self.logs = self.job_dir / "logs"
         self.cancelled = False
+        self.cancelled_at = 0.0
         self.children: list[subprocess.Popen[bytes]] = []
         self.store: ObjectStore | None = None
+        self.lock_fd: int | None = None
+        self.death_fd: int | None = None  # read end of the pipe shards watch (see shard.py)
+        self.death_w: int | None = None  # its write end: open, never written, until we exit
+        self.since = time.time()  # when the job was first taken
 
     # --- records -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
         at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        with open(self.logs / "supervisor.log", "a", encoding="utf-8") as out:
-            out.write(f"{at} {message}\n")
+        line = f"{at} {message}\n"
+        try:
+            with open(self.logs / "supervisor.log", "a", encoding="utf-8") as out:
+                out.write(line)
+        except OSError:  # a full or read-only disk: the watcher's own output still has it
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
+    @property
+    def reserve_path(self) -> Path:
+        return self.job_dir / "reserve"
+
+    def reserve(self) -> None:
+        """Hold some disk space back, so the final records can be written on a full disk."""
+        with contextlib.suppress(OSError), open(self.reserve_path, "wb") as out:
+            out.write(b"\0" * RESERVE_BYTES)
+            out.flush()
+            os.fsync(out.fileno())
+
+    def release_reserve(self) -> None:
+        with contextlib.suppress(OSError):
+            self.reserve_path.unlink()
 
     # --- lifecycle ---------------------------------------------------------------------------
     def on_term(self, signum: int, frame: FrameType | None) -> None:
-        self.cancelled = True
+        if not self.cancelled:
+            self.cancelled, self.cancelled_at = True, time.monotonic()
+        self.signal_children(signal.SIGTERM)
+
+    def signal_children(self, sig: int) -> None:
         for child in self.children:
             if child.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signal.SIGTERM)
+                    os.killpg(child.pid, sig)
+
+    def take_lock(self) -> bool:
+        """Take the job's executor lock for the rest of this process's life; False when another
+        executor holds it."""
+        path = self.table.lock_path(self.job_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise local_state_error(exc, "create the lock", path) from None
+        try:
+            taken = flock_within(fd, path, LOCK_WAIT)
+        except NpaError:
+            os.close(fd)
+            raise
+        if not taken:
+            os.close(fd)
+            return False
+        me = ProcessIdentity.current()
+        write_holder(fd, f"{me.pid} {me.start if me.start is not None else ''}\n")
+        self.lock_fd = fd
+        return True
 
     def run(self) -> int:
-        lock_fd = os.open(self.job_dir / "supervisor.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        """Execute the job to its end; the process exit code. Never raises."""
         try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self.log("another supervisor holds this job; exiting")
+            return self._run()
+        except NpaError as error:  # before the job was taken: nothing of it was changed
+            self.log(f"error: {error.message}" + (f" (fix: {error.fix})" if error.fix else ""))
+            return 1
+
+    def _run(self) -> int:
+        if not self.take_lock():
+            self.log("another executor holds this job; exiting")
             return 0
-        # The holder's pid in the lock tells an operator (and a test) which process to stop.
-        os.ftruncate(lock_fd, 0)
-        os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)
-        signal.signal(signal.SIGTERM, self.on_term)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
         job = self.table.read(self.job_id)
         if job.state.terminal:
             return 0
+        me = ProcessIdentity.current()
+        now = time.time()
+        self.since = job.started_at or now
+        self.table.update(
+            self.job_id,
+            state=JobState.STARTING,
+            started_at=self.since,
+            executor=ProcessRecord(pid=me.pid, start=me.start, at=now),
+            executors=job.executors + 1,
+        )
+        signal.signal(signal.SIGTERM, self.on_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.log(f"executor {me} took job {self.job_id}" + (
+            f" (continuing it after {job.executors} earlier executor(s))" if job.executors else ""
+        ))  # fmt: skip
         if job.cancel_requested:
+            self.reap_previous()
             self.finish(JobState.CANCELLED, "cancelled before it started")
             return 0
-        self.table.update(
-            self.job_id, state=JobState.STARTING, started_at=time.time(), supervisor_pid=os.getpid()
-        )
+        self.death_fd, self.death_w = os.pipe()  # neither end is inherited by default
+        self.reserve()
+        try:
+            return self.execute()
+        finally:
+            self.release_reserve()
+
+    def execute(self) -> int:
         s = self.submission
         try:
+            ensure_private_dir(self.work)
+            ensure_private_dir(self.logs)
             self.store = open_store(
                 s.store,
                 endpoint_url=s.endpoint_url,
@@ -110,6 +239,7 @@ class Executor:
                 paths=self.paths,
             )
             self.recorder.started(self.job_id, s.order)
+            self.reap_previous()
             self.recorder.restore_source(self.store, s.prefix, self.work / "source")
             self.table.update(self.job_id, state=JobState.RUNNING)
             self.recorder.running()
@@ -119,7 +249,13 @@ class Executor:
                 if stage in s.adopted_stages:
                     self.log(f"stage {stage}: adopted from the earlier job; not run again")
                     continue
-                self.run_stage(local_tasks.parse(s.tasks[stage]))
+                progress = self.recorder.progress(stage, since=self.since)
+                if progress.state == "SUCCEEDED":
+                    self.log(f"stage {stage}: succeeded under an earlier executor; not run again")
+                    continue
+                if progress.state == "FAILED":
+                    raise StageFailed(JobState.FAILED, progress.detail or f"stage {stage} failed")
+                self.run_stage(local_tasks.parse(s.tasks[stage]), progress)
         except Cancelled:
             self.finish(JobState.CANCELLED, "cancelled")
             return 0
@@ -127,8 +263,9 @@ class Executor:
             self.finish(failed.state, failed.detail)
             return 1
         except NpaError as error:
-            self.log(f"error: {error.message}")
-            self.finish(JobState.FAILED_CONTROLLER, error.message, infrastructure=True)
+            detail = error.message + (f"; fix: {error.fix}" if error.fix else "")
+            self.log(f"error: {detail}")
+            self.finish(JobState.FAILED_CONTROLLER, detail, infrastructure=True)
             return 1
         except Exception as exc:  # the record must say the controller failed, not hang live
             self.log(traceback.format_exc())
@@ -138,20 +275,84 @@ class Executor:
         return 0
 
     def finish(self, state: JobState, detail: str | None, *, infrastructure: bool = False) -> None:
+        """Stop what still runs and record the final state: the job record first (the local
+        truth readers go by), then the run's record in the store. A record that cannot be
+        written is logged; the job then reads as FAILED_CONTROLLER once this process exits."""
+        self.signal_children(signal.SIGKILL)
+        self.release_reserve()
         self.log(f"run ends {state.value}" + (f": {detail}" if detail else ""))
+        try:
+            self.table.update(
+                self.job_id,
+                state=state,
+                ended_at=time.time(),
+                failure_reason=detail if state is not JobState.SUCCEEDED else None,
+                current_stage=None,
+            )
+        except NpaError as error:
+            self.log(f"could not record the final state in the job record: {error.message}")
         if self.store is not None:
             try:
                 self.recorder.ended(state, detail, infrastructure=infrastructure)
                 self.upload_logs(None)
             except NpaError as error:
                 self.log(f"could not record the final state in the store: {error.message}")
-        self.table.update(
-            self.job_id,
-            state=state,
-            ended_at=time.time(),
-            failure_reason=detail if state is not JobState.SUCCEEDED else None,
-            current_stage=None,
-        )
+
+    # --- what earlier executors left -----------------------------------------------------------
+    def reap_previous(self) -> None:
+        """Stop every shard process an earlier executor of this run left behind, and refuse to
+        go on while one is alive or another executor of the run is at work."""
+        s = self.submission
+        leftovers: list[ProcessIdentity] = []
+        for job_id in self.jobs_of_this_run():
+            if job_id != self.job_id:
+                holder = self.table.executor_holding(job_id)
+                if holder is not None:
+                    raise BackendError(
+                        f"job {job_id} of run {s.run_id} is still executed by {holder}; "
+                        "two executors never run one run",
+                        fix=f"npa workbench workflow cancel {s.run_id} --project {s.project}",
+                    )
+            for _, leader in shard_leaders(self.table.job_dir(job_id)):
+                if signal_group(leader, signal.SIGKILL):
+                    leftovers.append(leader)
+        if not leftovers:
+            return
+        self.log(f"stopped {len(leftovers)} shard process group(s) an earlier executor left")
+        deadline = time.monotonic() + REAP_WAIT
+        while True:
+            alive = [(leader, group_members(leader)) for leader in leftovers]
+            alive = [(leader, members) for leader, members in alive if members]
+            if not alive:
+                return
+            if time.monotonic() >= deadline:
+                pids = ", ".join(str(m.pid) for _, members in alive for m in members)
+                groups = " ".join(f"-{leader.pid}" for leader, _ in alive)
+                raise BackendError(
+                    f"processes of an earlier attempt of run {s.run_id} are still alive "
+                    f"(pids {pids}); npa will not run a stage twice at once",
+                    fix=f"kill -KILL -- {groups}  # then rerun the same submit",
+                )
+            time.sleep(POLL_SECONDS)
+
+    def jobs_of_this_run(self) -> list[int]:
+        """This job and every other local job of the same run (a resume's earlier jobs)."""
+        s = self.submission
+        found = [self.job_id]
+        try:
+            names = [p.name for p in self.table.root.iterdir() if p.name.isdigit()]
+        except OSError:
+            return found
+        for name in names:
+            if int(name) == self.job_id:
+                continue
+            try:
+                other = self.table.submission(int(name))
+            except (OSError, ValueError, NpaError):
+                continue  # an allocation cut short, or not a job npa can read: not this run's
+            if (other.project, other.run_id) == (s.project, s.run_id):
+                found.append(int(name))
+        return found
 
     # --- data --------------------------------------------------------------------------------
     def fetch_input(self, task: LocalTask, name: str, key: str, kind: str) -> Path:
@@ -244,7 +445,7 @@ class Executor:
         env.update(task.env)
         return env
 
-    def run_stage(self, task: LocalTask) -> None:
+    def run_stage(self, task: LocalTask, progress: StageProgress) -> None:
         self.log(
             f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
             f"{plural(task.parallel, 'shard')}"
@@ -252,13 +453,16 @@ class Executor:
         self.table.update(self.job_id, current_stage=task.stage)
         self.recorder.stage_started(task.stage)
         env = self.stage_env(task)
-        budget = self.recorder.retry_budget(task.retries)
+        budget = max(0, self.recorder.retry_budget(task.retries) - progress.retries_spent)
         adopted = set(self.submission.adopted_waves.get(task.stage, []))
         for wave in range(task.waves):
             if wave in adopted:
                 self.log(f"stage {task.stage} wave {wave}: adopted from the earlier job")
                 continue
-            budget = self.run_wave_to_end(task, wave, env, budget)
+            if wave in progress.succeeded_waves:
+                self.log(f"stage {task.stage} wave {wave}: succeeded under an earlier executor")
+                continue
+            budget = self.run_wave_to_end(task, wave, env, budget, progress.waves.get(wave))
         found = self.verify_outputs(task)
         missing = [name for name, size in found.items() if size == 0]
         if missing:
@@ -266,16 +470,26 @@ class Executor:
             raise StageFailed(JobState.FAILED, detail)
         self.recorder.stage_succeeded(task.stage, found)
 
-    def run_wave_to_end(self, task: LocalTask, wave: int, env: dict[str, str], budget: int) -> int:
+    def run_wave_to_end(
+        self,
+        task: LocalTask,
+        wave: int,
+        env: dict[str, str],
+        budget: int,
+        earlier: WaveProgress | None,
+    ) -> int:
         """Run one wave until it succeeds or the recorder ends the job; returns the payload
-        retries left."""
+        retries left. An attempt an earlier executor began and did not finish is continued."""
         shards = shards_of_wave(wave, task.parallel, task.shards)
-        attempt = 0
+        attempt = earlier.attempts if earlier is not None else 0
+        cut_short = earlier is not None and earlier.state == "RUNNING" and attempt > 0
         while True:
-            attempt += 1
+            if not cut_short:
+                attempt += 1
+            cut_short = False
             self.recorder.wave_started(task.stage, wave, shards, attempt)
             self.log(f"stage {task.stage} wave {wave} attempt {attempt}: shards {shards}")
-            codes = self.run_wave(task, wave, shards, env)
+            codes = self.run_wave(task, wave, shards, env, attempt)
             if self.cancelled:
                 raise Cancelled()
             self.upload_logs(task.stage)
@@ -283,6 +497,7 @@ class Executor:
                 stored = self.upload_outputs(task)
                 self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
                 return budget
+            self.check_space(task.stage, wave)
             verdict = self.recorder.wave_failed(task.stage, wave, shards, codes, attempt, budget)
             if not verdict.retry:
                 assert verdict.state is not None
@@ -290,36 +505,61 @@ class Executor:
             budget -= 1 if verdict.spends_retry else 0
             self.log(f"{verdict.detail}; retrying the wave ({verdict.classification})")
 
+    def check_space(self, stage: str, wave: int) -> None:
+        """A wave that failed on a full disk failed for this machine, not for its code: end the
+        job as the controller's failure, naming the folder and the fix (a payload retry would
+        only fail the same way)."""
+        try:
+            stats = os.statvfs(self.work)
+        except OSError:
+            return
+        if stats.f_bavail * stats.f_frsize >= MIN_FREE_BYTES:
+            return
+        full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        action = f"hold the outputs of stage {stage} wave {wave} in"
+        raise local_state_error(full, action, self.work)
+
     def run_wave(
-        self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str]
+        self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str], attempt: int
     ) -> dict[int, int]:
-        """Run one wave's shards, at most ``max_parallel`` at once; exit code per shard."""
+        """Run one attempt of a wave, at most ``max_parallel`` shards at once; exit code per
+        shard. Shards of this attempt that already ran to the end (under an executor that died
+        since) are not run again."""
+        assert self.death_fd is not None
         folder = ensure_private_dir(self.logs / task.stage)
+        records = ensure_private_dir(
+            self.job_dir / "shards" / task.stage / f"w{wave}" / f"a{attempt}"
+        )
+        codes = _recorded_exits(records, shards)
+        if codes:
+            self.log(f"stage {task.stage} wave {wave}: shards {sorted(codes)} already ended")
         limit = max(1, min(task.parallel, self.submission.max_parallel))
-        waiting = list(shards)
+        waiting = [s for s in shards if s not in codes]
         running: dict[int, subprocess.Popen[bytes]] = {}
-        codes: dict[int, int] = {}
 
         while waiting or running:
             while waiting and len(running) < limit and not self.cancelled:
                 shard = waiting.pop(0)
-                log = open(folder / f"wave-{wave}-shard-{shard}.log", "ab")  # noqa: SIM115
-                try:
-                    child = subprocess.Popen(
-                        ["/bin/sh", "-c", task.command],
+                with open(folder / f"wave-{wave}-shard-{shard}.log", "ab") as log:
+                    child = spawn_shard(
+                        task.command,
                         cwd=self.work / "source",
                         env={**env, "NPA_WAVE": str(wave), "NPA_SHARD": str(shard)},
-                        stdin=subprocess.DEVNULL,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
+                        log=log,
+                        exit_file=records / f"s{shard}.exit",
+                        death_fd=self.death_fd,
                     )
-                finally:
-                    log.close()
                 running[shard] = child
                 self.children.append(child)
+                leader = ProcessIdentity.of(child.pid)
+                atomic_write_text(
+                    records / f"s{shard}.pid",
+                    f"{leader.pid} {leader.start if leader.start is not None else ''}\n",
+                )
             if self.cancelled and not running:
                 break
+            if self.cancelled and time.monotonic() - self.cancelled_at > CANCEL_GRACE:
+                self.signal_children(signal.SIGKILL)
             for shard, child in list(running.items()):
                 code = child.poll()
                 if code is not None:
@@ -328,3 +568,12 @@ class Executor:
                     self.children.remove(child)
             time.sleep(POLL_SECONDS)
         return codes
+
+
+def _recorded_exits(records: Path, shards: list[int]) -> dict[int, int]:
+    """The exit codes the shard wrappers recorded for this attempt."""
+    codes: dict[int, int] = {}
+    for shard in shards:
+        with contextlib.suppress(OSError, ValueError):
+            codes[shard] = int((records / f"s{shard}.exit").read_text().strip())
+    return codes

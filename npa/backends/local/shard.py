@@ -1,0 +1,64 @@
+"""``python shard.py DEATH_FD EXIT_FILE -- ARGV...``: run one shard so it dies with its executor.
+
+The executor starts this wrapper (by its file path, with ``-I -S``: it imports nothing but the
+standard library, so it starts in milliseconds) as the leader of a new process group, and the
+wrapper runs ARGV as a child in that group. ``DEATH_FD`` is the read end of a pipe whose only
+write end the executor holds and never writes: the read returns end-of-file exactly when the
+executor is gone, however it died (SIGKILL included), and the wrapper then kills its whole
+group, itself with it. No orphan stage process outlives its executor, on any system with pipes.
+
+When the child ends, the wrapper records its exit status in EXIT_FILE (written to a temporary
+file and renamed, so a reader sees all of it or nothing) and exits the same way the child did.
+An executor that continues the job after its predecessor died reads these files to know which
+shards already ran to the end. SIGTERM (a cancel, sent to the whole group) reaches the child;
+the wrapper itself waits for the child to end.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+
+def _watch_executor(fd: int) -> None:
+    try:
+        while os.read(fd, 1):
+            pass
+    except OSError:
+        pass
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
+def _record(path: str, code: int) -> None:
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="ascii") as out:
+        out.write(f"{code}\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 4 or argv[2] != "--":
+        sys.stderr.write("usage: shard.py DEATH_FD EXIT_FILE -- ARGV...\n")
+        return 2
+    death_fd, exit_file, command = int(argv[0]), argv[1], argv[3:]
+    signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    threading.Thread(target=_watch_executor, args=(death_fd,), daemon=True).start()
+    child = subprocess.Popen(command, close_fds=True)
+    code = child.wait()
+    try:
+        _record(exit_file, code)
+    except OSError as exc:  # a full disk: a continuing executor runs this shard again
+        sys.stderr.write(f"npa: could not record the exit status in {exit_file}: {exc}\n")
+    if code < 0:  # die of the same signal, so the executor sees what the stage saw
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,131 @@
+"""Processes npa started, told apart by identity rather than by pid alone.
+
+A pid is reused once its process is gone, so "pid 4242 runs" proves nothing about the process
+npa recorded as 4242. An identity is the pid plus the process's start time (clock ticks since
+boot, from ``/proc/<pid>/stat``); a process with the same pid but another start time is another
+process. Where ``/proc`` does not exist the start time is None and only the pid can be checked.
+
+Stage processes run in process groups of their own; a group is npa's while any process is in
+it (the kernel never hands out a group's id as a new pid while the group has members) and its
+leader, when it still lives, is the process npa recorded.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+PROC = Path("/proc")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """``/proc/<pid>/stat`` from its third field (the state) on; None when unreadable."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) is in parentheses and may itself hold spaces or parentheses.
+    return text.rsplit(")", 1)[-1].split()
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot; None when it cannot be read."""
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields is not None and len(fields) > 19 else None
+
+
+def pid_running(pid: int) -> bool:
+    """Whether ``pid`` runs; a zombie (killed, not yet reaped) does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    fields = _stat_fields(pid)
+    if fields is None:
+        return True
+    return fields[0] not in ("Z", "X")
+
+
+class ProcessIdentity(BaseModel):
+    """One process: its pid and its start time (None where the system does not say)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pid: int
+    start: int | None = None
+
+    @classmethod
+    def of(cls, pid: int) -> ProcessIdentity:
+        return cls(pid=pid, start=start_time(pid))
+
+    @classmethod
+    def current(cls) -> ProcessIdentity:
+        return cls.of(os.getpid())
+
+    def alive(self) -> bool:
+        """True while this very process runs (not another one that got its pid)."""
+        if not pid_running(self.pid):
+            return False
+        return self.start is None or start_time(self.pid) in (None, self.start)
+
+    def signal(self, sig: int) -> bool:
+        """Send ``sig`` to this process if it is still this process; True when sent."""
+        if not self.alive():
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def __str__(self) -> str:
+        return f"pid {self.pid}" + (f" (started at tick {self.start})" if self.start else "")
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    pid: int
+    command: str
+
+
+def group_members(leader: ProcessIdentity) -> list[GroupMember]:
+    """The live processes of the process group ``leader`` started (its pgid is its pid).
+
+    Empty when the group is gone, or when the pid now leads a group of another process (the
+    leader lives under the same pid with another start time). Without ``/proc`` only the
+    leader itself can be seen."""
+    if not PROC.is_dir():
+        return [GroupMember(leader.pid, "?")] if leader.alive() else []
+    if pid_running(leader.pid) and not leader.alive():
+        return []  # the id was reused: that group is not the one npa started
+    members = []
+    for entry in PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat_fields(int(entry.name))
+        if fields is None or len(fields) < 3 or fields[0] in ("Z", "X"):
+            continue
+        if int(fields[2]) == leader.pid:
+            try:
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            except OSError:
+                command = "?"
+            members.append(GroupMember(int(entry.name), command))
+    return members
+
+
+def signal_group(leader: ProcessIdentity, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` to every process of ``leader``'s group; True when the group had any."""
+    if not group_members(leader):
+        return False
+    try:
+        os.killpg(leader.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
