@@ -49,7 +49,7 @@ class ManifestRecorder:
 
     def restore_source(self, store: ObjectStore, prefix: str, into: Path) -> None:
         """Rebuild the committed source tree from the store (the stages' working directory)."""
-        from npa.runs.staging import SourceLayout, load_committed
+        from npa.runs.staging import SourceLayout, load_committed, restore_mode
 
         layout = SourceLayout(prefix)
         manifest = load_committed(store, layout)
@@ -61,7 +61,7 @@ class ManifestRecorder:
             ensure_private_dir(target.parent)
             data = store.get(layout.blob(entry.digest.removeprefix("sha256:")))
             target.write_bytes(data)
-            os.chmod(target, entry.mode & 0o755 | 0o600)
+            os.chmod(target, restore_mode(entry.mode))
 
     def ended(self, state: JobState, detail: str | None, *, infrastructure: bool) -> None:
         def final(m: RunManifest) -> None:
@@ -71,6 +71,10 @@ class ManifestRecorder:
             for rec in m.stages.values():
                 if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
                     rec.state = "CANCELLED"
+                elif rec.state == "RUNNING" and state.failed:
+                    # The stage the job failed in (before a wave could record it, e.g. setup).
+                    rec.state, rec.ended_at = state.value, rec.ended_at or now_iso()
+                    rec.detail = rec.detail or detail
 
         self._update(final)
 

@@ -84,7 +84,7 @@ def test_launch_probes_readyz_and_passes_the_context_kubeconfig(world: dict[str,
     # The stages chained into one managed job, in plan order, each task named for its stage.
     run = world["run_id"]
     assert [t["name"] for t in jobs(world)[0]["tasks"]] == [
-        f"{run}-generate", f"{run}-square", f"{run}-total"
+        f"{run}-generate-w0", f"{run}-square-w0", f"{run}-total-w0"
     ]  # fmt: skip
     assert read_state(world["state"])["kubeconfigs"] == [str(world["kubeconfig"])]
 
