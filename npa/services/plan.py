@@ -25,6 +25,7 @@ class PlanResult(Result):
     target: Target
     plan: WorkflowPlan
     quota: QuotaAssessment
+    store_source: str = "storage.uri"  # reservation | storage.uri | none: what names the prefix
 
     def exit_code(self) -> int:
         return {"blocked": EXIT_FAILURE, "blocked-unknown": EXIT_UNAVAILABLE}.get(
@@ -35,7 +36,8 @@ class PlanResult(Result):
         p = self.plan
         lines = [
             f"plan: workflow {p.workflow}, run {p.run_id}, target {self.target}",
-            f"run prefix: {p.run_prefix or '(no storage.uri in the spec)'}",
+            f"run prefix: {p.run_prefix or '(not reserved, and no storage.uri in the spec)'}"
+            + (f" ({self.store_source})" if p.run_prefix else ""),
             "",
             "stages (in order):",
         ]
@@ -109,15 +111,30 @@ class QuotaOptions:
 
 
 def plan_spec(
-    path: Path, run_id: str, *, target: Target = "nebius", quota: QuotaOptions | None = None
+    path: Path,
+    run_id: str,
+    *,
+    target: Target = "nebius",
+    quota: QuotaOptions | None = None,
+    project: str | None = None,
 ) -> PlanResult:
-    """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
+    """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing. The
+    run prefix is the one ``prepare-run`` reserved the run under (what submit and status use),
+    else the spec's ``storage.uri``."""
     from npa.plan.infra import disk_needs
     from npa.plan.quota_sources import load_existing, quota_sources
+    from npa.services.runs import run_store
 
     options = quota or QuotaOptions()
     workflow = load_workflow(path)
-    plan = build_plan(workflow, run_id)
+    where = run_store(
+        workflow.metadata.name,
+        run_id,
+        project=project,
+        store_uri=None,
+        spec_store=workflow.storage.uri if workflow.storage else None,
+    )
+    plan = build_plan(workflow, run_id, store_uri=where.store)
     needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
     requirements = (
         cluster_requirements(needs) if target == "nebius" else local_requirements(workflow)
@@ -158,4 +175,6 @@ def plan_spec(
             assessment.fix = "request more quota for the lines marked blocked, then plan again"
         elif assessment.verdict == "blocked-unknown":
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
-    return PlanResult(spec=str(path), target=target, plan=plan, quota=assessment)
+    return PlanResult(
+        spec=str(path), target=target, plan=plan, quota=assessment, store_source=where.source
+    )

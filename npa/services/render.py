@@ -1,4 +1,9 @@
-"""render: one SkyPilot task YAML per stage, written as a whole or not at all."""
+"""render: the task files a run launches, written as a whole or not at all.
+
+For the backend ``--infra`` names (SkyPilot YAML for ``k8s/<context>``, the local backend's JSON
+for ``local``) and the store ``prepare-run`` fixed for the run, through the same function
+``submit`` renders with: what a person reviews is byte for byte what launches.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +14,22 @@ import json
 import os
 import shutil
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from npa import __version__
-from npa.core.errors import InvalidInput
+from npa.backends.base import ExecutionBackend, PullsPinnedImages, ResolvesAccelerators
+from npa.core.errors import EXIT_FAILURE, InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
+from npa.core.paths import NpaPaths
 from npa.spec.validate import load_workflow
+
+if TYPE_CHECKING:
+    from npa.spec.model import Workflow
 
 INDEX = "render.json"
 
@@ -31,41 +43,76 @@ class RenderedFile(BaseModel):
 
 
 class RenderResult(Result):
-    """What was rendered where, and the diff against a previous render when asked."""
+    """What was rendered where, for which backend and store, and the diff against an earlier
+    render when asked (exit 1 when something differs, as ``diff`` does)."""
 
     spec: str
     run_id: str
     out_dir: str
+    infra: str
+    runtime: str
+    store: str | None
+    store_source: str  # reservation | --store-uri | storage.uri | none
+    run_prefix: str | None
     files: list[RenderedFile]
+    notes: list[str] = Field(default_factory=list)
     diff_against: str | None = None
     changed: list[str] | None = None
     diff: str | None = None
 
+    def exit_code(self) -> int:
+        return EXIT_FAILURE if self.changed else 0
+
     def text_lines(self) -> list[str]:
-        lines = [f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}"]
+        how = "in their images" if self.runtime == "container" else "as host processes"
+        lines = [
+            f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}",
+            f"  for {self.infra}, stages {how}; prefix {self.run_prefix or '-'} "
+            f"({self.store_source})",
+        ]
         lines += [f"  {f.file}  sha256:{f.sha256[:12]}  ({f.stage})" for f in self.files]
+        lines += [f"  note: {n}" for n in self.notes]
         if self.diff_against is not None:
             if not self.changed:
-                lines.append(f"no changes against {self.diff_against}")
+                lines.append(f"no changes against {self.diff_against} (run ids aside)")
             else:
                 lines.append(f"changed against {self.diff_against}: {', '.join(self.changed)}")
                 lines += (self.diff or "").rstrip("\n").splitlines()
         return lines
 
 
-def _read_render(directory: Path) -> dict[str, str]:
+#: What stands for a run's own id when two renders or two runs are compared: every run has
+#: its own, in names and prefixes, and that difference is not a change.
+RUN_ID_MARK = "<run-id>"
+
+
+def without_run_id(files: dict[str, str], run_id: str | None) -> dict[str, str]:
+    """``files`` with every occurrence of ``run_id`` replaced by :data:`RUN_ID_MARK`."""
+    if not run_id:
+        return dict(files)
+    return {name: text.replace(run_id, RUN_ID_MARK) for name, text in files.items()}
+
+
+def _read_render(directory: Path) -> tuple[dict[str, str], str | None]:
+    """The task files of an earlier render, and the run id it was rendered for."""
     if not directory.is_dir():
         raise InvalidInput(
             f"--diff {directory} is not a directory of rendered tasks",
             fix="pass the --out directory of an earlier render",
         )
     files = {}
-    for path in sorted(directory.glob("*.yaml")):
+    run_id = None
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
         try:
-            files[path.name] = path.read_text(encoding="utf-8")
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             raise InvalidInput(f"cannot read {path}: {exc}") from None
-    return files
+        if path.name == INDEX:
+            with contextlib.suppress(ValueError, AttributeError):
+                run_id = json.loads(text).get("run_id")
+            continue
+        files[path.name] = text
+    return files, run_id
 
 
 def unified_diff(
@@ -154,6 +201,65 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         shutil.rmtree(old)
 
 
+@dataclass
+class RenderOptions:
+    """What ``render`` was asked for, besides the spec, the run and ``--out``."""
+
+    digests_file: Path | None = None
+    kube_context: str | None = None  # --context: shorthand for --infra k8s/<context>
+    infra: str | None = None
+    runtime: str = "auto"
+    project: str | None = None
+    store_uri: str | None = None
+    diff_against: Path | None = None
+
+
+def _infra(options: RenderOptions, workflow: Workflow) -> str:
+    """The backend to render for: ``--infra``, else SkyPilot on ``--context`` or the spec's."""
+    if options.infra is not None:
+        if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
+            raise InvalidInput(
+                f"--context {options.kube_context} and --infra {options.infra} disagree",
+                fix=f"--infra k8s/{options.kube_context}",
+            )
+        return options.infra
+    context = options.kube_context or workflow.infrastructure.context
+    if context is None:
+        raise InvalidInput(
+            "cannot render: no kube context: set infrastructure.context, pass --context, or "
+            "render for this machine with --infra local",
+            fix="npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
+            "--context <kube-context>",
+        )
+    return f"k8s/{context}"
+
+
+def _accelerators(
+    backend: ExecutionBackend, workflow: Workflow, notes: list[str]
+) -> dict[str, str]:
+    """The spec's GPU names renamed as ``submit`` renames them, when the cluster can be asked."""
+    from npa.services.gates import Admission, GateReport, accelerator_gate
+
+    if not isinstance(backend, ResolvesAccelerators):
+        return {}
+    wanted = [s.resources.accelerators for s in workflow.stages if s.resources.accelerators]
+    if not wanted:
+        return {}
+    if not backend.can_resolve_accelerators():
+        notes.append(
+            "accelerator names are the spec's: the cluster cannot be asked (no kubeconfig); "
+            "submit renames them to the cluster's node labels"
+        )
+        return {}
+    report = GateReport(Admission(store_uri=""))
+    report.admission.workflow = workflow
+    accelerator_gate(report, backend)
+    if report.failed:
+        gate = report.failed[0]
+        raise InvalidInput(f"cannot render: {gate.detail}", fix=gate.fix)
+    return dict(report.admission.accelerators)
+
+
 def render_spec(
     path: Path,
     run_id: str,
@@ -161,36 +267,82 @@ def render_spec(
     *,
     digests_file: Path | None = None,
     kube_context: str | None = None,
+    infra: str | None = None,
+    runtime: str = "auto",
+    project: str | None = None,
     store_uri: str | None = None,
     diff_against: Path | None = None,
+    paths: NpaPaths | None = None,
 ) -> RenderResult:
-    """Render a spec into ``out`` (replacing an earlier render there atomically)."""
-    from npa.render.tasks import load_digests, render_workflow
+    """Render a spec into ``out`` (replacing an earlier render there atomically): the task
+    files ``submit`` launches for the same run, images and backend, byte for byte."""
+    from npa.backends import backend_for_infra
+    from npa.plan.model import build_plan
+    from npa.render.tasks import load_digests, render_run, resolve_images
+    from npa.services.runs import run_store
 
-    workflow = load_workflow(path)
-    digests = load_digests(digests_file) if digests_file else {}
-    tasks = render_workflow(
-        workflow, run_id, kube_context=kube_context, digests=digests, store_uri=store_uri
+    options = RenderOptions(
+        digests_file=digests_file,
+        kube_context=kube_context,
+        infra=infra,
+        runtime=runtime,
+        project=project,
+        store_uri=store_uri,
+        diff_against=diff_against,
     )
-    previous = _read_render(diff_against) if diff_against is not None else None
+    paths = paths or NpaPaths.from_env()
+    workflow = load_workflow(path)
+    name = workflow.metadata.name
+    where = run_store(
+        name,
+        run_id,
+        project=options.project,
+        store_uri=options.store_uri,
+        spec_store=workflow.storage.uri if workflow.storage else None,
+        paths=paths,
+    )
+    infra = _infra(options, workflow)
+    backend = backend_for_infra(infra, paths, runtime=options.runtime)
+    notes: list[str] = [] if where.source == "reservation" else [where.detail]
+    images: dict[str, str] = {}
+    if isinstance(backend, PullsPinnedImages):
+        digests = load_digests(options.digests_file) if options.digests_file else {}
+        images = resolve_images(workflow, digests)
+    accelerators = _accelerators(backend, workflow, notes)
+    plan = build_plan(workflow, run_id, store_uri=where.store)
+    tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)
+    previous = _read_render(options.diff_against) if options.diff_against is not None else None
     files = {t.filename: t.text for t in tasks}
     index = {
         "npa_version": __version__,
-        "workflow": workflow.metadata.name,
+        "workflow": name,
         "run_id": run_id,
+        "infra": infra,
+        "runtime": backend.runtime,
+        "store": where.store,
         "spec_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
     }
-    files[INDEX] = json.dumps(index, indent=2, sort_keys=True) + "\n"
-    _replace_dir(out, files)
+    _replace_dir(out, {**files, INDEX: json.dumps(index, indent=2, sort_keys=True) + "\n"})
     result = RenderResult(
         spec=str(path),
         run_id=run_id,
         out_dir=str(out),
+        infra=infra,
+        runtime=backend.runtime,
+        store=where.store,
+        store_source=where.source,
+        run_prefix=plan.run_prefix,
         files=[RenderedFile(stage=t.stage, file=t.filename, sha256=t.sha256) for t in tasks],
+        notes=notes,
     )
-    if previous is not None and diff_against is not None:
-        new = {t.filename: t.text for t in tasks}
-        result.changed, result.diff = unified_diff(previous, new, str(diff_against), str(out))
-        result.diff_against = str(diff_against)
+    if previous is not None and options.diff_against is not None:
+        old_files, old_run = previous
+        result.changed, result.diff = unified_diff(
+            without_run_id(old_files, old_run),
+            without_run_id(files, run_id),
+            str(options.diff_against),
+            str(out),
+        )
+        result.diff_against = str(options.diff_against)
     return result

@@ -30,7 +30,8 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
 def readonly_home(npa_home: Path) -> Iterator[Path]:
     """An NPA_HOME that exists with some state in it, and cannot be written."""
     npa_home.mkdir(mode=0o700)
-    (npa_home / "config.json").write_text("{}\n")
+    # A valid, empty configuration: plan-spec reads it for the run's reservation.
+    (npa_home / "config.json").write_text('{"version": 1, "projects": {}}\n')
     npa_home.chmod(0o500)
     try:
         yield npa_home
@@ -223,9 +224,28 @@ def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
         "--diff",
         str(out),
     )
-    assert again.code == 0
+    assert again.code == 1  # like diff: something differs
     assert '-  infra: "k8s/nebius-physai"' in again.stdout
     assert '+  infra: "k8s/other"' in again.stdout
+    # Another run of the same spec differs only by its run id, which the diff sets aside.
+    other_run = run_npa(
+        *WF,
+        "render",
+        PHYSAI,
+        "--run-id",
+        "demo-2",
+        "--out",
+        str(tmp_path / "r2"),
+        "--digests",
+        "examples/physical-ai.digests.yaml",
+        "--context",
+        "other",
+        "--diff",
+        str(out),
+        "--json",
+    )
+    assert other_run.code == 0, other_run.stdout
+    assert other_run.json()["changed"] == []
 
 
 def test_schema_command() -> None:
