@@ -45,7 +45,7 @@ lint: setup lint-tools
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m tests.import_graph
-	shellcheck -x scripts/* .ci/run
+	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 
 test: prepare-test lint
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest $(PYTEST_ARGS)

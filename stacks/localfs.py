@@ -52,38 +52,12 @@ class Directory(Resource, module="npa", name="Directory"):
 
 
 def minimal_kubeconfig(source: str, context: str) -> str:
-    """The one context ``context`` of the kubeconfig at ``source``, with its cluster and user,
-    as a self-contained kubeconfig (file references made absolute)."""
-    import yaml
+    """The one context ``context`` of the kubeconfig(s) at ``source`` (a path, or a
+    ``KUBECONFIG`` list merged as kubectl merges it), with its cluster and user, as a
+    self-contained kubeconfig (file references made absolute)."""
+    from npa.adapters.kube.kubeconfig import minimal_from
 
-    text = Path(source).expanduser().read_text("utf-8")
-    config = yaml.safe_load(text) or {}
-    contexts = {c["name"]: c for c in config.get("contexts") or []}
-    if context not in contexts:
-        known = ", ".join(sorted(contexts)) or "none"
-        raise ValueError(f"{source} has no context {context!r} (it has: {known})")
-    ctx = contexts[context]
-    cluster_name = ctx["context"]["cluster"]
-    user_name = ctx["context"].get("user")
-    base = Path(source).expanduser().resolve().parent
-    clusters = [dict(c) for c in config.get("clusters") or [] if c["name"] == cluster_name]
-    users = [dict(u) for u in config.get("users") or [] if u["name"] == user_name]
-    for entry, section in [(c, "cluster") for c in clusters] + [(u, "user") for u in users]:
-        body = dict(entry.get(section) or {})
-        for key in ("certificate-authority", "client-certificate", "client-key", "tokenFile"):
-            if key in body and not os.path.isabs(body[key]):
-                body[key] = str(base / body[key])
-        entry[section] = body
-    placed = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": clusters,
-        "users": users,
-        "contexts": [ctx],
-        "current-context": context,
-        "preferences": {},
-    }
-    return yaml.safe_dump(placed, sort_keys=True)
+    return minimal_from(source, context)
 
 
 def fingerprint(text: str) -> str:
@@ -115,7 +89,9 @@ class KubeconfigProvider(ResourceProvider):
 
     def diff(self, _id: str, olds: dict[str, Any], news: dict[str, Any]) -> DiffResult:
         replaces = [k for k in ("destination",) if olds.get(k) != news.get(k)]
-        changed = [k for k in ("source", "context", "fingerprint") if olds.get(k) != news.get(k)]
+        # The placed file is what matters: reading the same context from another file (a
+        # KUBECONFIG list, or the placed file itself) is no change while the content is equal.
+        changed = [k for k in ("context", "fingerprint") if olds.get(k) != news.get(k)]
         return DiffResult(changes=bool(replaces or changed), replaces=replaces)
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> Any:

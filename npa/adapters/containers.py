@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -113,7 +114,12 @@ class ContainerEngine:
         if "@sha256:" not in reference:
             raise InvalidInput(
                 f"{reference} is not pinned by digest; npa runs only pinned images",
-                fix="npa workbench workflow preflight-images <your spec>  (it resolves tags)",
+                fix=shlex.join([self.binary, "pull", reference])
+                + " && "
+                + shlex.join(
+                    [self.binary, "image", "inspect", "--format", "{{.Digest}}", reference]
+                )
+                + "  # the digest to pin it by (preflight-images resolves a spec's tags)",
             )
         args = ["pull", "--quiet"]
         stdin = None

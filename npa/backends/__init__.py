@@ -14,6 +14,7 @@ point installs factories that pass test doubles to the backends' constructors.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -143,11 +144,24 @@ def backend_for_infra(infra: str, paths: NpaPaths, *, runtime: str = "auto") -> 
         )
     context = infra_context(infra)
     if context is None:
-        raise InvalidInput(
-            f"--infra {infra!r} is neither 'local' nor 'k8s/<context>'",
-            fix="--infra local  # or --infra k8s/<context>",
-        )
+        raise _unknown_infra(infra)
     return open_backend("skypilot", paths, context=context)
+
+
+def _unknown_infra(infra: str) -> InvalidInput:
+    """An ``--infra`` value that selects no backend, with the value it most likely meant."""
+    kind, _, context = infra.partition("/")
+    if kind in ("k8s", "kubernetes"):
+        return InvalidInput(
+            f"--infra {infra!r} names no kube context after the slash",
+            fix="kubectl config get-contexts -o name  # the names --infra k8s/ takes",
+        )
+    meant = "k8s/" + (context or kind)
+    return InvalidInput(
+        f"--infra {infra!r} is neither 'local' nor 'k8s/<context>'"
+        + (f"; did you mean {meant!r}?" if kind != "local" else ""),
+        fix=f"--infra {shlex.quote(meant)}  # or --infra local",
+    )
 
 
 def open_backend(name: str, paths: NpaPaths, *, context: str | None = None) -> ExecutionBackend:

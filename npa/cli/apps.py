@@ -16,7 +16,10 @@ app = typer.Typer(
         "them once, and triage runs."
     ),
     no_args_is_help=True,
-    add_completion=False,
+    # --install-completion / --show-completion for bash, zsh, fish and PowerShell.
+    add_completion=True,
+    # -h as well as --help, on every command (child contexts inherit it).
+    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )

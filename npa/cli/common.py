@@ -20,15 +20,16 @@ JsonFlag = Annotated[
 ]
 
 
-def finish(as_json: bool, produce: Callable[[], Result]) -> None:
-    """Run ``produce``, print its result or its NpaError, and exit with the matching code."""
+def finish(as_json: bool, produce: Callable[[], Result], *, compact: bool = False) -> None:
+    """Run ``produce``, print its result or its NpaError, and exit with the matching code.
+    ``compact`` prints JSON on one line (the last line of an NDJSON stream)."""
     from npa.core.errors import NpaError
     from npa.core.output import emit, emit_error
 
     try:
         result = produce()
     except NpaError as error:
-        raise typer.Exit(emit_error(error, as_json=as_json)) from None
-    code = emit(result, as_json=as_json)
+        raise typer.Exit(emit_error(error, as_json=as_json, compact=compact)) from None
+    code = emit(result, as_json=as_json, compact=compact)
     if code:
         raise typer.Exit(code)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
 
@@ -18,7 +19,8 @@ Opt = typer.Option
 @app.command("configure")
 def configure(
     project: Annotated[
-        str | None, Opt("--project", help="Project alias to record or show.")
+        str | None,
+        Opt("--project", help="Project alias to record or show.", autocompletion=complete.projects),
     ] = None,
     store: Annotated[
         str | None, Opt("--store", help="s3://BUCKET/PREFIX, file:///PATH or 'local'.")
@@ -31,7 +33,18 @@ def configure(
     profile: Annotated[
         str | None, Opt("--profile", help="AWS profile that holds the credentials.")
     ] = None,
-    context: Annotated[str | None, Opt("--context", help="Kube context runs launch in.")] = None,
+    context: Annotated[
+        str | None,
+        Opt("--context", help="Kube context runs launch in.", autocompletion=complete.contexts),
+    ] = None,
+    backend_url: Annotated[
+        str | None,
+        Opt(
+            "--backend-url",
+            help="Pulumi state backend: file://, s3://, gs://, azblob://, postgres:// or a "
+            "Pulumi Cloud URL (default: $PULUMI_BACKEND_URL, else file:// under NPA_HOME).",
+        ),
+    ] = None,
     show: Annotated[
         bool, Opt("--show", help="Print the resolved configuration and each value's source.")
     ] = False,
@@ -50,17 +63,26 @@ def configure(
             "region": region,
             "profile": profile,
             "context": context,
+            "backend_url": backend_url,
         }
+        from npa.core.commands import npa_command
+
+        given = [
+            x for k, v in values.items() if v is not None for x in (f"--{k.replace('_', '-')}", v)
+        ]
         if show:
-            if any(v is not None for v in values.values()):
+            if given:
                 raise InvalidInput(
                     "--show prints the configuration; it takes no settings",
-                    fix=f"npa configure --show --project {project or 'PROJECT'}",
+                    fix=npa_command(
+                        "configure", "--show", *(["--project", project] if project else [])
+                    ),
                 )
             return service.show(project)
         if project is None:
             raise InvalidInput(
-                "say which project to record", fix="npa configure --project PROJECT --store URI"
+                "say which project alias to record the settings under",
+                fix=npa_command("configure", "--project", service.DEFAULT_PROJECT, *given),
             )
         return service.record_project(project, values)
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
 
@@ -18,14 +19,29 @@ if TYPE_CHECKING:
 
 Opt = typer.Option
 
-ProjectOpt = Annotated[str | None, Opt("--project", help="Project alias (npa configure).")]
-TargetOpt = Annotated[str, Opt("--target", help="local, kubernetes or nebius.")]
+ProjectOpt = Annotated[
+    str | None,
+    Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+]
+TargetOpt = Annotated[
+    str, Opt("--target", help="local, kubernetes or nebius.", autocompletion=complete.targets)
+]
 ContextOpt = Annotated[
-    str | None, Opt("--context", help="Kube context (its kubeconfig goes to ~/.npa/clusters/).")
+    str | None,
+    Opt(
+        "--context",
+        help="Kube context (its kubeconfig goes to ~/.npa/clusters/).",
+        autocompletion=complete.contexts,
+    ),
 ]
 BackendOpt = Annotated[
     str | None,
-    Opt("--backend-url", help="Pulumi state backend (default: file:// under NPA_HOME)."),
+    Opt(
+        "--backend-url",
+        help="Pulumi state backend: file://, s3://, gs://, azblob://, postgres:// or a Pulumi "
+        "Cloud URL (default: $PULUMI_BACKEND_URL, then npa configure --backend-url, then "
+        "file:// under NPA_HOME).",
+    ),
 ]
 PreviewOpt = Annotated[bool, Opt("--preview", help="Show what would change; change nothing.")]
 YesOpt = Annotated[bool, Opt("--yes", help="Apply without asking (required without a terminal).")]
@@ -33,6 +49,11 @@ YesOpt = Annotated[bool, Opt("--yes", help="Apply without asking (required witho
 
 def _interactive() -> bool:
     return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _progress(line: str) -> None:
+    """Live progress goes to stderr, so stdout stays the result (text or --json)."""
+    typer.echo(line, err=True)
 
 
 def _confirm(verb: str, destroy: bool = False) -> Callable[[list[StackReport]], bool]:
@@ -57,7 +78,8 @@ def provision_if_absent(
         Path | None,
         Opt(
             "--kubeconfig",
-            help="Kubeconfig holding --context (default: $KUBECONFIG, ~/.kube/config).",
+            help="Kubeconfig holding --context, or a list like $KUBECONFIG "
+            "(default: $KUBECONFIG, then ~/.kube/config).",
         ),
     ] = None,
     preview: PreviewOpt = False,
@@ -102,6 +124,7 @@ def provision_if_absent(
             nebius_project=nebius_project,
             nebius_region=nebius_region,
             nebius_endpoint=nebius_endpoint,
+            progress=_progress,
         )
         interactive = _interactive() and not as_json
         return service(request, interactive=interactive, confirm=_confirm("apply"))
@@ -132,6 +155,7 @@ def teardown(
             backend_url=backend_url,
             preview_only=preview,
             yes=yes,
+            progress=_progress,
         )
         interactive = _interactive() and not as_json
         return service(request, interactive=interactive, confirm=_confirm("destroy", True))

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
 
@@ -20,7 +21,10 @@ Arg = typer.Argument
 RunArg = Annotated[
     str, Arg(help="Run id, or its prefix: s3://BUCKET/…/<workflow>/<run>[/npa-workflow].")
 ]
-ProjectOpt = Annotated[str | None, Opt("--project", help="Project alias (npa configure).")]
+ProjectOpt = Annotated[
+    str | None,
+    Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+]
 PrefixOpt = Annotated[
     str | None,
     Opt("--workflow-s3-uri", help="The run's prefix, when this shell cannot resolve the store."),
@@ -36,6 +40,10 @@ def status(
     timeout: Annotated[
         float | None, Opt("--timeout", min=0, help="Stop watching after this many seconds.")
     ] = None,
+    heartbeat: Annotated[
+        float,
+        Opt("--heartbeat", min=1, help="With --watch: say the run is unchanged this often."),
+    ] = 30.0,
     cached: Annotated[
         bool, Opt("--cached", help="Store and local records only; marked CACHED, not live.")
     ] = False,
@@ -44,8 +52,10 @@ def status(
 ) -> None:
     """The run's state from every source that knows it (each listed with its answer).
 
-    Exit codes: 0 a state was established (with --watch: SUCCEEDED), 1 with --watch the run
-    ended failed or cancelled, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
+    With --watch, every change (run state, job state, each stage) is printed as it happens,
+    and a heartbeat when nothing changed; with --json each is one JSON object per line, the
+    final result last. Exit codes: 0 a state was established (with --watch: SUCCEEDED), 1
+    with --watch the run ended failed or cancelled, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
     """
 
     def produce() -> Result:
@@ -57,9 +67,18 @@ def status(
         if not watch:
             return service.status(run, project, cached=cached, workflow_uri=workflow_s3_uri)
 
+        from npa.services.watching import Follower
+
+        follower = Follower(heartbeat=heartbeat)
+
         def progress(result: service.StatusResult) -> None:
-            if not as_json:
-                typer.echo(f"{result.checked_at} {result.state} ({result.reason})", err=True)
+            # Text: one line per change on stderr. --json: one object per line on stdout, as
+            # it happens (NDJSON); the final result is the last line.
+            for event in follower.see(result):
+                if as_json:
+                    typer.echo(event.model_dump_json())
+                else:
+                    typer.echo(event.text(), err=True)
 
         return service.watch(
             run,
@@ -67,10 +86,10 @@ def status(
             interval=interval,
             timeout=timeout,
             workflow_uri=workflow_s3_uri,
-            on_change=progress,
+            on_poll=progress,
         )
 
-    finish(as_json, produce)
+    finish(as_json, produce, compact=watch)
 
 
 @workflow_app.command("list")
@@ -141,7 +160,14 @@ def logs(
 
 @workflow_app.command("gpus")
 def gpus(
-    cluster: Annotated[str, Opt("--cluster", help="Kube context placed by provision-if-absent.")],
+    cluster: Annotated[
+        str,
+        Opt(
+            "--cluster",
+            help="Kube context ($KUBECONFIG, or placed by provision-if-absent).",
+            autocompletion=complete.contexts,
+        ),
+    ],
     spec: Annotated[
         Path | None, Opt("--spec", help="Check which stages fit, and the remap submit applies.")
     ] = None,

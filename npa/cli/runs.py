@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
 from npa.cli.progress import ProgressFlag, staging_progress
@@ -28,7 +29,10 @@ def _warn(lines: list[str]) -> None:
 @workflow_app.command("prepare-run")
 def prepare_run(
     spec: Annotated[Path, Arg(help="The workflow spec (its metadata.name names the workflow).")],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Reserve a new run id and print only it: RUN_ID="$(npa ... prepare-run SPEC --project P)"."""
@@ -67,7 +71,10 @@ def _ask(candidates: list[RunEntry]) -> str | None:
 @workflow_app.command("stage-source")
 def stage_source(
     spec: Annotated[Path, Arg(help="The workflow spec of the run.")],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     run_id: Annotated[
         str | None,
         Opt("--run-id", "--resume-run", help="The reserved run (from prepare-run) to stage for."),

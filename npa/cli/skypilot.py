@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import skypilot_app
 from npa.cli.common import JsonFlag, finish
 
@@ -25,7 +26,12 @@ class OutputFormat(StrEnum):
 @skypilot_app.command("status")
 def status(
     project: Annotated[str, Opt("--project", help="Project alias (its namespace is npa-<alias>).")],
-    context: Annotated[str, Opt("--context", help="Kube context provisioning placed.")],
+    context: Annotated[
+        str,
+        Opt(
+            "--context", help="Kube context provisioning placed.", autocompletion=complete.contexts
+        ),
+    ],
     as_json: JsonFlag = False,
 ) -> None:
     """API server, jobs controller, kube context, identity, namespace/RBAC and client version."""
@@ -40,7 +46,14 @@ def status(
 
 @skypilot_app.command("verify")
 def verify(
-    cluster: Annotated[str, Opt("--cluster", help="The kube context (cluster) to verify.")],
+    cluster: Annotated[
+        str,
+        Opt(
+            "--cluster",
+            help="The kube context to verify ($KUBECONFIG first, then the placed one).",
+            autocompletion=complete.contexts,
+        ),
+    ],
     project: Annotated[
         str | None, Opt("--project", help="Check pod access in npa-<project>.")
     ] = None,

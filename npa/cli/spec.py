@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
 
@@ -38,7 +39,12 @@ def plan_spec(
     spec: SpecArg,
     run_id: RunIdOpt,
     target: Annotated[
-        str, typer.Option("--target", help="nebius (cluster disks) or local (the store's disk).")
+        str,
+        typer.Option(
+            "--target",
+            help="nebius (cluster disks) or local (the store's disk).",
+            autocompletion=complete.plan_targets,
+        ),
     ] = "nebius",
     quota_file: Annotated[
         list[Path] | None,

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
 from npa.cli.apps import workflow_app
 from npa.cli.common import JsonFlag, finish
 from npa.cli.progress import ProgressFlag, staging_progress
@@ -20,7 +21,10 @@ Opt = typer.Option
 @workflow_app.command("submit")
 def submit(
     spec: Annotated[Path, typer.Argument(help="Workflow spec (YAML).", show_default=False)],
-    project: Annotated[str | None, Opt("--project", help="Project alias (npa configure).")] = None,
+    project: Annotated[
+        str | None,
+        Opt("--project", help="Project alias (npa configure).", autocompletion=complete.projects),
+    ] = None,
     run_id: Annotated[
         str | None, Opt("--run-id", help="The run prepare-run reserved (a fresh submit).")
     ] = None,
@@ -28,7 +32,13 @@ def submit(
         str | None, Opt("--resume-run", help="Continue this run (adopts its job if launched).")
     ] = None,
     infra: Annotated[
-        str, Opt("--infra", metavar="local|k8s/CONTEXT", help="Where the run executes.")
+        str,
+        Opt(
+            "--infra",
+            metavar="local|k8s/CONTEXT",
+            help="Where the run executes.",
+            autocompletion=complete.infra,
+        ),
     ] = "local",
     runtime: Annotated[
         str,

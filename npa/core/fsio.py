@@ -41,6 +41,9 @@ def ensure_private_dir(path: Path) -> Path:
             continue
         # mkdir's mode is filtered by the umask; set it exactly.
         os.chmod(d, DIR_MODE)
+    if not path.is_dir():
+        # Something else (a file, a dangling link) holds the name: never report it as made.
+        raise NotADirectoryError(f"{path} exists and is not a directory")
     return path
 
 

@@ -38,11 +38,14 @@ def _scalar(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def emit(result: Result, *, as_json: bool, stream: TextIO | None = None) -> int:
-    """Print ``result`` as JSON or text and return the exit code it implies."""
+def emit(
+    result: Result, *, as_json: bool, stream: TextIO | None = None, compact: bool = False
+) -> int:
+    """Print ``result`` as JSON (on one line when ``compact``) or text; return the exit code
+    it implies."""
     out = stream or sys.stdout
     if as_json:
-        out.write(result.model_dump_json(indent=2) + "\n")
+        out.write(result.model_dump_json(indent=None if compact else 2) + "\n")
     else:
         for line in result.text_lines():
             out.write(line + "\n")
@@ -50,11 +53,13 @@ def emit(result: Result, *, as_json: bool, stream: TextIO | None = None) -> int:
     return result.exit_code()
 
 
-def emit_error(error: NpaError, *, as_json: bool, stream: TextIO | None = None) -> int:
+def emit_error(
+    error: NpaError, *, as_json: bool, stream: TextIO | None = None, compact: bool = False
+) -> int:
     """Print an error cleanly: an object under ``--json``, two short lines otherwise."""
     if as_json:
         out = stream or sys.stdout
-        out.write(json.dumps(error.to_dict(), indent=2, sort_keys=True) + "\n")
+        out.write(json.dumps(error.to_dict(), indent=None if compact else 2, sort_keys=True) + "\n")
     else:
         out = stream or sys.stderr
         out.write(f"error: {error.message}\n")

@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote
 
 from npa.core.errors import InvalidInput
 
@@ -27,6 +28,51 @@ def safe_component(value: str, what: str) -> str:
             "starting with a letter or digit, with no '/' and no '..'",
         )
     return value
+
+
+# Characters a context folder keeps as they are; everything else is %-escaped. ':' is escaped
+# because a path holding it cannot be one entry of a KUBECONFIG list.
+_FOLDER_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.@+")
+_FOLDER_MAX = 200
+
+
+def check_context_name(value: str) -> str:
+    """Return ``value`` if kubectl could select a context by it: any text but empty or
+    control characters (ARNs with ``:`` and ``/`` are ordinary context names)."""
+    if not value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise InvalidInput(
+            f"kube context {value!r} is not a context name: it is empty or holds control "
+            "characters",
+            fix="kubectl config get-contexts -o name",
+        )
+    return value
+
+
+def context_folder(context: str) -> str:
+    """The one path component that stands for a kube context: the name %-escaped, so it
+    reverses with :func:`context_from_folder`. A name whose escaped form is longer than a
+    file name allows keeps a readable prefix and a hash of the whole (the placed kubeconfig
+    still carries the real name)."""
+    check_context_name(context)
+    escaped = "".join(
+        ch if ch in _FOLDER_SAFE else "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
+        for ch in context
+    )
+    if escaped.startswith("."):
+        escaped = "%2E" + escaped[1:]
+    if len(escaped) > _FOLDER_MAX:
+        digest = hashlib.sha256(context.encode("utf-8")).hexdigest()[:16]
+        cut = _FOLDER_MAX - 17
+        # Never cut inside a %XX escape.
+        cut -= next((n for n in (1, 2) if escaped[cut - n] == "%"), 0)
+        escaped = escaped[:cut] + "~" + digest
+    return escaped
+
+
+def context_from_folder(folder: str) -> str | None:
+    """The context name a folder made by :func:`context_folder` stands for (None for a
+    hashed long name: read it from the placed kubeconfig's ``current-context``)."""
+    return None if "~" in folder else unquote(folder, errors="strict")
 
 
 def home_root() -> Path:
@@ -103,9 +149,9 @@ class NpaPaths:
         return self.root / "clusters"
 
     def cluster_kubeconfig(self, context: str) -> Path:
-        """``clusters/<context>/kubeconfig``: placed by provisioning, never merged elsewhere."""
-        context = safe_component(context, "kube context")
-        return self.clusters_dir / context / "kubeconfig"
+        """``clusters/<context folder>/kubeconfig``: placed by provisioning, never merged
+        elsewhere. The folder is the context name escaped (:func:`context_folder`)."""
+        return self.clusters_dir / context_folder(context) / "kubeconfig"
 
     # --- local infrastructure -------------------------------------------------------------
     @property

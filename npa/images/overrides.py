@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from npa.core.errors import InvalidInput
+from npa.core.suggest import closest
 from npa.images.reference import parse_reference
 
 ImageSource = Literal["override", "image", "spec"]
@@ -33,14 +34,19 @@ def parse_overrides(values: Iterable[str], tools: Iterable[str]) -> dict[str, st
         tool, image = tool.strip(), image.strip()
         if not eq or not tool or not image:
             raise InvalidInput(
-                f"--image-override {value!r} is not TOOL_REF=IMAGE",
-                fix=f"--image-override {known[0] if known else 'TOOL'}=registry/repo:tag",
+                f"--image-override {value!r} is not TOOL_REF=IMAGE (the spec declares: "
+                f"{', '.join(known) or 'no tools'})",
+                fix=f"--image-override {closest(tool, known) or (known[0] if known else tool)}="
+                f"{image or value}",
             )
         if tool not in known:
+            guess = closest(tool, known)
             raise InvalidInput(
                 f"--image-override names unknown tool {tool!r}; the spec declares: "
-                f"{', '.join(known) or 'none'}",
-                fix=f"--image-override {known[0] if known else 'TOOL'}={image}",
+                f"{', '.join(known) or 'none'}" + (f"; did you mean {guess!r}?" if guess else ""),
+                fix=f"--image-override {guess}={image}"
+                if guess
+                else "remove the override: no tool of the spec is close to that name",
             )
         if tool in out:
             raise InvalidInput(

@@ -14,18 +14,21 @@ status and error code this classification needs or are unmaintained.
 
 from __future__ import annotations
 
+import email.utils
 import hashlib
 import ipaddress
 import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import requests
 
+from npa.core.text import plural
 from npa.images.credentials import Credential, CredentialStore
 from npa.images.reference import ImageReference
 
@@ -44,6 +47,12 @@ MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_CONFIG_BYTES = 8 * 1024 * 1024
 DEFAULT_TIMEOUT = 15.0
 DEFAULT_PLATFORM = ("linux", "amd64")
+# Answers that mean "ask again later": rate limits and a registry (or its proxy) in trouble.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+MAX_ATTEMPTS = 4
+BACKOFF_START = 0.5
+BACKOFF_MAX = 8.0
+DEFAULT_RETRY_BUDGET = 30.0  # seconds of waiting per request, at most
 _ANY_SCOPE = "*"
 
 
@@ -133,10 +142,16 @@ class RegistryClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         platform: tuple[str, str] = DEFAULT_PLATFORM,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
+        sleep: Callable[[float], None] = time.sleep,
+        clock_wall: Callable[[], float] = time.time,
     ) -> None:
         self.credentials = credentials
         self.timeout = timeout
         self.platform = platform
+        self.retry_budget = retry_budget
+        self.sleep = sleep
+        self.clock_wall = clock_wall
         self._local = threading.local()
         self._lock = threading.Lock()
         # (api host, scope) -> (Authorization header, credential in it, expiry (monotonic))
@@ -152,6 +167,9 @@ class RegistryClient:
         resp = head.response
         if resp.status_code == 200 and _digest_header(resp):
             return self._ok(ref, head, _digest_header(resp), _media_type(resp))
+        if getattr(resp, "npa_retries", None):
+            # Asked again and again already; a GET would only wait as long a second time.
+            return classify_failure(ref, head)
         # No digest header, an error without a body to read, or a method the registry does
         # not serve: ask again with GET, as a runtime does, and decide on that answer.
         try:
@@ -262,6 +280,29 @@ class RegistryClient:
     def _send(
         self, method: str, url: str, headers: dict[str, str], what: str, **kwargs: Any
     ) -> requests.Response:
+        """One request, retried while the server says "later" (429, 502, 503, 504, 500):
+        after its ``Retry-After`` when it sends one, else with exponential backoff, and never
+        past ``retry_budget`` seconds of waiting in all. The last answer is returned as is."""
+        waited = 0.0
+        attempt = 0
+        while True:
+            attempt += 1
+            resp = self._send_once(method, url, headers, what, **kwargs)
+            if resp.status_code not in RETRY_STATUSES:
+                return resp
+            pause = retry_after(resp.headers.get("Retry-After"), self.clock_wall())
+            if pause is None:
+                pause = min(BACKOFF_START * 2 ** (attempt - 1), BACKOFF_MAX)
+            if attempt >= MAX_ATTEMPTS or waited + pause > self.retry_budget:
+                resp.npa_retries = (attempt, waited)  # type: ignore[attr-defined]
+                return resp
+            resp.close()
+            self.sleep(pause)
+            waited += pause
+
+    def _send_once(
+        self, method: str, url: str, headers: dict[str, str], what: str, **kwargs: Any
+    ) -> requests.Response:
         try:
             return self._session().request(
                 method,
@@ -321,6 +362,12 @@ class RegistryClient:
         if challenge.scheme == "basic":
             if credential is None:
                 return None, None, None
+            if credential.identity_token:
+                why = (
+                    f"{host} asks for Basic authentication and {credential.source} holds an "
+                    "identity token, which only a token service accepts"
+                )
+                return None, why, credential
             return _basic(credential), None, credential
         if challenge.scheme != "bearer":
             why = f"{host} asks for {challenge.scheme!r} authentication, which npa lacks"
@@ -336,9 +383,15 @@ class RegistryClient:
         if challenge.params.get("service"):
             params["service"] = challenge.params["service"]
         headers = {"Accept": "application/json"}
-        if credential is not None:
-            headers["Authorization"] = _basic(credential)
-        resp = self._send("GET", realm, headers, f"token service {realm_host}", params=params)
+        what = f"token service {realm_host}"
+        if credential is not None and credential.identity_token:
+            # An identity token is an OAuth2 refresh token: exchanged with a POST, as docker does.
+            form = {**params, "grant_type": "refresh_token", "refresh_token": credential.secret}
+            resp = self._send("POST", realm, headers, what, data={**form, "client_id": "npa"})
+        else:
+            if credential is not None:
+                headers["Authorization"] = _basic(credential)
+            resp = self._send("GET", realm, headers, what, params=params)
         if resp.status_code in (401, 403):
             resp.close()
             who = f"the credentials from {credential.source}" if credential else "anonymous access"
@@ -348,7 +401,7 @@ class RegistryClient:
             resp.close()
             raise RegistryProblem(
                 Status.UNREACHABLE,
-                f"token service {realm_host} answered HTTP {resp.status_code}",
+                f"token service {realm_host} answered HTTP {resp.status_code}{_retries(resp)}",
             )
         try:
             body = json.loads(_read_limited(resp, 1024 * 1024) or b"")
@@ -432,11 +485,35 @@ def classify_failure(ref: ImageReference, exchange: _Exchange) -> ManifestAnswer
         )
     return ManifestAnswer(
         Status.UNREACHABLE,
-        f"{ref.api_host} could not answer for {where} (HTTP {status_code}){said}",
+        f"{ref.api_host} could not answer for {where} (HTTP {status_code}){said}{_retries(resp)}",
         http_status=status_code,
         error_code=code,
         credential_source=source,
     )
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """Seconds a ``Retry-After`` header asks to wait (delta-seconds or an HTTP date), or None
+    when there is none or it cannot be read."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _retries(resp: requests.Response) -> str:
+    """How a request was retried before this answer, for the reader."""
+    done = getattr(resp, "npa_retries", None)
+    if not done:
+        return ""
+    attempts, waited = done
+    return f"; still so after {plural(attempts, 'attempt')} and {waited:.1f}s of backoff"
 
 
 def _source(exchange: _Exchange) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from npa.core.text import number, plural
 from npa.insights.scan import RunFacts, StageFacts
 
 
@@ -50,9 +51,14 @@ def _facets(stage: str, b: StageFacts | None, c: StageFacts | None) -> list[Dive
     if (b.retries, b.recoveries) != (c.retries, c.recoveries):
         out.append(
             Divergence(
-                stage, "retries", f"{b.retries} retries, {b.recoveries} recoveries",
-                f"{c.retries} retries, {c.recoveries} recoveries",
-                f"stage {stage} needed {c.retries} retries and {c.recoveries} recoveries "
+                stage,
+                "retries",
+                f"{plural(b.retries, 'retry', 'retries')}, "
+                f"{plural(b.recoveries, 'recovery', 'recoveries')}",
+                f"{plural(c.retries, 'retry', 'retries')}, "
+                f"{plural(c.recoveries, 'recovery', 'recoveries')}",
+                f"stage {stage} needed {plural(c.retries, 'retry', 'retries')} and "
+                f"{plural(c.recoveries, 'recovery', 'recoveries')} "
                 f"(base: {b.retries} and {b.recoveries})",
             )
         )  # fmt: skip
@@ -60,7 +66,8 @@ def _facets(stage: str, b: StageFacts | None, c: StageFacts | None) -> list[Dive
         out.append(
             Divergence(
                 stage, "outputs", str(b.output_bytes), str(c.output_bytes),
-                f"stage {stage} stored {c.output_bytes} output bytes (base: {b.output_bytes})",
+                f"stage {stage} stored {plural(c.output_bytes, 'output byte')} "
+                f"(base: {number(b.output_bytes)})",
             )
         )  # fmt: skip
     changed = sorted(

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import NotFound
 from npa.core.layout import MANIFEST_NAME, PLAN_NAME
 from npa.runs.manifest import RunManifest, parse_manifest, parse_plan
@@ -191,12 +191,17 @@ def scan(store: ObjectStore, where: str) -> RunFacts:
     except ObjectAbsent:
         raise NotFound(
             f"{where} holds no run manifest ({MANIFEST_NAME})",
-            fix="npa workbench insights ingest-run --input-path "
-            "<store>/<workflow>/<run>/npa-workflow --output-path insights.db",
+            fix=inspect_command(store, "", listing=True)
+            + f"  # a run prefix holds {MANIFEST_NAME}; npa workbench workflow list --json "
+            "shows them",
         ) from None
-    manifest = parse_manifest(raw, f"{where}/{MANIFEST_NAME}")
+    manifest = parse_manifest(
+        raw, f"{where}/{MANIFEST_NAME}", inspect_command(store, MANIFEST_NAME)
+    )
     try:
-        plan = parse_plan(store.get(PLAN_NAME), f"{where}/{PLAN_NAME}")
+        plan = parse_plan(
+            store.get(PLAN_NAME), f"{where}/{PLAN_NAME}", inspect_command(store, PLAN_NAME)
+        )
     except ObjectAbsent:
         plan = None
     tools = {s.name: s.tool for s in plan.stages} if plan is not None else {}

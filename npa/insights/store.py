@@ -8,6 +8,7 @@ is updated rather than duplicated. Runs are keyed by ``<workflow>/<run id>``.
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from npa.core.errors import InvalidInput, NotFound
+from npa.core.suggest import unknown
 from npa.insights.scan import RunFacts, StageFacts
 
 SCHEMA_VERSION = 1
@@ -61,7 +63,8 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     if not create and not db.is_file():
         raise NotFound(
             f"no insights store at {db}",
-            fix=f"npa workbench insights ingest-run --input-path RUN_PREFIX --output-path {path}",
+            fix="npa workbench workflow list --json  # then ingest-run a run_prefix it prints "
+            f"with --output-path {shlex.quote(str(path))}",
         )
     if create:
         db.parent.mkdir(parents=True, exist_ok=True)
@@ -138,14 +141,15 @@ def load(conn: sqlite3.Connection, run: str) -> RunFacts:
     rows = conn.execute(f"SELECT * FROM runs WHERE {column} = ?", (run,)).fetchall()
     if not rows:
         known = [r[0] for r in conn.execute("SELECT run_key FROM runs ORDER BY run_key")]
+        ids = [k.split("/", 1)[-1] for k in known] if column == "run_id" else known
         raise NotFound(
-            f"run {run!r} is not in the insights store (it holds: {', '.join(known) or 'none'})",
-            fix="npa workbench insights ingest-run --input-path RUN_PREFIX --output-path STORE",
+            unknown("run", run, ids) + " (runs of the insights store)",
+            fix=f"npa workbench workflow list --json  # run {run}'s run_prefix, for ingest-run",
         )
     if len(rows) > 1:
         raise InvalidInput(
             f"run id {run!r} is stored for several workflows: {', '.join(r[0] for r in rows)}",
-            fix="name the run as <workflow>/<run id>",
+            fix="name it as one of: " + ", ".join(r[0] for r in rows),
         )
     names = [d[1] for d in conn.execute("PRAGMA table_info(runs)")]
     r: dict[str, Any] = dict(zip(names, rows[0], strict=True))

@@ -18,6 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from npa.backends.base import ExecutionBackend, NeedsReadinessCheck
+from npa.core.commands import kubectl_command as kubectl
 from npa.core.errors import NotStable
 
 DEFAULT_WINDOW = 10.0
@@ -80,8 +81,8 @@ class ReadinessCheck:
                     f"the API server of context {self.context} did not answer /readyz ok "
                     f"{self.count} times in a row over {self.window:g}s within "
                     f"{self.deadline:g}s (last: {answer.status} {answer.detail})",
-                    fix=f"KUBECONFIG={self.kubeconfig} kubectl --context {self.context} "
-                    "get --raw /readyz  # then rerun the same submit",
+                    fix=kubectl(self.kubeconfig, self.context, "get", "--raw", "/readyz")
+                    + "  # then rerun the same submit",
                     details={"readiness": record.model_dump(mode="json")},
                 )
             # Wait so the streak can reach the window with exactly ``count`` probes.

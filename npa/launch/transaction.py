@@ -18,6 +18,7 @@ Nothing here ever cancels or launches by name; every identity is a job id.
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -86,7 +87,9 @@ class LaunchTransaction(BaseModel):
 
 
 def _status_fix(run_id: str, project: str) -> str:
-    return f"npa workbench workflow status {run_id} --project {project} --json"
+    return shlex.join(
+        ["npa", "workbench", "workflow", "status", run_id, "--project", project, "--json"]
+    )
 
 
 class Transaction:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ class FileQuotaSource:
         if not isinstance(data, dict) or not isinstance(data.get("quotas"), dict):
             raise InvalidInput(
                 f"quota file {path} must be a mapping with a 'quotas' mapping",
-                fix="see docs/spec.md#quota-files",
+                fix=f"cat {shlex.quote(str(path))}  # quotas: {{NAME: {{limit: N, usage: N}}}}",
             )
         unknown = set(data) - {"source", "quotas", "region"}
         if unknown:

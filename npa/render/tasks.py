@@ -11,6 +11,7 @@ different bytes by the time the pod pulls it). All are pure: they read and write
 from __future__ import annotations
 
 import hashlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def load_digests(path: Path) -> dict[str, str]:
     ):
         raise InvalidInput(
             f"digests file {path} must map TOOL_REF to sha256:<64 hex>",
-            fix=f"printf 'curator: sha256:<64 hex>\\n' > {path}",
+            fix=f"cat {shlex.quote(str(path))}  # each line maps a tool ref to sha256:<64 hex>",
         )
     return dict(data)
 
@@ -96,11 +97,7 @@ def resolve_images(
         raise InvalidInput(
             "cannot render: images must be pinned by digest\n"
             + "\n".join(f"  - {p}" for p in problems),
-            fix=(
-                "npa workbench workflow preflight-images <spec.yaml> --registry <registry>  "
-                "# or pass --digests FILE mapping TOOL_REF: sha256:<digest>"
-            ),
-            details={"problems": problems},
+            details={"problems": problems, "unpinned": True},
         )
     return pinned
 
@@ -263,8 +260,7 @@ def render_workflow(
     if problems:
         raise InvalidInput(
             "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            fix=skypilot_tasks.RENDER_FIX,
-            details={"problems": problems},
+            details={"problems": problems, "context": context, "store": store},
         )
     assert context is not None
     images = resolve_images(workflow, digests, verified)

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from npa.adapters.storage import ObjectAbsent, ObjectStore
+from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.backends.base import JobStages
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
@@ -142,17 +142,19 @@ def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
         raw = store.get(manifest_key(prefix))
     except ObjectAbsent:
         return None
-    return parse_manifest(raw, f"{store.uri}/{manifest_key(prefix)}")
+    key = manifest_key(prefix)
+    return parse_manifest(raw, f"{store.uri}/{key}", inspect_command(store, key))
 
 
-def parse_manifest(raw: bytes, where: str) -> RunManifest:
-    """A stored manifest's bytes as the model; StateCorrupt names ``where`` when they are not."""
+def parse_manifest(raw: bytes, where: str, inspect: str) -> RunManifest:
+    """A stored manifest's bytes as the model; StateCorrupt names ``where`` when they are not,
+    with ``inspect`` (the command that shows the stored object) as its fix."""
     try:
         return RunManifest.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as exc:
         raise StateCorrupt(
             f"{where} is not an npa run manifest: {exc}",
-            fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
+            fix=inspect + "  # inspect before resubmitting",
         ) from None
 
 
@@ -175,7 +177,7 @@ def update_manifest(
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {store.uri}/{prefix} disappeared while the run was live",
-                fix="npa workbench workflow status RUN_ID --project P",
+                fix=inspect_command(store, prefix, listing=True),
             )
         mutate(manifest)
         write_manifest(store, manifest)
@@ -197,15 +199,17 @@ def read_plan(store: ObjectStore, prefix: str) -> WorkflowPlan | None:
         raw = store.get(plan_key(prefix))
     except ObjectAbsent:
         return None
-    return parse_plan(raw, f"{store.uri}/{plan_key(prefix)}")
+    key = plan_key(prefix)
+    return parse_plan(raw, f"{store.uri}/{key}", inspect_command(store, key))
 
 
-def parse_plan(raw: bytes, where: str) -> WorkflowPlan:
-    """A stored plan's bytes as the model; StateCorrupt names ``where`` when they are not."""
+def parse_plan(raw: bytes, where: str, inspect: str) -> WorkflowPlan:
+    """A stored plan's bytes as the model; StateCorrupt names ``where`` when they are not,
+    with ``inspect`` (the command that shows the stored object) as its fix."""
     try:
         return WorkflowPlan.model_validate_json(raw)
     except ValidationError as exc:
         raise StateCorrupt(
             f"{where} is not an npa run plan: {exc.errors()[0]['msg']}",
-            fix="npa workbench workflow status RUN_ID --project P  # inspect before resubmitting",
+            fix=inspect + "  # inspect before resubmitting",
         ) from None

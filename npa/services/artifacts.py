@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from npa.adapters.storage import ObjectStore, open_store
+from npa.adapters.storage import ObjectStore, inspect_command, open_store
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
@@ -54,16 +54,20 @@ class ArtifactsResult(Result):
     failures: list[str]
 
     def text_lines(self) -> list[str]:
+        from npa.core.table import table
+
         lines = [f"run {self.run_id} ({self.run_state}): {self.run_prefix}"]
         for s in self.stages:
             lines.append(f"  stage {s.stage} [{s.state}] {'ok' if s.ok else 'NOT OK'}")
-            for o in s.outputs:
-                lines.append(
-                    f"    {o.name:16} {o.status:8} {o.objects:5} objects {o.bytes:12} bytes"
-                    f"  {o.path}"
+            if s.outputs:
+                lines += table(
+                    ["OUTPUT", "STATUS", "OBJECTS", "BYTES", "PATH"],
+                    [[o.name, o.status, o.objects, o.bytes, o.path] for o in s.outputs],
+                    indent=4,
                 )
+            for o in s.outputs:
                 if o.empty_objects:
-                    lines.append(f"      zero-byte: {', '.join(o.empty_objects[:5])}")
+                    lines.append(f"    {o.name}: zero-byte: {', '.join(o.empty_objects[:5])}")
             if s.undeclared:
                 lines.append(f"    undeclared: {', '.join(s.undeclared[:5])}")
         if self.first_stage_without_outputs:
@@ -96,7 +100,7 @@ def _plan(store: ObjectStore, prefix: str) -> WorkflowPlan:
     if plan is None:
         raise NotFound(
             f"{store.uri}/{plan_key(prefix)} is missing: the declared outputs are unknown",
-            fix="npa workbench workflow status RUN --project P",
+            fix=inspect_command(store, prefix, listing=True) + "  # what the run stored",
         )
     return plan
 
@@ -215,9 +219,11 @@ class LoadedArtifact(Result):
     relaunched: bool = False  # never: load-artifact only reads the run
 
     def text_lines(self) -> list[str]:
+        from npa.core.text import plural
+
         return [
-            f"loaded {self.objects} objects ({self.bytes} bytes) of run {self.run_id} "
-            f"(final stages {', '.join(self.stages)}) into {self.destination}",
+            f"loaded {plural(self.objects, 'object')} ({plural(self.bytes, 'byte')}) of run "
+            f"{self.run_id} (final stages {', '.join(self.stages)}) into {self.destination}",
             "  nothing was relaunched",
         ]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import uuid
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -20,16 +21,18 @@ from urllib.parse import urlparse
 from pydantic import BaseModel
 
 from npa.adapters.storage import LOCAL, normalize_store_uri
-from npa.core.errors import InvalidInput, StateCorrupt
+from npa.core.commands import npa_command
+from npa.core.errors import InvalidInput, NotFound, StateCorrupt
 from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
 from npa.core.output import Result
-from npa.core.paths import NpaPaths, safe_component
+from npa.core.paths import NpaPaths, check_context_name, safe_component
+from npa.core.suggest import closest, unknown
 
 Source = Literal["flag", "env", "file", "default"]
 
 CONFIG_VERSION = 1
 DEFAULT_PROJECT = "default"
-FIELDS = ("store", "registry", "endpoint_url", "region", "profile", "context")
+FIELDS = ("store", "registry", "endpoint_url", "region", "profile", "context", "backend_url")
 # Environment variables read for each setting, first match wins.
 ENV_VARS: dict[str, tuple[str, ...]] = {
     "store": ("NPA_STORE",),
@@ -38,6 +41,8 @@ ENV_VARS: dict[str, tuple[str, ...]] = {
     "region": ("AWS_REGION", "AWS_DEFAULT_REGION"),
     "profile": ("AWS_PROFILE",),
     "context": ("NPA_CONTEXT",),
+    # The pulumi CLI's own variable: a team that exports it gets the same backend in npa.
+    "backend_url": ("PULUMI_BACKEND_URL",),
 }
 DEFAULTS: dict[str, str | None] = {
     "store": LOCAL,
@@ -46,6 +51,7 @@ DEFAULTS: dict[str, str | None] = {
     "region": None,
     "profile": None,
     "context": None,
+    "backend_url": None,  # file:// under NPA_HOME
 }
 # Environment variables whose presence (never value) says where credentials come from.
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
@@ -122,7 +128,8 @@ def load_config(paths: NpaPaths) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("projects"), dict):
         raise StateCorrupt(
             f"{path} is not an npa configuration (no 'projects' object)",
-            fix=f"mv {path} {path}.broken && npa configure --project PROJECT ...",
+            fix=f"mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.broken')}  # keep it "
+            "for inspection; npa configure then records projects afresh",
         )
     return data
 
@@ -167,7 +174,7 @@ def resolve_project(
             settings[name] = Setting(value=str(entry[name]), source="file", origin=None)
         else:
             settings[name] = Setting(value=DEFAULTS[name], source="default")
-    for name in ("endpoint_url", "registry"):
+    for name in ("endpoint_url", "registry", "backend_url"):
         settings[name] = settings[name].model_copy(update={"value": redact(settings[name].value)})
     project_id = entry.get("project_id") if isinstance(entry.get("project_id"), str) else None
     return ProjectSettings(
@@ -180,6 +187,31 @@ def resolve_project(
         configured=recorded is not None,
         settings=settings,
         credentials=credential_source(settings["profile"]),
+    )
+
+
+def known_projects(paths: NpaPaths) -> list[str]:
+    """Aliases this machine knows: configured ones and those with runs reserved or submitted."""
+    names = set(load_config(paths)["projects"])
+    for folder in (paths.reservations_dir, paths.submissions_dir):
+        if folder.is_dir():
+            names.update(p.name for p in folder.iterdir() if p.is_dir())
+    return sorted(names)
+
+
+def require_known_project(settings: ProjectSettings, paths: NpaPaths, *command: str) -> None:
+    """A project named on the command line that is neither configured nor has anything on
+    this machine is a typo more often than a new project: NotFound, with the nearest alias."""
+    known = known_projects(paths)
+    if settings.configured or settings.project in known:
+        return
+    guess = closest(settings.project, known)
+    raise NotFound(
+        unknown("project", settings.project, known)
+        + " (not configured, and no run of it is recorded here)",
+        fix=npa_command(*command, "--project", guess)
+        if guess
+        else npa_command("configure", "--project", settings.project, "--store", LOCAL),
     )
 
 
@@ -196,30 +228,64 @@ def _flag(name: str) -> str:
     return name.replace("_", "-")
 
 
-def _check(name: str, value: str, paths: NpaPaths) -> str:
+def _stripped(value: str) -> str:
+    """``value`` with any ``user:password@`` taken out."""
+    return re.sub(r"(?<=//)[^/@\s]+@|^[^/@\s:]+:[^/@\s]+@", "", value)
+
+
+def _check(name: str, value: str, paths: NpaPaths, project: str) -> str:
     """Validate one setting before it is recorded; credentials are refused outright."""
+
+    def retry(corrected: str) -> str:
+        return npa_command("configure", "--project", project, f"--{_flag(name)}", corrected)
+
     if redact(value) != value:
         raise InvalidInput(
             f"--{_flag(name)} {redact(value)} carries a credential; npa never records one",
-            fix="put credentials in an AWS profile and pass --profile NAME",
+            fix=retry(_stripped(value))
+            + "  # credentials come from the environment (AWS_*, PGPASSWORD) or --profile",
         )
     if name == "store":
-        return value if value == LOCAL else normalize_store_uri(value, paths)
+        return value if value == LOCAL else normalize_store_uri(value, paths, project)
     if name == "endpoint_url":
         parsed = urlparse(value)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
+            host = value.split("://", 1)[-1].strip().replace(" ", "")
             raise InvalidInput(
                 f"--endpoint-url {value!r} is not an http(s) URL",
-                fix="npa configure --project PROJECT --endpoint-url https://HOST[:PORT]",
+                fix=retry(f"https://{host}"),
             )
-    if name == "registry" and not re.fullmatch(r"[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?", value):
+    if name == "registry" and not REGISTRY.fullmatch(value):
         raise InvalidInput(
             f"--registry {value!r} is not HOST[:PORT][/NAMESPACE]",
-            fix="npa configure --project PROJECT --registry registry.example.com/team",
+            fix=retry(guess)
+            if (guess := _registry_guess(value))
+            else npa_command("configure", "--show", "--project", project),
         )
-    if name in ("context", "profile", "region"):
+    if name == "context":
+        check_context_name(value)
+    if name == "backend_url":
+        from npa.adapters.infra.runner import check_backend_url
+
+        check_backend_url(value, fix_argv=["configure", "--project", project, "--backend-url",
+                                           f"file://{paths.pulumi_backend}"])  # fmt: skip
+    if name in ("profile", "region"):
         safe_component(value, name)
     return value
+
+
+REGISTRY = re.compile(r"[A-Za-z0-9.-]+(:[0-9]+)?(/[a-z0-9._/-]+)?")
+
+
+def _registry_guess(value: str) -> str | None:
+    """The registry a mistyped value most likely means: no scheme, no tag, a lowercase path."""
+    text = value.strip().split("://", 1)[-1].split("@", 1)[0].rstrip("/")
+    host, _, path = text.partition("/")
+    path = path.rsplit(":", 1)[0] if ":" in path else path
+    guess = re.sub(r"[^A-Za-z0-9.:-]", "", host) + (
+        "/" + re.sub(r"[^a-z0-9._/-]", "-", path.lower()) if path else ""
+    )
+    return guess if REGISTRY.fullmatch(guess) else None
 
 
 def record_project(
@@ -228,7 +294,7 @@ def record_project(
     """Create or update the alias ``project`` with the given settings, under the config lock."""
     paths = paths or NpaPaths.from_env()
     alias = safe_component(project, "project")
-    checked = {k: _check(k, v, paths) for k, v in values.items() if v is not None}
+    checked = {k: _check(k, v, paths, alias) for k, v in values.items() if v is not None}
     with exclusive_lock(paths.lock("config"), timeout=10, purpose="npa configure"):
         config = load_config(paths)
         entry = dict(config["projects"].get(alias) or {})

@@ -36,6 +36,7 @@ from npa.backends.base import (
 )
 from npa.core.errors import GatesFailed, NpaError
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.services.configure import ProjectSettings
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class GateReport:
             f"  - {g.name}: {g.detail}" + (f"\n      fix: {g.fix}" if g.fix else "") for g in failed
         ]
         raise GatesFailed(
-            f"submit stopped before staging anything: {len(failed)} gate(s) did not "
+            f"submit stopped before staging anything: {plural(len(failed), 'gate')} did not "
             "pass\n" + "\n".join(lines),
             fix=failed[0].fix,
             details={"gates": [g.model_dump(mode="json") for g in self.gates]},
@@ -120,7 +121,7 @@ def run_gates(
     asked: GateInput, paths: NpaPaths, settings: ProjectSettings, backend: ExecutionBackend
 ) -> GateReport:
     """Run every gate in order; returns them with what later steps need."""
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     report = GateReport(Admission(store_uri=store_uri))
     spec_gate(report, asked.spec)
     run_gate(report, asked, paths, settings)
@@ -145,9 +146,9 @@ def spec_gate(report: GateReport, spec: Path) -> None:
     if workflow is None and issues:
         first = "; ".join(f"{i.path or '<document>'}: {i.message}" for i in issues[:3])
         more = f" (+{len(issues) - 3} more)" if len(issues) > 3 else ""
-        report.add("spec", "failed", f"{len(issues)} issues: {first}{more}", fix)
+        report.add("spec", "failed", f"{plural(len(issues), 'issue')}: {first}{more}", fix)
     elif workflow is not None:
-        detail = f"workflow {workflow.metadata.name}, {len(workflow.stages)} stages"
+        detail = f"workflow {workflow.metadata.name}, {plural(len(workflow.stages), 'stage')}"
         report.add("spec", "ok", detail)
     report.admission.workflow = workflow
 
@@ -265,7 +266,7 @@ def quota_gate(report: GateReport, spec: Path, paths: NpaPaths, backend: Executi
         report.add(
             "quota",
             "not_applicable",
-            f"{len(plan.stages)} stages planned; the cluster exists already, so its disk "
+            f"{plural(len(plan.stages), 'stage')} planned; the cluster exists already, so its disk "
             "quota was checked by provision-if-absent",
         )
         return
@@ -282,7 +283,7 @@ def quota_gate(report: GateReport, spec: Path, paths: NpaPaths, backend: Executi
         detail = "; ".join(quota.problems) or "quota evidence unknown"
         report.add("quota", "unknown", detail, fix)
     else:
-        report.add("quota", "ok", f"{len(plan.stages)} stages planned; local disk ok")
+        report.add("quota", "ok", f"{plural(len(plan.stages), 'stage')} planned; local disk ok")
 
 
 def prerequisite_gates(report: GateReport, project: str, backend: ExecutionBackend) -> None:
@@ -347,7 +348,7 @@ def image_gates(
             f"image:{row.tool}", kind, f"{row.reference}: {row.status}: {row.detail}{here}", row.fix
         )
     if result.ok:
-        report.add("images", "ok", f"{len(result.images)} images verified")
+        report.add("images", "ok", f"{plural(len(result.images), 'image')} verified")
     report.admission.images = dict(result.digests)
 
 

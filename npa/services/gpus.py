@@ -12,9 +12,11 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from npa.adapters.kube.nodes import GPU_LABELS, NodeGpus, cluster_names
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import NotFound, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.accelerators import AcceleratorRemap, resolve
 
 
@@ -41,6 +43,7 @@ class StageFit(BaseModel):
 
 class GpusResult(Result):
     cluster: str
+    kubeconfig: str | None = None  # the file(s) read, and why those
     nodes: list[NodeRow]
     labels: list[str]
     remap: dict[str, str] = Field(default_factory=dict)
@@ -48,12 +51,17 @@ class GpusResult(Result):
     stages: list[StageFit] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
-        lines = [f"cluster {self.cluster}: {len(self.nodes)} nodes"]
-        for n in self.nodes:
-            flags = "" if n.ready and n.schedulable else " (not ready/schedulable)"
-            lines.append(
-                f"  {n.node:30} {n.gpu_label or '-':28} allocatable {n.allocatable} "
-                f"requestable {n.requestable}{flags}"
+        from npa.core.table import table
+
+        where = f" (kubeconfig {self.kubeconfig})" if self.kubeconfig else ""
+        lines = [f"cluster {self.cluster}: {plural(len(self.nodes), 'node')}{where}"]
+        if self.nodes:
+            lines += table(
+                ["NODE", "GPU LABEL", "ALLOCATABLE", "REQUESTABLE", "READY", "SCHEDULABLE"],
+                [
+                    [n.node, n.gpu_label, n.allocatable, n.requestable, n.ready, n.schedulable]
+                    for n in self.nodes
+                ],
             )
         for spec_name, label in self.remap.items():
             lines.append(f"  remap: {spec_name} -> {label}")
@@ -73,22 +81,26 @@ def _label(labels: dict[str, str]) -> tuple[str | None, str | None]:
     return None, None
 
 
-def _nodes(cluster: str, paths: NpaPaths) -> list[NodeGpus]:
+def _nodes(cluster: str, paths: NpaPaths) -> tuple[str, list[NodeGpus]]:
+    """The kubeconfig read (with why that one) and the cluster's nodes."""
+    from npa.adapters.kube import kubeconfig as kubeconfigs
     from npa.adapters.kube.nodes import node_gpus
 
-    kubeconfig = paths.cluster_kubeconfig(cluster)
-    if not kubeconfig.is_file():
+    chosen = kubeconfigs.for_context(paths, cluster)
+    # A KUBECONFIG list is passed on as it is: the kubernetes client splits it as kubectl does.
+    kubeconfig = Path(chosen.value)
+    if chosen.origin == "placed by npa" and not kubeconfig.is_file():
         raise NotFound(
-            f"no kubeconfig for cluster {cluster} at {kubeconfig}",
-            fix=f"npa provision-if-absent --project P --target kubernetes --context {cluster} "
-            "--kubeconfig PATH",
+            f"no kubeconfig defines context {cluster!r}: not $KUBECONFIG, not ~/.kube/config, "
+            f"and npa placed none at {kubeconfig}",
+            fix=provision_command(cluster),
         )
     try:
-        return node_gpus(kubeconfig, cluster)
+        return f"{chosen.value} ({chosen.origin})", node_gpus(kubeconfig, cluster)
     except Exception as exc:
         raise Unavailable(
             f"cannot read nodes of {cluster}: {type(exc).__name__}: {exc}",
-            fix=f"KUBECONFIG={kubeconfig} kubectl --context {cluster} get nodes",
+            fix=kubectl_command(kubeconfig, cluster, "get", "nodes"),
         ) from None
 
 
@@ -113,7 +125,7 @@ def _fit(
     holders = [r for r in rows if r.gpu_label == target and r.allocatable >= count]
     now = [r for r in holders if r.requestable >= count]
     if holders:
-        detail = f"{len(holders)} node(s) have {count} allocatable {target}"
+        detail = f"{plural(len(holders), 'node')} with {count} allocatable {target}"
     elif answer.resolved:
         most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
         detail = (
@@ -136,10 +148,10 @@ def _fit(
 
 def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
     paths = paths or NpaPaths.from_env()
-    found = _nodes(cluster, paths)
+    read, found = _nodes(cluster, paths)
     rows = [_row(n) for n in found]
     names = cluster_names([n.labels for n in found])
-    result = GpusResult(cluster=cluster, nodes=rows, labels=names)
+    result = GpusResult(cluster=cluster, kubeconfig=read, nodes=rows, labels=names)
     if spec is None:
         return result
     from npa.spec.model import parse_accelerators

@@ -27,7 +27,7 @@ from npa.images.contract import (
     enforce_declared_user,
     read_attestation,
 )
-from npa.images.credentials import load_store
+from npa.images.credentials import flag_fix, load_store
 from npa.images.overrides import ChosenImage, ImageSource, choose_images, parse_overrides
 from npa.images.probe import (
     DEFAULT_TIMEOUT,
@@ -96,23 +96,22 @@ class PreflightResult(Result):
         return EXIT_UNAVAILABLE
 
     def text_lines(self) -> list[str]:
+        from npa.core.table import table
+        from npa.core.text import plural
+
         head = ["TOOL", "STATUS", "VERIFIED", "DIGEST", "CREDENTIALS", "REFERENCE"]
         rows = [
             [
                 r.tool,
                 r.status,
-                r.verified_by or "-",
+                r.verified_by,
                 (r.digest or "-")[:19],
                 r.credential_source or "anonymous",
                 r.reference,
             ]
             for r in self.images
         ]
-        widths = [max(len(x) for x in col) for col in zip(head, *rows, strict=True)]
-        lines = [
-            "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-            for row in [head, *rows]
-        ]
+        lines = table(head, rows, indent=0)
         for r in self.images:
             if r.status != "ok":
                 lines.append(f"{r.tool}: {r.status}: {r.detail}")
@@ -120,9 +119,9 @@ class PreflightResult(Result):
                     lines.append(f"  fix: {r.fix}")
         bad = sum(r.status != "ok" for r in self.images)
         lines.append(
-            f"all {len(self.images)} images ok"
+            f"{plural(len(self.images), 'image')}, all ok"
             if not bad
-            else f"{bad} of {len(self.images)} images not ok"
+            else f"{bad} of {plural(len(self.images), 'image')} not ok"
         )
         return lines
 
@@ -370,10 +369,7 @@ class _Checker:
         if status is Status.NOT_FOUND:
             return self._build_fix(chosen, ref)
         if status is Status.FORBIDDEN:
-            return (
-                f"docker login {ref.credential_host}  # or pass --registry-auth "
-                f"{ref.credential_host}=env:VAR with VAR=USER:PASSWORD"
-            )
+            return f"docker login {ref.credential_host}  # or: {flag_fix(ref.credential_host)}"
         if status is Status.UNREACHABLE:
             scheme = "http" if is_loopback(ref.api_host) else "https"
             return f"curl -sSI {scheme}://{ref.api_host}/v2/  # check the registry answers, rerun"

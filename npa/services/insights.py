@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -11,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from npa.core.errors import InvalidInput
 from npa.core.output import Result
+from npa.core.text import plural
 from npa.insights import store as db
 from npa.insights.compare import Divergence, first_divergence, pair_stages
 from npa.insights.scan import RunFacts, StageFacts, scan
@@ -30,7 +30,8 @@ class IngestResult(Result):
     def text_lines(self) -> list[str]:
         return [
             f"{self.change} run {self.run} ({self.state}) from {self.input_path}",
-            f"  {self.stages} stages, {self.metrics} metrics, {self.logs} log tails",
+            f"  {plural(self.stages, 'stage')}, {plural(self.metrics, 'metric')}, "
+            f"{plural(self.logs, 'log tail')}",
             f"  store {self.output_path}: "
             + ", ".join(f"{k} {v}" for k, v in self.store_rows.items()),
         ]
@@ -46,7 +47,7 @@ def _open(input_path: str, endpoint_url: str | None) -> tuple[Any, str]:
     if urlparse(uri).scheme not in ("file", "s3"):
         raise InvalidInput(
             f"--input-path {input_path!r} is neither file:// nor s3:// nor a local path",
-            fix="npa workbench insights ingest-run --input-path s3://BUCKET/PREFIX/WORKFLOW/RUN",
+            fix="npa workbench workflow list --json  # each run's run_prefix is an --input-path",
         )
     store = open_store(uri, endpoint_url=endpoint_url)
     if uri.endswith(f"/{PREFIX_LEAF}"):
@@ -148,7 +149,7 @@ class CompareResult(Result):
         ]
         lines += _table(self.stages)
         if self.plot:
-            lines.append(f"plot: {self.plot} ({self.plot_bytes} bytes)")
+            lines.append(f"plot: {self.plot} ({plural(self.plot_bytes or 0, 'byte')})")
         return lines
 
 
@@ -160,49 +161,36 @@ _COLUMNS = ("state", "seconds", "waves", "rr", "image", "output_bytes", "metrics
 
 
 def _table(rows: list[StageRow]) -> list[str]:
-    from rich.console import Console
-    from rich.table import Table
+    from npa.core.table import table
+    from npa.core.text import number
 
-    table = Table(show_lines=False)
-    for col in (
-        "stage",
-        "state (class)",
-        "seconds",
-        "waves",
-        "retries/recov",
-        "image",
-        "out bytes",
-        "metrics",
-    ):
-        table.add_column(col)
-    for r in rows:
-        b, c = r.base, r.candidate
+    def get(side: StageSide | None, what: str) -> str:
+        if side is None:
+            return "-"
+        if what == "state":
+            return f"{side.state} ({side.classification})" if side.classification else side.state
+        if what == "seconds":
+            return "-" if side.duration_s is None else f"{side.duration_s:.2f}"
+        if what == "rr":
+            return f"{side.retries}/{side.recoveries}"
+        if what == "image":
+            return (side.image_digest or side.image or "-")[:19]
+        if what == "metrics":
+            return ", ".join(f"{k}={v:g}" for k, v in sorted(side.metrics.items())) or "-"
+        value = getattr(side, what)
+        return number(value) if isinstance(value, int | float) else str(value)
 
-        def get(side: StageSide | None, what: str) -> str:
-            if side is None:
-                return "—"
-            if what == "state":
-                return (
-                    f"{side.state} ({side.classification})" if side.classification else side.state
-                )
-            if what == "seconds":
-                return "—" if side.duration_s is None else f"{side.duration_s:.2f}"
-            if what == "rr":
-                return f"{side.retries}/{side.recoveries}"
-            if what == "image":
-                return (side.image_digest or side.image or "—")[:19]
-            if what == "metrics":
-                return ", ".join(f"{k}={v:g}" for k, v in sorted(side.metrics.items())) or "—"
-            return str(getattr(side, what))
-
-        mark = "✗ " if r.differs else ""
-        table.add_row(
-            mark + r.stage,
-            *(_cell(get(b, w), get(c, w)) for w in _COLUMNS),
-        )
-    buffer = io.StringIO()
-    Console(file=buffer, width=160, color_system=None, force_terminal=False).print(table)
-    return buffer.getvalue().rstrip("\n").splitlines()
+    headers = ["STAGE", "STATE (CLASS)", "SECONDS", "WAVES", "RETRIES/RECOV", "IMAGE"]
+    headers += ["OUT BYTES", "METRICS"]
+    return table(
+        headers,
+        [
+            [("✗ " if r.differs else "") + r.stage]
+            + [_cell(get(r.base, w), get(r.candidate, w)) for w in _COLUMNS]
+            for r in rows
+        ],
+        indent=0,
+    )
 
 
 def _side(s: StageFacts | None) -> StageSide | None:

@@ -64,7 +64,7 @@ class RunRef:
     workflow: str | None = None
 
 
-def parse_run_ref(value: str) -> RunRef:
+def parse_run_ref(value: str, project: str = "default") -> RunRef:
     """``RUN_ID``, or a run prefix ``s3://B[/P]/<workflow>/<run>[/npa-workflow]`` / ``file://``.
 
     Only the exact run prefix is accepted: a deeper or shallower key is refused rather than
@@ -76,7 +76,7 @@ def parse_run_ref(value: str) -> RunRef:
     if scheme not in ("s3", "file"):
         raise InvalidInput(
             f"{value!r} is neither a run id nor an s3:// or file:// run prefix",
-            fix="npa workbench workflow list --project P  # to find the run id",
+            fix=cmd("workbench", "workflow", "list", "--project", project) + "  # the run ids",
         )
     parts = value.rstrip("/").split("/")
     if parts[-1] == PREFIX_LEAF:
@@ -87,7 +87,8 @@ def parse_run_ref(value: str) -> RunRef:
         raise InvalidInput(
             f"{value!r} is not a run prefix: expected "
             f"{scheme}://…/<workflow>/<run-id>[/{PREFIX_LEAF}]",
-            fix="npa workbench workflow list --project P --json  # prints each run's prefix",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
+            + "  # prints each run's prefix",
         )
     workflow = safe_component(parts[-2], "workflow in the run prefix")
     run_id = safe_component(parts[-1], "run id in the run prefix")
@@ -265,7 +266,7 @@ def _pinned(ref: RunRef, workflow_uri: str | None, project: str) -> RunRef:
     """The run named by ``--workflow-s3-uri`` (which must be the same run), else ``ref``."""
     if workflow_uri is None:
         return ref
-    pinned = parse_run_ref(workflow_uri)
+    pinned = parse_run_ref(workflow_uri, project)
     if "://" not in workflow_uri:
         raise InvalidInput(
             "--workflow-s3-uri takes the run prefix (s3://…/<workflow>/<run>/npa-workflow)",
@@ -274,7 +275,8 @@ def _pinned(ref: RunRef, workflow_uri: str | None, project: str) -> RunRef:
     if pinned.run_id != ref.run_id:
         raise InvalidInput(
             f"--workflow-s3-uri names run {pinned.run_id}, not {ref.run_id}",
-            fix="pass the prefix of the same run",
+            fix=cmd("workbench", "workflow", "list", "--project", project, "--json")
+            + "  # prints each run's prefix",
         )
     return pinned
 
@@ -360,7 +362,7 @@ def locate(
     """Resolve ``run`` and ask every local and store source about it. Reads only."""
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
-    ref = _pinned(parse_run_ref(run), workflow_uri, settings.project)
+    ref = _pinned(parse_run_ref(run, settings.project), workflow_uri, settings.project)
     receipt, receipt_answer = _receipt(paths, settings.project, ref.run_id)
     entry, reserved_workflow, reservation_answer = _reservation(
         paths, settings.project, ref.run_id, ref.workflow
@@ -381,7 +383,7 @@ def locate(
         ref.store_uri
         or (receipt.store if receipt else None)
         or (entry.store if entry else None)
-        or normalize_store_uri(settings.value("store") or "local", paths)
+        or normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     )
     located.store_uri = store_uri
     store = open_run_store(store_uri, settings, receipt, paths)

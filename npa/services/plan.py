@@ -10,6 +10,7 @@ from typing import Literal
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.plan.infra import GIB, cluster_requirements, local_requirements
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.plan.quota import QuotaAssessment, QuotaLine, QuotaSource, assess
@@ -56,16 +57,16 @@ class PlanResult(Result):
                 res.append(f"{s.resources.disk_gib} GiB disk")
             after = f" after {', '.join(s.depends_on)}" if s.depends_on else ""
             lines.append(
-                f"  {s.level}. {s.name} [{s.tool}]{after}: {s.waves.shards} shards, "
-                f"{s.waves.parallel} at once = {s.waves.waves} waves; {', '.join(res)}; "
-                f"retries {s.retries}"
+                f"  {s.level}. {s.name} [{s.tool}]{after}: {plural(s.waves.shards, 'shard')}, "
+                f"{number(s.waves.parallel)} at once = {plural(s.waves.waves, 'wave')}; "
+                f"{', '.join(res)}; retries {s.retries}"
             )
             for o in s.outputs:
                 lines.append(f"       out {o.name}: {o.uri or o.path}")
         lines += ["", "infrastructure needed:"]
         for d in p.disks:
             lines.append(
-                f"  {d.role}: {d.count} x {d.size_gib} GiB {d.disk_type.value} "
+                f"  {d.role}: {number(d.count)} x {number(d.size_gib)} GiB {d.disk_type.value} "
                 f"({d.count * d.size_gib * GIB} bytes)"
             )
         q = self.quota

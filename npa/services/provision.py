@@ -10,6 +10,7 @@ that resumes the operation.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -20,17 +21,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from npa.adapters.infra.changes import MUTATING, ResourceChange
+from npa.adapters.infra.progress import StepProgress
 from npa.adapters.infra.runner import (
     PROJECT,
     Backend,
     InfraRunner,
     Outcome,
     StackSpec,
+    check_backend_url,
+    is_service,
     plugin_installed,
+    service_login_missing,
 )
+from npa.core.commands import bootstrap_tools_command, kubectl_command, npa_command
 from npa.core.errors import (
     EXIT_FAILURE,
     EXIT_UNAVAILABLE,
@@ -38,10 +44,13 @@ from npa.core.errors import (
     LockBusy,
     NpaError,
     ToolMissing,
+    Unavailable,
 )
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
-from npa.core.paths import NpaPaths, safe_component
+from npa.core.paths import NpaPaths, check_context_name
+from npa.core.suggest import closest, unknown
+from npa.core.text import number, plural
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -52,12 +61,12 @@ from npa.plan.infra import (
 )
 from npa.plan.quota import ExistingDisk, QuotaAssessment, QuotaSource, assess
 from npa.runs.journal import OperationJournal
-from npa.services.configure import resolve_project
+from npa.services.configure import ProjectSettings, load_config, redact, resolve_project
 from npa.spec.model import Infrastructure
 
 Target = Literal["local", "kubernetes", "nebius"]
 TARGETS: tuple[str, ...] = ("local", "kubernetes", "nebius")
-Mode = Literal["preview", "blocked", "no-changes", "not-applied", "applied"]
+Mode = Literal["preview", "blocked", "unreachable", "no-changes", "not-applied", "applied"]
 
 K8S_PLUGIN = ("resource", "kubernetes", "4.25.0-alpha.1768448096")
 # The Nebius SDK is bridged from the Nebius Terraform provider through this plugin.
@@ -93,6 +102,7 @@ class ProvisionResult(Result):
     project: str
     target: str
     backend_url: str
+    backend_origin: str = "default"
     mode: Mode
     quota: QuotaAssessment
     stacks: list[StackReport]
@@ -102,22 +112,29 @@ class ProvisionResult(Result):
     journal: str | None = None
     resume: str
     message: str
+    notes: list[str] = Field(default_factory=list)
+    fix: str | None = None  # what makes an unreachable target reachable again
 
     def exit_code(self) -> int:
         if self.mode == "blocked":
             return EXIT_UNAVAILABLE if self.quota.verdict == "blocked-unknown" else EXIT_FAILURE
+        if self.mode == "unreachable":
+            return EXIT_UNAVAILABLE
         return EXIT_FAILURE if self.mode == "not-applied" else 0
 
     def text_lines(self) -> list[str]:
         lines = [f"provision-if-absent: project {self.project}, target {self.target}"]
-        lines.append(f"state backend: {self.backend_url}")
+        lines.append(f"state backend: {self.backend_url} ({self.backend_origin})")
+        lines += [f"note: {note}" for note in self.notes]
         lines += quota_text(self.quota)
         for report in self.stacks:
             lines += stack_text(report)
         lines.append(self.message)
         if self.export_line:
             lines.append(self.export_line)
-        if self.mode in ("blocked", "not-applied"):
+        if self.fix:
+            lines.append(f"fix: {self.fix}")
+        if self.mode in ("blocked", "not-applied", "unreachable"):
             lines.append(f"resume: {self.resume}")
         return lines
 
@@ -128,6 +145,7 @@ class TeardownResult(Result):
     project: str
     target: str
     backend_url: str
+    backend_origin: str = "default"
     mode: Literal["preview", "nothing", "not-applied", "destroyed"]
     stacks: list[StackReport]
     resume: str
@@ -138,7 +156,7 @@ class TeardownResult(Result):
 
     def text_lines(self) -> list[str]:
         lines = [f"teardown: project {self.project}, target {self.target}"]
-        lines.append(f"state backend: {self.backend_url}")
+        lines.append(f"state backend: {self.backend_url} ({self.backend_origin})")
         for report in self.stacks:
             lines += stack_text(report, destroy=True)
         lines.append(self.message)
@@ -171,8 +189,8 @@ def quota_text(quota: QuotaAssessment) -> list[str]:
         )
     for disk in quota.existing:
         lines.append(
-            f"  existing: {disk.count} x {disk.size_gib} GiB {disk.disk_type.value} "
-            f"{disk.role} ({disk.evidence})"
+            f"  existing: {number(disk.count)} x {number(disk.size_gib)} GiB "
+            f"{disk.disk_type.value} {disk.role} ({disk.evidence})"
         )
     lines += [f"  unknown: {p}" for p in quota.problems]
     if quota.fix:
@@ -186,31 +204,73 @@ _SIGN = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
     changes = report.pending()
     what = "destroy" if destroy else "preview"
-    counts = ", ".join(f"{n} to {op}" for op, n in sorted(_counts(changes).items())) or (
-        "no changes"
-    )
-    lines = [f"stack {report.stack} ({report.kind}) {what}: {counts}"]
+    lines = [f"stack {report.stack} ({report.kind}) {what}: {_count_text(changes)}"]
     lines += [f"  recovered: {r}" for r in report.recovery]
     if report.note:
         lines.append(f"  note: {report.note}")
     for change in changes:
         lines.append(f"  {_SIGN.get(change.op, change.op)} {change.op} {change.type} {change.name}")
-        for prop in change.properties:
-            if prop.kind.startswith("add"):
-                lines.append(f"      {prop.path}: {prop.new!r}")
-            elif prop.kind.startswith("delete"):
-                lines.append(f"      {prop.path}: {prop.old!r} -> (removed)")
-            else:
-                lines.append(f"      {prop.path}: {prop.old!r} -> {prop.new!r}")
-            if prop.kind.endswith("replace"):
-                lines[-1] += "  (forces replacement)"
+        lines += [f"      {prop.text()}" for prop in change.properties]
     if report.applied:
         done = ", ".join(
-            f"{n} {op}d" for op, n in sorted(report.result_summary.items()) if op in MUTATING
+            f"{number(n)} {op}d"
+            for op, n in sorted(report.result_summary.items())
+            if op in MUTATING
         )
         took = f" in {report.seconds:.1f}s" if report.seconds is not None else ""
         lines.append(f"  applied{took}: {done or 'nothing changed'}")
     return lines
+
+
+def _count_text(changes: Sequence[ResourceChange]) -> str:
+    counts = _counts(changes)
+    return ", ".join(f"{number(n)} to {op}" for op, n in sorted(counts.items())) or "no changes"
+
+
+def _stack_step(
+    journal: OperationJournal,
+    step: str,
+    resume: str,
+    progress: Progress | None,
+    heading: str,
+    run: Callable[..., Outcome],
+) -> Outcome:
+    """One ``up`` or ``destroy``: journaled before, streamed while it runs, and on failure
+    journaled with what completed, the error's fix being the journal's resume command."""
+    journal.append(step, "started")
+    if progress is not None:
+        progress(heading)
+    try:
+        return run(progress=_lines_to(progress))
+    except NpaError as error:
+        completed = error.details.get("completed", [])
+        journal.append(step, "failed", completed=completed, message=error.message[:500])
+        error.fix = resume
+        raise
+
+
+def _lines_to(progress: Progress | None) -> Callable[[StepProgress], None] | None:
+    """Engine step transitions as text lines for ``progress``."""
+    if progress is None:
+        return None
+    sink = progress
+    return lambda step: sink(step.text())
+
+
+def _unreachable(lay: Layout) -> tuple[str, str] | None:
+    """For an existing cluster (the kubernetes target): why its API server cannot be used, and
+    the command that shows it; None when it answers ``/readyz`` with 200."""
+    from npa.adapters.kube.readyz import readyz_asker
+
+    if lay.target != "kubernetes" or lay.source is None or not lay.source.value:
+        return None
+    context = str(lay.context)
+    status, detail = readyz_asker(Path(lay.source.value), context)()
+    if status == 200:
+        return None
+    said = f"answered HTTP {status}" if status is not None else "did not answer"
+    fix = kubectl_command(lay.source.value, context, "get", "--raw", "/readyz")
+    return f"the API server of context {context!r} {said} on /readyz ({detail})", fix
 
 
 def _counts(changes: Sequence[ResourceChange]) -> dict[str, int]:
@@ -240,6 +300,7 @@ class ProvisionRequest:
     nebius_region: str | None = None
     nebius_endpoint: str | None = None
     extra_sources: list[QuotaSource] = field(default_factory=list)
+    progress: Progress | None = None  # gets a line per resource step while a stack applies
 
 
 @dataclass
@@ -252,20 +313,23 @@ class TeardownRequest:
     backend_url: str | None = None
     preview_only: bool = False
     yes: bool = False
+    progress: Progress | None = None
 
 
 Confirm = Callable[[list[StackReport]], bool]
+Progress = Callable[[str], None]
 
 
 # --- names -----------------------------------------------------------------------------------
 
 
-def stack_token(value: str) -> str:
-    """A name usable inside a Pulumi stack name (letters, digits, ``-_.``); a short hash is
-    added when characters had to be replaced, so two contexts never share a stack."""
+def stack_token(value: str, limit: int = 64) -> str:
+    """A name usable inside a Pulumi stack name (letters, digits, ``-_.``, at most ``limit``
+    characters); a short hash is added when characters had to be replaced or cut, so two
+    contexts never share a stack."""
     cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)
-    if cleaned != value:
-        cleaned += "-" + hashlib.sha256(value.encode()).hexdigest()[:6]
+    if cleaned != value or len(cleaned) > limit:
+        cleaned = cleaned[: limit - 7] + "-" + hashlib.sha256(value.encode()).hexdigest()[:6]
     return cleaned
 
 
@@ -285,30 +349,44 @@ class Layout:
     context: str | None
     stacks: list[StackSpec]
     operation: str
+    source: KubeSource | None = None
+    notes: list[str] = field(default_factory=list)
 
 
-def _kubeconfig_source(explicit: Path | None) -> Path:
-    if explicit is not None:
-        return explicit.expanduser().resolve()
-    env = os.environ.get("KUBECONFIG")
-    if env:
-        return Path(env.split(os.pathsep)[0]).expanduser().resolve()
-    return Path.home() / ".kube" / "config"
+def _kubeconfig_source(paths: NpaPaths, explicit: Path | None, context: str | None) -> KubeSource:
+    """The files the context is copied from, as kubectl would read them, without npa's own
+    placed kubeconfig for the context: copying that file onto itself would say nothing."""
+    from npa.adapters.kube import kubeconfig
+
+    if explicit is not None and os.pathsep in str(explicit):
+        files = [p.absolute() for p in kubeconfig.split_list(str(explicit))]
+    else:
+        files = kubeconfig.source_files(explicit)
+    placed = paths.cluster_kubeconfig(context).absolute() if context else None
+    kept = [f for f in files if placed is None or f != placed]
+    return KubeSource(kubeconfig.join_list(kept), explicit is not None, len(kept) < len(files))
 
 
-def _current_context(source: Path) -> str | None:
-    import yaml
+@dataclass(frozen=True)
+class KubeSource:
+    """Where a kubernetes target copies its context from."""
+
+    value: str  # a path or a KUBECONFIG list; empty when only the placed file was named
+    explicit: bool  # from --kubeconfig (else $KUBECONFIG or ~/.kube/config)
+    dropped_placed: bool  # the list named npa's own placed kubeconfig, which was left out
+
+
+def _current_context(source: str) -> str | None:
+    from npa.adapters.kube import kubeconfig
 
     try:
-        data = yaml.safe_load(source.read_text("utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+        return kubeconfig.merge(kubeconfig.split_list(source)).current_context
+    except kubeconfig.KubeconfigError:
         return None
-    current = data.get("current-context") if isinstance(data, dict) else None
-    return str(current) if current else None
 
 
 def _kubernetes_spec(
-    paths: NpaPaths, project: str, context: str, *, source: Path | None, document: str | None
+    paths: NpaPaths, project: str, context: str, *, source: str | None, document: str | None
 ) -> StackSpec:
     config = {
         "npa:context": context,
@@ -316,8 +394,8 @@ def _kubernetes_spec(
         "npa:namespace": namespace_for(project),
         "npa:serviceAccount": "sky-sa",
     }
-    if source is not None:
-        config["npa:kubeconfigSource"] = str(source)
+    if source:
+        config["npa:kubeconfigSource"] = source
     if document is not None:
         config["npa:kubeconfigDocument"] = document
     return StackSpec(f"{project}.kubernetes.{stack_token(context)}", "kubernetes", config)
@@ -346,9 +424,12 @@ def layout(
 ) -> Layout:
     """The stacks a target consists of, and the operation id of provisioning it."""
     if target not in TARGETS:
+        guess = closest(target, TARGETS)
         raise InvalidInput(
-            f"--target {target!r} is not one of {', '.join(TARGETS)}",
-            fix=f"npa provision-if-absent --project {project} --target local",
+            unknown("--target", target, TARGETS),
+            fix=npa_command("provision-if-absent", "--project", project, "--target", guess)
+            if guess
+            else npa_command("provision-if-absent", "--help"),
         )
     if target == "local":
         spec = StackSpec(
@@ -361,25 +442,23 @@ def layout(
         )
         return Layout(project, target, None, [spec], f"provision.{project}.local")
     if target == "kubernetes":
-        source = _kubeconfig_source(kubeconfig) if need_source else None
         ctx = context or configured_context
-        if ctx is None and source is not None:
-            ctx = _current_context(source)
+        if ctx is None and need_source:
+            ctx = _current_context(_kubeconfig_source(paths, kubeconfig, None).value)
         if ctx is None:
-            raise InvalidInput(
-                "the kubernetes target needs a kube context",
-                fix=f"npa provision-if-absent --project {project} --target kubernetes "
-                "--context CONTEXT --kubeconfig PATH",
-            )
-        safe_component(ctx, "kube context")
-        if source is not None:
-            _check_context(source, ctx, project)
-        spec = _kubernetes_spec(paths, project, ctx, source=source, document=None)
+            raise _no_context(paths, project, kubeconfig)
+        check_context_name(ctx)
+        source = _kubeconfig_source(paths, kubeconfig, ctx) if need_source else None
+        if source is not None and source.value:
+            _check_context(paths, source, ctx, project)
+        spec = _kubernetes_spec(
+            paths, project, ctx, source=source.value if source else None, document=None
+        )
         op = f"provision.{project}.kubernetes.{stack_token(ctx)}"
-        return Layout(project, target, ctx, [spec], op)
+        return Layout(project, target, ctx, [spec], op, source)
     infra = infra or Infrastructure()
     ctx = context or infra.context or f"nebius-{project}"
-    safe_component(ctx, "kube context")
+    check_context_name(ctx)
     cloud_config = nebius_config(infra, project, nebius_project, nebius_region)
     cloud = StackSpec(f"{project}.nebius", "nebius", {**cloud_config, "npa:context": ctx})
     cluster = _kubernetes_spec(paths, project, ctx, source=None, document="(from the nebius stack)")
@@ -405,42 +484,138 @@ def nebius_config(
     }
 
 
-def _check_context(source: Path, context: str, project: str) -> None:
-    from stacks.localfs import minimal_kubeconfig
+def _no_context(paths: NpaPaths, project: str, explicit: Path | None) -> InvalidInput:
+    """No --context, none configured, and the kubeconfig sets no current context."""
+    from npa.adapters.kube import kubeconfig
+
+    source = _kubeconfig_source(paths, explicit, None).value
+    try:
+        names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
+    except kubeconfig.KubeconfigError:
+        names = []
+    known = f" ({source} has: {', '.join(names)})" if names else f" ({source} has none)"
+    if len(names) == 1:
+        fix = _command(
+            "provision-if-absent", "--project", project, "--target", "kubernetes",
+            "--context", names[0],
+        )  # fmt: skip
+    else:
+        fix = f"KUBECONFIG={shlex.quote(source)} kubectl config get-contexts -o name"
+    return InvalidInput(
+        "the kubernetes target needs a kube context: pass --context, or set a current "
+        f"context{known}",
+        fix=fix,
+    )
+
+
+def _command(*argv: str) -> str:
+    return shlex.join(["npa", *argv])
+
+
+def _check_context(paths: NpaPaths, source: KubeSource, context: str, project: str) -> None:
+    from npa.adapters.kube import kubeconfig
 
     try:
-        minimal_kubeconfig(str(source), context)
-    except FileNotFoundError:
+        kubeconfig.minimal_from(source.value, context)
+    except kubeconfig.KubeconfigError as exc:
+        fallback = kubeconfig.default_kubeconfig()
+        retry = [
+            "provision-if-absent", "--project", project, "--target", "kubernetes",
+            "--context", context, "--kubeconfig", str(fallback),
+        ]  # fmt: skip
+        usable = source.value != str(fallback) and _defines(fallback, context)
         raise InvalidInput(
-            f"kubeconfig {source} does not exist",
-            fix=f"npa provision-if-absent --project {project} --target kubernetes "
-            f"--context {context} --kubeconfig PATH",
-        ) from None
-    except (ValueError, KeyError, TypeError, OSError) as exc:
-        raise InvalidInput(
-            f"cannot use context {context!r} of {source}: {exc}",
-            fix=f"kubectl --kubeconfig {source} config get-contexts",
+            f"cannot use context {context!r}: {exc}",
+            fix=_command(*retry)
+            if usable
+            else f"KUBECONFIG={shlex.quote(source.value)} kubectl config get-contexts -o name",
         ) from None
 
 
-def _backend(paths: NpaPaths, url: str | None, *, create: bool) -> Backend:
-    if url is None:
-        if create:
-            ensure_private_dir(paths.pulumi_backend)
-        return Backend(f"file://{paths.pulumi_backend}")
-    if not re.match(r"^(file|s3|gs|azblob)://", url):
-        raise InvalidInput(
-            f"--backend-url {url!r} is not a self-managed state backend (file://, s3://, gs://, "
-            "azblob://); npa never uses a hosted service by default",
-            fix="npa provision-if-absent ... --backend-url s3://BUCKET/pulumi",
+def _defines(path: Path, context: str) -> bool:
+    from npa.adapters.kube import kubeconfig
+
+    try:
+        return context in kubeconfig.merge([path]).contexts
+    except kubeconfig.KubeconfigError:
+        return False
+
+
+def _backend(
+    paths: NpaPaths,
+    flag: str | None,
+    settings: ProjectSettings,
+    *,
+    create: bool,
+    argv: list[str],
+) -> Backend:
+    """The state backend and where the choice came from: ``--backend-url``, then
+    ``$PULUMI_BACKEND_URL``, then the project's recorded backend (``npa configure
+    --backend-url``), then ``file://`` under NPA_HOME. ``argv`` is the command being run, for
+    the fix line of a refused URL."""
+    default = f"file://{paths.pulumi_backend}"
+    recorded = settings.settings["backend_url"]
+    if flag is not None:
+        url, origin = flag, "--backend-url"
+    elif recorded.value is not None:
+        # The unredacted value: settings show a redacted one.
+        url = os.environ["PULUMI_BACKEND_URL"] if recorded.source == "env" else recorded.value
+        origin = "$PULUMI_BACKEND_URL" if recorded.source == "env" else "npa configure"
+        if recorded.source == "file":
+            url = str(load_config(paths)["projects"][settings.project]["backend_url"])
+    else:
+        url, origin = default, "default"
+    check_backend_url(url, fix_argv=[*argv, "--backend-url", default])
+    backend = Backend(url, origin)
+    if is_service(url) and service_login_missing(url):
+        raise Unavailable(
+            f"the Pulumi service {url} (from {origin}) needs a login: neither "
+            "PULUMI_ACCESS_TOKEN nor a stored `pulumi login` token for it was found",
+            fix=f"pulumi login {shlex.quote(url)}",
         )
-    backend = Backend(url)
     if create and backend.local_dir is not None:
         ensure_private_dir(backend.local_dir)
     return backend
 
 
-def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
+def _source_notes(lay: Layout, runner: InfraRunner) -> list[str]:
+    """When ``$KUBECONFIG`` names only the kubeconfig npa placed for the context (as npa's
+    own ``export KUBECONFIG=...`` advice leads to), copy the context from the source the
+    stack recorded instead, and say so."""
+    source = lay.source
+    if source is None or not source.dropped_placed:
+        return []
+    [spec] = lay.stacks
+    placed = spec.config["npa:kubeconfigPath"]
+    if source.value:
+        return [f"{placed} (npa's own placed kubeconfig) is left out of the kubeconfig list"]
+    recorded = next(
+        (
+            str((r.get("inputs") or {}).get("source") or "")
+            for r in runner.resources(spec.name)
+            if str(r.get("urn", "")).endswith("::kubeconfig")
+        ),
+        "",
+    )
+    if not recorded or recorded == placed:
+        retry = [
+            "provision-if-absent", "--project", lay.project, "--target", "kubernetes",
+            "--context", str(lay.context), "--kubeconfig", str(Path.home() / ".kube" / "config"),
+        ]  # fmt: skip
+        raise InvalidInput(
+            f"$KUBECONFIG names only {placed}, the kubeconfig npa placed for context "
+            f"{lay.context!r}; npa copies that context from the kubeconfig it came from",
+            fix=_command(*retry),
+        )
+    lay.source = KubeSource(recorded, explicit=True, dropped_placed=True)
+    spec.config["npa:kubeconfigSource"] = recorded
+    return [
+        f"$KUBECONFIG names npa's placed kubeconfig {placed}; the context is copied from "
+        f"{recorded}, the source the last apply recorded"
+    ]
+
+
+def _resume_argv(req: ProvisionRequest, project: str, lay: Layout, backend: Backend) -> list[str]:
     argv = ["npa", "provision-if-absent", "--project", project, "--target", lay.target]
     if lay.context and lay.target != "local":
         argv += ["--context", lay.context]
@@ -448,8 +623,9 @@ def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
         source = lay.stacks[0].config.get("npa:kubeconfigSource")
         if source:
             argv += ["--kubeconfig", source]
-    if req.backend_url:
-        argv += ["--backend-url", req.backend_url]
+    if backend.origin in ("--backend-url", "$PULUMI_BACKEND_URL"):
+        # The same backend on a resume, whatever the shell then exports.
+        argv += ["--backend-url", backend.url]
     if req.spec:
         argv += ["--spec", str(req.spec.resolve())]
     for quota_file in req.quota_files:
@@ -466,9 +642,10 @@ def _resume_argv(req: ProvisionRequest, project: str, lay: Layout) -> list[str]:
 def _export_line(path: Path) -> str:
     home = Path.home()
     try:
-        shown = "~/" + str(path.relative_to(home))
+        # ~ stays outside the quotes so the shell expands it.
+        shown = "~/" + shlex.quote(str(path.relative_to(home)))
     except ValueError:
-        shown = str(path)
+        shown = shlex.quote(str(path))
     return f"export KUBECONFIG={shown}"
 
 
@@ -511,6 +688,35 @@ def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingDisk]:
                     )
                 )
     return found
+
+
+def nebius_profile_project(home: Path | None = None) -> str | None:
+    """The project (``parent-id``) of the Nebius CLI's default profile, if it has one."""
+    import yaml
+
+    path = (home or Path.home()) / ".nebius" / "config.yaml"
+    try:
+        config = yaml.safe_load(path.read_text("utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    profiles = config.get("profiles") if isinstance(config, dict) else None
+    profile = profiles.get(config.get("default")) if isinstance(profiles, dict) else None
+    parent = profile.get("parent-id") if isinstance(profile, dict) else None
+    return str(parent) if parent else None
+
+
+def _nebius_quota_fix(req: ProvisionRequest, infra: Infrastructure) -> str:
+    """The same provisioning with the Nebius quota API as evidence: the project of the Nebius
+    CLI's profile, the spec's region (or npa's default)."""
+    project = req.nebius_project or nebius_profile_project()
+    if project is None:
+        return "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project"
+    argv = ["provision-if-absent", "--project", str(req.project or "default"), "--target"]
+    argv += ["nebius", "--nebius-project", project]
+    argv += ["--nebius-region", req.nebius_region or infra.region or "eu-north1"]
+    if req.spec is not None:
+        argv += ["--spec", str(req.spec)]
+    return npa_command(*argv)
 
 
 def quota_gate(
@@ -562,8 +768,7 @@ def quota_gate(
             existing=list(existing),
             sources=[],
             problems=["no quota evidence: unknown is never permission to create"],
-            fix="add --nebius-project <project-id> --nebius-region <region> "
-            "(or --quota-file <quota.yaml> to review offline)",
+            fix=_nebius_quota_fix(req, infra),
         )
     return assess(cluster_requirements(needs), sources, needs=needs, existing=existing)
 
@@ -581,8 +786,8 @@ def _check_tools(target: str) -> None:
         names = ", ".join(f"{k}-{n} v{v}" for k, n, v in missing)
         install = " && ".join(f"pulumi plugin install {k} {n} {v}" for k, n, v in missing)
         raise ToolMissing(
-            f"the {target} target needs the pulumi plugin(s) {names}, which are not installed",
-            fix="scripts/bootstrap-tools" if target == "kubernetes" else install,
+            f"the {target} target needs pulumi plugins that are not installed: {names}",
+            fix=bootstrap_tools_command() if target == "kubernetes" else install,
         )
 
 
@@ -614,7 +819,9 @@ def _recover(
             f"{p.get('type')} {str(p.get('resource', {}).get('urn', '')).rsplit('::', 1)[-1]}"
             for p in pending
         )
-        done.append(f"cleared {len(pending)} pending operation(s) ({ops}) and refreshed the state")
+        done.append(
+            f"cleared {plural(len(pending), 'pending operation')} ({ops}) and refreshed the state"
+        )
     if journal is not None and done:
         journal.append(f"recover:{spec.name}", "done", actions=done)
     return done
@@ -665,10 +872,12 @@ def provision_if_absent(
         nebius_project=req.nebius_project,
         nebius_region=req.nebius_region,
     )
-    resume = shlex.join(_resume_argv(req, project, lay))
     read_only = req.preview_only
-    backend = _backend(paths, req.backend_url, create=not read_only)
+    argv = ["provision-if-absent", "--project", project, "--target", lay.target]
+    backend = _backend(paths, req.backend_url, settings, create=not read_only, argv=argv)
     runner = InfraRunner(backend)
+    lay.notes = _source_notes(lay, runner)
+    resume = shlex.join(_resume_argv(req, project, lay, backend))
 
     if read_only:
         return _provision(req, paths, lay, runner, infra, resume, None, interactive, confirm)
@@ -740,6 +949,7 @@ def _preview_all(
         outcome = runner.preview(spec, read_only=runner.backend.local_dir is not None)
         reports[spec.name] = _report(spec, outcome)
         reports[spec.name].recovery = recovery.get(spec.name, [])
+        lay.notes += [f"pulumi warned ({spec.name}): {w}" for w in outcome.warnings]
     return reports
 
 
@@ -766,8 +976,9 @@ def _apply_all(
     reports: dict[str, StackReport],
     journal: OperationJournal,
     resume: str,
+    progress: Progress | None,
 ) -> None:
-    """Apply, stack by stack, each step journaled before and after."""
+    """Apply, stack by stack, each step journaled before and after and streamed while it runs."""
     for index, spec in enumerate(lay.stacks):
         if lay.target == "nebius" and index == 1:
             document = reports[lay.stacks[0].name].outputs.get("kubeconfig")
@@ -779,9 +990,15 @@ def _apply_all(
             spec.config["npa:kubeconfigDocument"] = str(document)
             reports[spec.name] = _report(spec, runner.preview(spec, read_only=True))
         report = reports[spec.name]
-        journal.append(f"up:{spec.name}", "started")
         started = time.monotonic()
-        outcome = runner.up(spec)
+        outcome = _stack_step(
+            journal,
+            f"up:{spec.name}",
+            resume,
+            progress,
+            f"applying stack {spec.name} ({_count_text(report.pending())})",
+            functools.partial(runner.up, spec),
+        )
         report.applied = True
         report.seconds = round(time.monotonic() - started, 2)
         report.result_summary = {
@@ -812,7 +1029,8 @@ def _provision(
         return ProvisionResult(
             project=project,
             target=lay.target,
-            backend_url=runner.backend.url,
+            backend_url=redact(runner.backend.url) or "",
+            backend_origin=runner.backend.origin,
             mode=mode,
             quota=quota,
             stacks=[reports[s.name] for s in lay.stacks if s.name in reports],
@@ -820,6 +1038,7 @@ def _provision(
             journal=str(journal.path) if journal else None,
             resume=resume,
             message=message,
+            notes=lay.notes,
             **extra,
         )
 
@@ -842,6 +1061,7 @@ def _provision(
     _check_tools(lay.target)
     reports.update(_preview_all(lay, runner, recovery))
     pending = [r for r in reports.values() if r.pending() or r.note]
+    unreachable = _unreachable(lay)
     if journal is not None:
         journal.append(
             "preview",
@@ -858,6 +1078,18 @@ def _provision(
         "export_line": export,
     }
 
+    if unreachable is not None:
+        # The engine previews an unreachable cluster as "everything to create"; no apply may
+        # start from such a preview, --yes or not.
+        why, fix = unreachable
+        if journal is not None:
+            journal.append("reachability", "unreachable", detail=why[:500])
+        return result(
+            "unreachable",
+            quota,
+            f"{why}: the preview cannot be trusted and nothing was applied or changed",
+            fix=fix,
+        )
     if req.preview_only:
         return result("preview", quota, "preview only (--preview): nothing was changed")
     if not pending:
@@ -865,13 +1097,14 @@ def _provision(
             journal.append("done", "no-changes")
         message = "everything already exists: zero changes, nothing applied"
         return result("no-changes", quota, message, **placed)
-    why = _declined(req, reports, journal, interactive, confirm)
-    if why is not None:
-        return result("not-applied", quota, f"nothing applied ({why}); to apply, rerun with --yes")
+    declined = _declined(req, reports, journal, interactive, confirm)
+    if declined is not None:
+        message = f"nothing applied ({declined}); to apply, rerun with --yes"
+        return result("not-applied", quota, message)
 
     # 4. Apply, stack by stack, each step journaled before and after.
     assert journal is not None  # only --preview runs without one, and it returned above
-    _apply_all(lay, runner, reports, journal, resume)
+    _apply_all(lay, runner, reports, journal, resume, req.progress)
     return result("applied", quota, "applied: the target's stacks are up to date", **placed)
 
 
@@ -911,14 +1144,30 @@ def active_runs(paths: NpaPaths, project: str) -> list[str]:
     return runs
 
 
-def _teardown_resume(req: TeardownRequest, project: str, context: str | None) -> str:
-    """The one command that resumes (or reruns) this teardown."""
-    argv = ["npa", "teardown", "--project", project, "--target", req.target]
-    if context and req.target != "local":
-        argv += ["--context", context]
-    if req.backend_url:
-        argv += ["--backend-url", req.backend_url]
-    return shlex.join([*argv, "--yes"])
+def _teardown_needs_context(paths: NpaPaths, argv: list[str]) -> InvalidInput:
+    """The kubernetes teardown names no context: offer the contexts npa placed a kubeconfig
+    for (their folder names reverse to the context names)."""
+    from npa.core.paths import context_from_folder
+
+    placed = sorted(
+        name
+        for folder in (paths.clusters_dir.iterdir() if paths.clusters_dir.is_dir() else [])
+        if (name := context_from_folder(folder.name)) is not None
+    )
+    fixes = [npa_command(*argv, "--context", name) for name in placed]
+    return InvalidInput(
+        "teardown of the kubernetes target needs --context"
+        + (f" (npa placed kubeconfigs for: {', '.join(placed)})" if placed else ""),
+        fix="  or  ".join(fixes) if fixes else "kubectl config get-contexts -o name",
+    )
+
+
+def _teardown_resume(argv: list[str], backend: Backend) -> str:
+    """The one command that resumes (or reruns) this teardown, on the same backend whatever
+    the shell then exports."""
+    if backend.origin in ("--backend-url", "$PULUMI_BACKEND_URL"):
+        argv = [*argv, "--backend-url", backend.url]
+    return npa_command(*argv, "--yes")
 
 
 def _refuse_active_runs(paths: NpaPaths, project: str, resume: str) -> None:
@@ -928,7 +1177,10 @@ def _refuse_active_runs(paths: NpaPaths, project: str, resume: str) -> None:
         raise NpaError(
             f"project {project} has submitted runs that may still be active: {', '.join(runs)}; "
             "teardown would pull their infrastructure away",
-            fix="; ".join(f"npa workbench workflow cancel {r} --project {project}" for r in runs)
+            fix="; ".join(
+                npa_command("workbench", "workflow", "cancel", r, "--project", project)
+                for r in runs
+            )
             + f"; then: {resume}",
             details={"runs": runs},
         )
@@ -940,17 +1192,25 @@ def _destroy_all(
     reports: dict[str, StackReport],
     journal: OperationJournal,
     resume: str,
+    progress: Progress | None,
 ) -> None:
-    """Destroy each present stack (in the order given), each step journaled before and after."""
+    """Destroy each present stack (in the order given), each step journaled before and after
+    and streamed while it runs."""
     for spec in present:
         if spec.kind == "kubernetes" and "npa:kubeconfigSource" not in spec.config:
             # Destroy runs from state; the program's config only has to be well formed.
             spec.config["npa:kubeconfigDocument"] = "(unused by destroy)"
         report = reports[spec.name]
         report.recovery = _recover(runner, spec, journal, resume)
-        journal.append(f"destroy:{spec.name}", "started")
         started = time.monotonic()
-        outcome = runner.destroy(spec)
+        outcome = _stack_step(
+            journal,
+            f"destroy:{spec.name}",
+            resume,
+            progress,
+            f"destroying stack {spec.name} ({_count_text(report.pending())})",
+            functools.partial(runner.destroy, spec),
+        )
         report.applied = True
         report.seconds = round(time.monotonic() - started, 2)
         report.result_summary = {k: v for k, v in outcome.summary.items() if k in MUTATING}
@@ -968,6 +1228,9 @@ def teardown(
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(req.project, paths=paths)
     project = settings.project
+    argv = ["teardown", "--project", project, "--target", req.target]
+    if req.target == "kubernetes" and not (req.context or settings.value("context")):
+        raise _teardown_needs_context(paths, argv)
     lay = layout(
         paths,
         project,
@@ -977,10 +1240,10 @@ def teardown(
         configured_context=settings.value("context"),
         need_source=False,
     )
-    if req.target == "kubernetes" and lay.context is None:
-        raise InvalidInput("teardown of the kubernetes target needs --context")
-    resume = _teardown_resume(req, project, lay.context)
-    backend = _backend(paths, req.backend_url, create=False)
+    if lay.context and req.target != "local":
+        argv += ["--context", lay.context]
+    backend = _backend(paths, req.backend_url, settings, create=False, argv=argv)
+    resume = _teardown_resume(argv, backend)
     runner = InfraRunner(backend)
     order = list(reversed(lay.stacks))
 
@@ -988,7 +1251,8 @@ def teardown(
         return TeardownResult(
             project=project,
             target=req.target,
-            backend_url=backend.url,
+            backend_url=redact(backend.url) or "",
+            backend_origin=backend.origin,
             mode=mode,
             stacks=reports,
             resume=resume,
@@ -1018,9 +1282,11 @@ def teardown(
     ):
         journal = OperationJournal(paths, operation)
         resume = journal.begin("teardown", shlex.split(resume), stacks=[s.name for s in present])
-        _destroy_all(runner, present, {r.stack: r for r in reports}, journal, resume)
+        _destroy_all(runner, present, {r.stack: r for r in reports}, journal, resume, req.progress)
         journal.append("done", "destroyed")
-    return result("destroyed", reports, f"destroyed {len(present)} stack(s) of project {project}")
+    return result(
+        "destroyed", reports, f"destroyed {plural(len(present), 'stack')} of project {project}"
+    )
 
 
 __all__ = [

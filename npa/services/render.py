@@ -12,6 +12,7 @@ import difflib
 import hashlib
 import json
 import os
+import shlex
 import shutil
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from npa.core.errors import EXIT_FAILURE, InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.spec.validate import load_workflow
 
 if TYPE_CHECKING:
@@ -65,8 +67,9 @@ class RenderResult(Result):
 
     def text_lines(self) -> list[str]:
         how = "in their images" if self.runtime == "container" else "as host processes"
+        files = plural(len(self.files), "task file")
         lines = [
-            f"rendered {len(self.files)} task files for run {self.run_id} into {self.out_dir}",
+            f"rendered {files} for run {self.run_id} into {self.out_dir}",
             f"  for {self.infra}, stages {how}; prefix {self.run_prefix or '-'} "
             f"({self.store_source})",
         ]
@@ -215,7 +218,8 @@ class RenderOptions:
 
 
 def _infra(options: RenderOptions, workflow: Workflow) -> str:
-    """The backend to render for: ``--infra``, else SkyPilot on ``--context`` or the spec's."""
+    """The backend to render for: ``--infra``, else SkyPilot on ``--context`` or the spec's
+    (an error without a fix when there is none: the caller names the command)."""
     if options.infra is not None:
         if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
             raise InvalidInput(
@@ -228,8 +232,6 @@ def _infra(options: RenderOptions, workflow: Workflow) -> str:
         raise InvalidInput(
             "cannot render: no kube context: set infrastructure.context, pass --context, or "
             "render for this machine with --infra local",
-            fix="npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
-            "--context <kube-context>",
         )
     return f"k8s/{context}"
 
@@ -260,6 +262,43 @@ def _accelerators(
     return dict(report.admission.accelerators)
 
 
+def _render_fix(
+    error: InvalidInput,
+    path: Path,
+    run_id: str,
+    out: Path,
+    digests_file: Path | None,
+    context: str | None,
+    store: str | None,
+) -> str:
+    """The command that renders after all: the same one with the values npa can find
+    (``context`` and ``store``: what this render used, if anything)."""
+    from npa.adapters.kube import kubeconfig
+    from npa.services.configure import resolve_project
+
+    if error.details.get("unpinned"):
+        return (
+            shlex.join(["npa", "workbench", "workflow", "preflight-images", str(path)])
+            + "  # resolves each image to its digest; render then pins them"
+        )
+    argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
+    argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
+    if context is None:
+        try:
+            context = kubeconfig.merge(kubeconfig.source_files()).current_context
+        except kubeconfig.KubeconfigError:
+            context = None
+        if context is None:
+            return "kubectl config get-contexts -o name  # a context for render --context"
+        argv += ["--context", str(context)]
+    if store is None or not str(store).startswith(("s3://", "gs://")):
+        configured = resolve_project(None).value("store") or ""
+        if not configured.startswith(("s3://", "gs://")):
+            return "npa configure --show  # render needs an s3:// or gs:// store (--store-uri)"
+        argv += ["--store-uri", configured]
+    return shlex.join(argv)
+
+
 def render_spec(
     path: Path,
     run_id: str,
@@ -276,7 +315,7 @@ def render_spec(
 ) -> RenderResult:
     """Render a spec into ``out`` (replacing an earlier render there atomically): the task
     files ``submit`` launches for the same run, images and backend, byte for byte."""
-    from npa.backends import backend_for_infra
+    from npa.backends import backend_for_infra, infra_context
     from npa.plan.model import build_plan
     from npa.render.tasks import load_digests, render_run, resolve_images
     from npa.services.runs import run_store
@@ -301,16 +340,25 @@ def render_spec(
         spec_store=workflow.storage.uri if workflow.storage else None,
         paths=paths,
     )
-    infra = _infra(options, workflow)
-    backend = backend_for_infra(infra, paths, runtime=options.runtime)
     notes: list[str] = [] if where.source == "reservation" else [where.detail]
-    images: dict[str, str] = {}
-    if isinstance(backend, PullsPinnedImages):
-        digests = load_digests(options.digests_file) if options.digests_file else {}
-        images = resolve_images(workflow, digests)
-    accelerators = _accelerators(backend, workflow, notes)
-    plan = build_plan(workflow, run_id, store_uri=where.store)
-    tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)
+    infra = options.infra
+    try:
+        infra = _infra(options, workflow)
+        backend = backend_for_infra(infra, paths, runtime=options.runtime)
+        images: dict[str, str] = {}
+        if isinstance(backend, PullsPinnedImages):
+            digests = load_digests(options.digests_file) if options.digests_file else {}
+            images = resolve_images(workflow, digests)
+        accelerators = _accelerators(backend, workflow, notes)
+        plan = build_plan(workflow, run_id, store_uri=where.store)
+        tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)
+    except InvalidInput as error:
+        if error.fix is None:
+            context = infra_context(infra) if infra else options.kube_context
+            error.fix = _render_fix(
+                error, path, run_id, out, options.digests_file, context, where.store
+            )
+        raise
     previous = _read_render(options.diff_against) if options.diff_against is not None else None
     files = {t.filename: t.text for t in tasks}
     index = {

@@ -12,6 +12,7 @@ from npa.core.fsio import exclusive_lock
 from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import number, plural
 from npa.runs.identity import (
     legacy_run_id_warning,
     load_record,
@@ -55,7 +56,7 @@ def prepare_run(spec: Path, project: str | None, *, paths: NpaPaths | None = Non
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
-    store = normalize_store_uri(settings.value("store") or "local", paths)
+    store = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     warnings = [w for w in [legacy_run_id_warning(paths)] if w]
     entry = reserve_run(
         paths,
@@ -110,16 +111,16 @@ class StagedSource(Result):
             state = "already committed, confirmed"
         return [
             f"source {self.source_digest} {state} for run {self.run_id}",
-            f"  {self.files} files, {self.bytes} bytes, {self.blobs} distinct blobs; "
-            f"{self.hashed} files read and hashed",
-            f"  uploaded {self.uploaded} blobs ({self.uploaded_bytes} bytes), "
-            f"repaired {self.repaired} in {self.seconds:.2f}s",
+            f"  {plural(self.files, 'file')}, {plural(self.bytes, 'byte')}, "
+            f"{plural(self.blobs, 'distinct blob')}; {plural(self.hashed, 'file')} read and hashed",
+            f"  uploaded {plural(self.uploaded, 'blob')} ({plural(self.uploaded_bytes, 'byte')}), "
+            f"repaired {number(self.repaired)} in {self.seconds:.2f}s",
             f"  manifest: {self.manifest}",
         ]
 
 
 def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[str, ObjectStore]:
-    uri = normalize_store_uri(settings.value("store") or "local", paths)
+    uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     store = open_store(
         uri,
         endpoint_url=settings.value("endpoint_url"),

@@ -15,9 +15,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from npa.adapters.skypilot import environment as env
+from npa.core.commands import kubectl_command as kubectl
+from npa.core.commands import provision_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
+from npa.core.text import number, plural
 
 Verdict = Literal["ok", "failed", "unknown"]
 SERVICE_ACCOUNT = "sky-sa"
@@ -44,15 +47,14 @@ def _exit(checks: list[Check]) -> int:
 
 
 def _lines(title: str, checks: list[Check]) -> list[str]:
+    from npa.core.table import table
+
     lines = [title]
-    width = max((len(c.name) for c in checks), default=0)
-    for c in checks:
-        text = f"  {c.verdict:<7} {c.name:<{width}}  {c.answer}"
-        if c.detail:
-            text += f" — {c.detail}"
-        lines.append(text)
-        if c.fix and c.verdict != "ok":
-            lines.append(f"          fix: {c.fix}")
+    lines += table(
+        ["VERDICT", "CHECK", "ANSWER", "DETAIL"],
+        [[c.verdict, c.name, c.answer, c.detail or None] for c in checks],
+    )
+    lines += [f"  fix ({c.name}): {c.fix}" for c in checks if c.fix and c.verdict != "ok"]
     return lines
 
 
@@ -177,17 +179,23 @@ def client_check(facts: env.EnvironmentFacts) -> Check:
     )
 
 
-def _kubeconfig(paths: NpaPaths, context: str, project: str | None) -> tuple[Path, Check]:
-    """npa's kubeconfig for ``context`` and whether the context resolves through it."""
+def _kubeconfig(
+    paths: NpaPaths, context: str, project: str | None, *, honour_env: bool = False
+) -> tuple[Path, Check]:
+    """The kubeconfig for ``context`` and whether the context resolves through it: npa's
+    placed file, or (``honour_env``) the file kubectl would read first (``$KUBECONFIG``)."""
+    from npa.adapters.kube import kubeconfig
     from npa.adapters.skypilot import kubeaccess
 
-    path = paths.cluster_kubeconfig(context)
-    provision = (
-        f"npa provision-if-absent --project {project or 'PROJECT'} --target kubernetes "
-        f"--context {context}"
-    )
+    if honour_env:
+        chosen = kubeconfig.for_context(paths, context)
+        # A KUBECONFIG list is passed on as it is: every client npa uses splits it.
+        path, origin = Path(chosen.value), chosen.origin
+    else:
+        path, origin = paths.cluster_kubeconfig(context), "placed by npa"
+    provision = provision_command(context, project)
     name = "kube context"
-    if not path.is_file():
+    if origin == "placed by npa" and not path.is_file():
         return path, Check(
             name=name, verdict="failed", answer="no kubeconfig",
             detail=f"{path} does not exist", fix=provision,
@@ -204,14 +212,14 @@ def _kubeconfig(paths: NpaPaths, context: str, project: str | None) -> tuple[Pat
             name=name, verdict="failed", answer="context not in kubeconfig",
             detail=f"{path} has {', '.join(names) or 'no contexts'}", fix=provision,
         )  # fmt: skip
-    return path, Check(name=name, verdict="ok", answer="resolves", detail=str(path))
+    return path, Check(name=name, verdict="ok", answer="resolves", detail=f"{path} ({origin})")
 
 
 def _readyz(path: Path, context: str) -> Check:
     from npa.adapters.kube.readyz import readyz_asker
 
     status, detail = readyz_asker(path, context)()
-    fix = f"KUBECONFIG={path} kubectl --context {context} get --raw /readyz"
+    fix = kubectl(path, context, "get", "--raw", "/readyz")
     if status == 200:
         return Check(name="readyz", verdict="ok", answer="200", detail=detail)
     if status is None:
@@ -343,9 +351,7 @@ def skypilot_status(project: str, context: str, *, paths: NpaPaths | None = None
     checks = _server_checks()
     path, resolved = _kubeconfig(paths, context, project)
     checks.append(resolved)
-    provision = (
-        f"npa provision-if-absent --project {project} --target kubernetes --context {context}"
-    )
+    provision = provision_command(context, project)
     if resolved.verdict == "ok":
         checks.append(_readyz(path, context))
         client = kubeaccess.api_client(path, context)
@@ -410,7 +416,7 @@ def verify(
     paths = paths or NpaPaths.from_env()
     if project is not None and namespace is not None:
         raise InvalidInput("give --project or --namespace, not both")
-    path, resolved = _kubeconfig(paths, cluster, project)
+    path, resolved = _kubeconfig(paths, cluster, project, honour_env=True)
     checks = [resolved]
     ns = namespace or (namespace_for(project) if project else None)
     if resolved.verdict != "ok":
@@ -422,9 +428,10 @@ def verify(
     checks.append(_identity(client))
     checks += _node_checks(client, path, cluster)
     fix = (
-        f"npa provision-if-absent --project {project} --target kubernetes --context {cluster}"
+        provision_command(cluster, project)
         if project
-        else f"KUBECONFIG={path} kubectl auth can-i --list -n {ns}  # then grant create/delete pods"
+        else kubectl(path, cluster, "auth", "can-i", "--list", "-n", ns)
+        + "  # then grant create/delete pods"
     )
     pods = [
         kubeaccess.can_i(client, "create", "pods", ns),
@@ -447,7 +454,7 @@ def verify(
                 verdict="ok" if sky_ok and ours_ok else "failed",
                 answer=f"{'enabled' if sky_ok else 'disabled'} ({agree})",
                 detail=" ".join(reason.split())[:400],
-                fix=None if sky_ok else f"KUBECONFIG={path} sky check kubernetes",
+                fix=None if sky_ok else f"KUBECONFIG={shlex.quote(str(path))} sky check kubernetes",
                 facts={"skypilot_ok": sky_ok, "npa_checks_ok": ours_ok},
             )
         )
@@ -462,7 +469,7 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
     except Exception as exc:
         status, text = kubeaccess.describe_error(exc)
         verdict: Verdict = "failed" if status == 403 else "unknown"
-        fix = f"KUBECONFIG={path} kubectl --context {context} get nodes"
+        fix = kubectl(path, context, "get", "nodes")
         return [
             Check(name="nodes", verdict=verdict, answer="not listed", detail=text, fix=fix),
             Check(name="GPUs", verdict="unknown", answer="not known", detail="nodes not listed"),
@@ -471,9 +478,9 @@ def _node_checks(client: Any, path: Path, context: str) -> list[Check]:
     nodes = Check(
         name="nodes",
         verdict="ok" if ready else "failed",
-        answer=f"{len(found)} visible, {len(ready)} ready",
+        answer=f"{plural(len(found), 'node')} visible, {number(len(ready))} ready",
         detail="" if ready else "SkyPilot cannot place a pod without a ready node",
-        fix=None if ready else f"KUBECONFIG={path} kubectl --context {context} get nodes -o wide",
+        fix=None if ready else kubectl(path, context, "get", "nodes", "-o", "wide"),
         facts={"nodes": [n.name for n in found]},
     )
     return [nodes, _gpu_check(found, context)]
@@ -498,7 +505,8 @@ def _gpu_check(found: list[Any], context: str) -> Check:
         return Check(
             name="GPUs",
             verdict="ok",
-            answer=f"{sum(n.allocatable_gpus for n in both)} on {len(both)} labelled nodes",
+            answer=f"{number(sum(n.allocatable_gpus for n in both))} on "
+            f"{plural(len(both), 'labelled node')}",
             detail=", ".join(sorted({str(n.gpu_label) for n in both})),
             facts=facts,
         )
@@ -513,7 +521,7 @@ def _gpu_check(found: list[Any], context: str) -> Check:
         verdict="failed",
         answer="none usable",
         detail=detail,
-        fix=f"npa workbench workflow gpus --cluster {context}",
+        fix=shlex.join(["npa", "workbench", "workflow", "gpus", "--cluster", context]),
         facts=facts,
     )
 

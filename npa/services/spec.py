@@ -10,6 +10,7 @@ from pydantic import Field
 
 from npa.core.errors import EXIT_INVALID
 from npa.core.output import Result
+from npa.core.text import plural
 from npa.spec.model import API_VERSION
 from npa.spec.validate import SpecIssue, read_spec_text, validate_text
 
@@ -25,7 +26,8 @@ class ValidateResult(Result):
 
     def text_lines(self) -> list[str]:
         if self.valid:
-            return [f"ok: {self.spec} is a valid workflow {self.workflow!r} ({self.stages} stages)"]
+            stages = plural(self.stages, "stage")
+            return [f"ok: {self.spec} is a valid workflow {self.workflow!r} ({stages})"]
         noun = "issue" if len(self.issues) == 1 else "issues"
         lines = [f"invalid: {self.spec} has {len(self.issues)} {noun}"]
         for issue in self.issues:

@@ -27,6 +27,7 @@ from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotF
 from npa.core.layout import run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
+from npa.core.text import plural
 from npa.runs.manifest import RunManifest, StageRecord, job_stages, read_manifest
 from npa.services.locate import (
     RUN_ID_SHAPE,
@@ -104,7 +105,9 @@ class StatusResult(Result):
             head += f" (last known: {self.last_known_state}; NOT live-verified, not for automation)"
         lines = [head, f"  {self.reason}"]
         if self.job_id is not None:
-            lines.append(f"  job: {self.backend} {self.job_id} ({self.job_name}) {self.job_state}")
+            named = f" ({self.job_name})" if self.job_name else ""
+            state = self.job_state or "state not reported"
+            lines.append(f"  job: {self.backend} {self.job_id}{named}: {state}")
         if self.failure_reason:
             lines.append(f"  failure: {self.failure_reason}")
         for p in self.pending:
@@ -122,7 +125,7 @@ class StatusResult(Result):
             sup = self.supervisor
             lines.append(
                 f"  supervisor: {sup['classification']} -> {sup['recovery']} "
-                f"({len(sup.get('attempts', []))} attempts)"
+                f"({plural(len(sup.get('attempts', [])), 'attempt')})"
             )
         lines.append("  sources:")
         for s in self.sources:
@@ -480,22 +483,20 @@ def watch(
     interval: float = 10.0,
     timeout: float | None = None,
     workflow_uri: str | None = None,
-    on_change: Callable[[StatusResult], None] | None = None,
+    on_poll: Callable[[StatusResult], None] | None = None,
     paths: NpaPaths | None = None,
 ) -> StatusResult:
-    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes).
+    """Poll ``status`` until the run is final (or NOT_FOUND, or ``timeout`` passes); every
+    answer goes to ``on_poll`` (see :mod:`npa.services.watching` for what changed).
 
     A source that is briefly unavailable does not end the watch; the last answer is returned.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
-    last: tuple[str, str | None, tuple[str, ...]] | None = None
     while True:
         result = status(run, project, workflow_uri=workflow_uri, paths=paths)
         result.watched = True
-        key = (result.state, result.job_state, tuple(v.state for v in result.stages.values()))
-        if on_change is not None and key != last:
-            on_change(result)
-        last = key
+        if on_poll is not None:
+            on_poll(result)
         if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
             return result
         if deadline is not None and time.monotonic() >= deadline:
@@ -529,10 +530,26 @@ class RunList(Result):
     note: str = "states as recorded in the store; run status RUN_ID for a live answer"
 
     def text_lines(self) -> list[str]:
-        lines = [f"{len(self.runs)} runs of project {self.project} in {self.store}, newest first"]
-        for r in self.runs:
-            job = f" {r.backend} job {r.job_id}" if r.job_id is not None else ""
-            lines.append(f"  {r.run_id}  {r.workflow:20} {r.recorded_state:24}{job}")
+        from npa.core.table import table
+
+        lines = [
+            f"{plural(len(self.runs), 'run')} of project {self.project} in {self.store}, "
+            "newest first"
+        ]
+        if self.runs:
+            lines += table(
+                ["RUN", "WORKFLOW", "STATE", "JOB", "SUBMITTED"],
+                [
+                    [
+                        r.run_id,
+                        r.workflow,
+                        r.recorded_state,
+                        f"{r.backend} {r.job_id}" if r.job_id is not None else None,
+                        r.submitted_at,
+                    ]
+                    for r in self.runs
+                ],
+            )
         if self.truncated:
             lines.append("  (more runs exist: raise --limit)")
         lines.append(f"  {self.note}")
@@ -550,11 +567,11 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
     the objects the runs hold.
     """
     from npa.core.errors import InvalidInput
-    from npa.services.configure import resolve_project
+    from npa.services.configure import require_known_project, resolve_project
 
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths)
+    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
     store = open_run_store(store_uri, settings, None, paths)
     candidates: list[tuple[str, str]] = []
     for workflow in store.children(""):
@@ -610,6 +627,8 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
                 elif isinstance(found, RunRow):
                     rows.append(found)
     truncated = position < len(candidates)
+    if not rows and project is not None:
+        require_known_project(settings, paths, "workbench", "workflow", "list")
     return RunList(
         project=settings.project,
         store=store_uri,

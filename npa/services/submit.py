@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
-from npa.adapters.storage import ObjectStore
+from npa.adapters.storage import ObjectStore, inspect_command
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
 from npa.backends.base import (
     AdoptsPartialWaves,
@@ -52,6 +52,7 @@ from npa.core.layout import (
 )
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchTransaction, Observer, Transaction
@@ -110,8 +111,8 @@ class SubmitResult(Result):
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
         how = "in their images" if self.runtime == "container" else "as host processes"
         lines += [
-            f"source {self.source_digest} staged; {len(self.tasks)} tasks rendered; stages run "
-            f"{how}" + (f" ({self.runtime_reason})" if self.runtime_reason else ""),
+            f"source {self.source_digest} staged; {plural(len(self.tasks), 'task')} rendered; "
+            f"stages run {how}" + (f" ({self.runtime_reason})" if self.runtime_reason else ""),
             f"run {self.run_id} {self.outcome} as {self.backend} job {self.job_id} "
             f"({self.job_name})",
             f"  prefix:   {self.run_prefix}",
@@ -285,16 +286,27 @@ def _render(run: _Run) -> dict[str, str]:
     call ``render`` makes, so ``render --run-id`` shows these bytes."""
     from npa.render.tasks import render_run, resolve_images
 
-    images: dict[str, str] = {}
-    if isinstance(run.backend, PullsPinnedImages):
-        images = resolve_images(run.workflow, {}, run.admission.images)
-    rendered = render_run(
-        run.workflow,
-        run.plan,
-        run.backend,
-        images=images,
-        accelerators=run.admission.accelerators,
-    )
+    try:
+        images: dict[str, str] = {}
+        if isinstance(run.backend, PullsPinnedImages):
+            images = resolve_images(run.workflow, {}, run.admission.images)
+        rendered = render_run(
+            run.workflow,
+            run.plan,
+            run.backend,
+            images=images,
+            accelerators=run.admission.accelerators,
+        )
+    except InvalidInput as error:
+        if error.fix is None:
+            project = run.project
+            error.fix = (
+                _cmd("workbench", "workflow", "preflight-images", str(run.options.spec))
+                + f" --project {shlex.quote(project)}"
+                if error.details.get("unpinned")
+                else _cmd("configure", "--show", "--project", project)
+            )
+        raise
     return {t.stage: t.text for t in rendered}
 
 
@@ -417,6 +429,18 @@ def _submission(run: _Run, manifest: RunManifest) -> JobSubmission:
     )
 
 
+def _review_fix(run: _Run) -> str:
+    """What a backend refused is the run's task: the command that shows it for review (the
+    render verb for a Kubernetes context, else the task files stored in the run prefix)."""
+    context = infra_context(run.options.infra)
+    if context is None:
+        return inspect_command(run.store, run.prefix, listing=True) + "  # the run's task files"
+    return _cmd(
+        "workbench", "workflow", "render", str(run.options.spec), "--run-id", run.run_id,
+        "--out", f"{run.run_id}-render", "--context", context,
+    )  # fmt: skip
+
+
 def _launch(
     run: _Run,
     submission: JobSubmission,
@@ -455,6 +479,8 @@ def _launch(
 
         run.update(stop)
         stopped.details["launch_transaction"] = transaction.record.model_dump(mode="json")
+        if stopped.fix is None:
+            stopped.fix = _review_fix(run)
         raise
     job_id = record.job_id
     assert job_id is not None

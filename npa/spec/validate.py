@@ -10,6 +10,7 @@ where it was written, and a hint saying how to fix it.
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path as FsPath
@@ -485,7 +486,8 @@ def read_spec_text(path: FsPath) -> str:
         raw = path.read_bytes()
     except FileNotFoundError:
         raise NotFound(
-            f"spec file {path} does not exist", fix="ls examples/  # pass the path of a spec"
+            f"spec file {path} does not exist",
+            fix=f"ls {shlex.quote(str(path.parent.absolute()))}  # the specs beside it",
         ) from None
     except IsADirectoryError:
         raise InvalidInput(f"{path} is a directory, not a spec file") from None

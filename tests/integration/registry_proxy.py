@@ -5,10 +5,15 @@ front of it on a free loopback port and behaves like a registry behind a token s
 
 - ``/token``: the token service. Basic credentials, when sent, must be the proxy's own; without
   them it hands out an anonymous token.
+  ``POST /token`` with ``grant_type=refresh_token`` exchanges :data:`REFRESH_TOKEN` (an
+  identity token, as docker and credential helpers hold them) for a user token.
 - ``/v2/...``: needs ``Authorization: Bearer <token>``; without it answers 401 with a
   ``WWW-Authenticate: Bearer realm=...,service=...,scope=...`` challenge. Anonymous tokens may
   pull only repositories listed in ``public``. Repositories in ``denied`` answer 403 DENIED,
-  in ``broken`` 500. Everything else is forwarded to the real registry with its credentials.
+  in ``broken`` 500. Answers queued in ``later`` (status and headers, e.g. 429 with
+  ``Retry-After``) are given first, one per request, as a rate-limited registry would. Every
+  other request is forwarded to the real registry with its credentials. ``hits`` records when
+  each authorised ``/v2/`` request arrived and what it was answered.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from tests.harness.registry import Registry
 
 PROXY_USER = "token-user"
 PROXY_PASSWORD = "token-proxy-secret-value-7f3a"
+REFRESH_TOKEN = "npa-test-identity-token-5c1e"
 SERVICE = "npa-test-registry"
 
 
@@ -45,10 +51,48 @@ class TokenProxy:
     host: str = ""
     lock: threading.Lock = field(default_factory=threading.Lock)
     delay: float = 0.0  # seconds added to every answer, to stand in for a distant registry
+    later: list[tuple[int, dict[str, str]]] = field(default_factory=list)
+    hits: list[tuple[float, str, int]] = field(default_factory=list)  # (monotonic, method, code)
 
     @property
     def realm(self) -> str:
         return f"http://{self.host}/token"
+
+
+def _refusal(
+    proxy: TokenProxy, command: str, name: str, auth: str
+) -> tuple[int, str | None, dict[str, str]] | None:
+    """What a ``/v2/`` request for repository ``name`` is answered instead of the registry's
+    answer (status, error code or None for a bare 500, headers); None to forward it."""
+    challenge = f'Bearer realm="{proxy.realm}",service="{SERVICE}",scope="repository:{name}:pull"'
+    bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
+    who = proxy.tokens.get(bearer)
+    if who is None or (who == "anonymous" and name not in proxy.public):
+        return 401, "UNAUTHORIZED", {"WWW-Authenticate": challenge}
+    if name in proxy.denied:
+        return 403, "DENIED", {}
+    if name in proxy.broken:
+        return 500, None, {}
+    with proxy.lock:
+        queued = proxy.later.pop(0) if proxy.later else None
+        proxy.hits.append((time.monotonic(), command, queued[0] if queued else 200))
+    if queued is not None:
+        return queued[0], "TOOMANYREQUESTS", queued[1]
+    return None
+
+
+def _exchange(proxy: TokenProxy, form: dict[str, str]) -> tuple[int, str | None]:
+    """``POST /token``: a refresh (identity) token for a user token (status, token or None)."""
+    with proxy.lock:
+        proxy.token_requests.append(form)
+    if form.get("grant_type") != "refresh_token":
+        return 400, None
+    if form.get("refresh_token") != REFRESH_TOKEN:
+        return 401, None
+    token = secrets.token_hex(16)
+    with proxy.lock:
+        proxy.tokens[token] = "user"
+    return 200, token
 
 
 def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
@@ -78,6 +122,18 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
                 return self._token(url.query)
             return self._registry(url.path)
 
+        def do_POST(self) -> None:
+            url = urlparse(self.path)
+            length = int(self.headers.get("Content-Length", "0"))
+            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+            if url.path != "/token":
+                return self._error(400, "UNSUPPORTED")
+            code, token = _exchange(proxy, form)
+            if token is None:
+                return self._error(code, "UNSUPPORTED" if code == 400 else "UNAUTHORIZED")
+            body = json.dumps({"access_token": token, "expires_in": 300}).encode()
+            self._reply(200, body, {"Content-Type": "application/json"})
+
         def do_HEAD(self) -> None:
             time.sleep(proxy.delay)
             self._registry(urlparse(self.path).path)
@@ -102,20 +158,12 @@ def _handler(proxy: TokenProxy) -> type[BaseHTTPRequestHandler]:
         def _registry(self, path: str) -> None:
             match = re.match(r"^/v2/(?P<name>.+?)/(manifests|blobs|tags)/", path)
             name = match.group("name") if match else ""
-            challenge = (
-                f'Bearer realm="{proxy.realm}",service="{SERVICE}",scope="repository:{name}:pull"'
-            )
-            auth = self.headers.get("Authorization", "")
-            bearer = auth.removeprefix("Bearer ") if auth.startswith("Bearer ") else ""
-            who = proxy.tokens.get(bearer)
-            if who is None:
-                return self._error(401, "UNAUTHORIZED", {"WWW-Authenticate": challenge})
-            if who == "anonymous" and name not in proxy.public:
-                return self._error(401, "UNAUTHORIZED", {"WWW-Authenticate": challenge})
-            if name in proxy.denied:
-                return self._error(403, "DENIED")
-            if name in proxy.broken:
-                return self._reply(500, b"internal error")
+            refused = _refusal(proxy, self.command, name, self.headers.get("Authorization", ""))
+            if refused is not None:
+                code, err, extra = refused
+                if err is None:
+                    return self._reply(code, b"internal error")
+                return self._error(code, err, extra)
             headers = {"Accept": self.headers.get("Accept", "*/*")}
             resp = requests.request(
                 self.command,

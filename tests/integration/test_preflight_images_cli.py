@@ -94,7 +94,7 @@ def test_text_output_and_exit_zero_when_all_ok(
         env=_env(registry, npa_home),
     )
     assert out.code == 0, out.stdout + out.stderr
-    assert "all 2 images ok" in out.stdout
+    assert "2 images, all ok" in out.stdout
     assert a.digest[:19] in out.stdout and "env:REG_AUTH" in out.stdout
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import stat
 import subprocess
@@ -88,16 +89,12 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     ]
     assert (npa_home / "local-jobs").is_dir()
 
-    # The plain pulumi CLI sees the stack in the same backend.
+    # The plain pulumi CLI sees the stack in the same backend: the one PULUMI_BACKEND_URL names.
     listing = subprocess.run(
         [str(pulumi_backend.pulumi_bin), "stack", "ls", "--all", "--json"],
         capture_output=True,
         text=True,
-        env={
-            **os.environ,
-            "PULUMI_BACKEND_URL": f"file://{npa_home / 'pulumi'}",
-            "PULUMI_CONFIG_PASSPHRASE": "",
-        },
+        env={**os.environ, "PULUMI_CONFIG_PASSPHRASE": ""},
         cwd=npa_home,
         check=True,
     )
@@ -112,7 +109,8 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     assert torn.json()["mode"] == "destroyed"
     assert not (npa_home / "local-jobs").exists()
     assert (npa_home / "store" / "keep.txt").read_text() == "run data"
-    assert not (npa_home / "pulumi" / ".pulumi" / "stacks" / "npa" / "demo.local.json").exists()
+    checkpoint = pulumi_backend.state_dir / ".pulumi" / "stacks" / "npa" / "demo.local.json"
+    assert not checkpoint.exists()
     again = run_npa("teardown", "--project", "demo", "--target", "local", "--yes", "--json")
     assert again.json()["mode"] == "nothing"
 
@@ -121,7 +119,9 @@ def test_local_target_resumes_after_sigkill_during_up(
     npa_home: Path, pulumi_backend: PulumiBackend
 ) -> None:
     args = ["provision-if-absent", "--project", "crash", "--target", "local", "--yes"]
-    lock_dir = npa_home / "pulumi" / ".pulumi" / "locks" / "organization" / "npa" / "crash.local"
+    lock_dir = (
+        pulumi_backend.state_dir / ".pulumi" / "locks" / "organization" / "npa" / "crash.local"
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "npa", *args],
         stdout=subprocess.PIPE,
@@ -151,7 +151,10 @@ def test_local_target_resumes_after_sigkill_during_up(
     body = resumed.json()
     assert body["mode"] in ("applied", "no-changes")
     assert any("stale lock" in r for r in body["stacks"][0]["recovery"])
-    assert body["resume"] == "npa provision-if-absent --project crash --target local --yes"
+    assert body["resume"] == (
+        "npa provision-if-absent --project crash --target local "
+        f"--backend-url {pulumi_backend.url} --yes"
+    )
     assert (npa_home / "store").is_dir() and (npa_home / "local-jobs").is_dir()
     assert not any(lock_dir.glob("*.json"))
 
@@ -302,3 +305,140 @@ def _namespace_or_none(core: Any, name: str) -> Any:
         if exc.status == 404:
             return None
         raise
+
+
+def test_apply_streams_engine_progress_while_it_runs(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    args = ["provision-if-absent", "--project", "live", "--target", "local", "--yes", "--json"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npa", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    lines = []
+    running_when_first_step_shown = None
+    for line in proc.stderr:
+        lines.append(line.rstrip("\n"))
+        if running_when_first_step_shown is None and "create started" in line:
+            # The line arrived while pulumi up was still running, not in a summary at the end.
+            running_when_first_step_shown = proc.poll() is None
+    stdout, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, "\n".join(lines)
+    assert json.loads(stdout)["mode"] == "applied"
+    assert running_when_first_step_shown is True, lines
+    assert lines[0] == "applying stack live.local (2 to create)"
+    for name in ("store", "executor-state"):
+        started = [x for x in lines if x.endswith(f"npa:Directory {name}: create started")]
+        done = [x for x in lines if f"npa:Directory {name}: created in " in x]
+        assert len(started) == 1 and len(done) == 1, lines
+        assert lines.index(started[0]) < lines.index(done[0])
+
+
+def test_a_failed_apply_records_what_it_did_and_resumes(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    npa_home.mkdir(parents=True)
+    (npa_home / "store").write_text("a file where the store directory goes")
+    args = ("provision-if-absent", "--project", "fail", "--target", "local", "--yes")
+    failed = run_npa(*args, "--json")
+    assert failed.code == 1, failed.stdout + failed.stderr
+    error = failed.json()["error"]
+    records = _journal(npa_home, "provision.fail.local")
+    resume = records[0]["resume"]
+    assert error["fix"] == resume
+    assert resume == (
+        f"npa provision-if-absent --project fail --target local --backend-url {pulumi_backend.url}"
+        " --yes"
+    )
+    assert "completed before the failure" in error["message"]
+    assert "created pulumi-python:dynamic/npa:Directory executor-state" in error["message"]
+    [step] = [r for r in records if r["step"] == "up:fail.local" and r["status"] == "failed"]
+    assert step["completed"] == ["created pulumi-python:dynamic/npa:Directory executor-state"]
+    # Every record carries the one resume command, and the stack state has the directory made.
+    assert {r["resume"] for r in records if "resume" in r} == {resume}
+    [shown] = [x for x in failed.stderr.splitlines() if "npa:Directory store: create FAILED" in x]
+    assert shown.endswith(f"NotADirectoryError: {npa_home / 'store'} exists and is not a directory")
+
+    (npa_home / "store").unlink()
+    resumed = run_npa(*shlex.split(resume)[1:], "--json")
+    assert resumed.code == 0, resumed.stderr
+    body = resumed.json()
+    assert [(c["op"], c["name"]) for c in body["stacks"][0]["preview"] if c["op"] != "same"] == [
+        ("create", "store")
+    ]
+    assert (npa_home / "store").is_dir()
+
+
+def test_an_arn_context_from_a_kubeconfig_list_and_npas_own_export_advice(
+    npa_home: Path, pulumi_backend: PulumiBackend, kube: KubeCluster, k8s_plugin: None,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    import yaml
+
+    from tests.harness.tools import require_tool
+    from tests.integration.kubeconfigs import EKS, split_kubeconfig
+
+    listed = split_kubeconfig(kube, tmp_path / "kube")
+    args = ("provision-if-absent", "--project", "arn", "--target", "kubernetes", "--context", EKS)
+    applied = run_npa(*args, "--yes", "--json", env={"KUBECONFIG": listed}, timeout=240)
+    assert applied.code == 0, applied.stdout + applied.stderr
+    body = applied.json()
+    assert body["mode"] == "applied"
+    folder = "arn%3Aaws%3Aeks%3Aus-east-1%3A123456789012%3Acluster%2Fgpu-prod"
+    placed = npa_home / "clusters" / folder / "kubeconfig"
+    assert body["kubeconfig"] == str(placed)
+    assert yaml.safe_load(placed.read_text())["current-context"] == EKS
+    assert body["export_line"].endswith(f"/.npa/clusters/{folder}/kubeconfig")
+
+    # Following the advice: KUBECONFIG is now npa's own file. Nothing changes, and it says why.
+    again = run_npa(*args, "--yes", "--json", env={"KUBECONFIG": str(placed)}, timeout=240)
+    assert again.code == 0, again.stdout + again.stderr
+    repeat = again.json()
+    assert repeat["mode"] == "no-changes", repeat["stacks"][0]["preview"]
+    assert any("the source the last apply recorded" in n for n in repeat["notes"]), repeat["notes"]
+
+    # The placed file alone is what kubectl (and SkyPilot) need, under the real context name.
+    kubectl = require_tool("NPA_KUBECTL_BIN", "kubectl")
+    seen = subprocess.run(
+        [str(kubectl), "--context", EKS, "get", "namespace", "npa-arn", "-o", "name"],
+        env={**os.environ, "KUBECONFIG": str(placed)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert seen.stdout.strip() == "namespace/npa-arn", seen.stderr
+
+    torn = run_npa("teardown", "--project", "arn", "--target", "kubernetes", "--context", EKS,
+                   "--yes", "--json", timeout=240)  # fmt: skip
+    assert torn.code == 0, torn.stdout + torn.stderr
+    assert not placed.exists()
+
+
+def test_an_unreachable_cluster_is_previewed_as_such_and_never_applied(
+    npa_home: Path, pulumi_backend: PulumiBackend, k8s_plugin: None, tmp_path: Path
+) -> None:
+    from tests.harness.procs import free_port
+    from tests.integration.kubeconfigs import EKS, unreachable_kubeconfig
+
+    port = free_port()
+    config = unreachable_kubeconfig(tmp_path / "kubeconfig", port)
+    args = ("provision-if-absent", "--project", "gone", "--target", "kubernetes",
+            "--context", EKS, "--kubeconfig", str(config))  # fmt: skip
+    for extra in (("--preview",), ("--yes",)):
+        out = run_npa(*args, *extra, "--json", timeout=240)
+        assert out.code == 4, out.stdout + out.stderr
+        body = out.json()
+        assert body["mode"] == "unreachable"
+        assert f"context {EKS!r} did not answer on /readyz" in body["message"]
+        assert body["fix"].startswith(f"KUBECONFIG={config} kubectl --context {EKS} get --raw")
+    # Nothing was placed, nothing was applied: the backend holds no stack.
+    assert not (npa_home / "clusters").exists()
+    assert not list((pulumi_backend.state_dir / ".pulumi" / "stacks").rglob("*.json"))
+    records = _journal(
+        npa_home, f"provision.gone.kubernetes.{body['stacks'][0]['stack'].split('.', 2)[2]}"
+    )
+    assert ("reachability", "unreachable") in [(r["step"], r["status"]) for r in records]
+    assert not any(r["step"].startswith("up:") for r in records)

@@ -74,8 +74,14 @@ def test_success_reads_back_everywhere(spec: Path, env: dict[str, str], npa_home
     w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
             "--json")  # fmt: skip
     assert w.code == 0, w.stdout + w.stderr
-    body = w.json()
+    # NDJSON: one event per line as it happened, the final result last.
+    *events, body = [json.loads(line) for line in w.stdout.splitlines()]
     assert body["state"] == "SUCCEEDED" and body["trustworthy"] and body["watched"]
+    assert events and all(e["run_id"] == run_id for e in events)
+    assert events[-1]["event"] in ("state", "stage", "job") or events[-1]["event"] == "heartbeat"
+    assert [e["after"] for e in events if e["event"] == "state"][-1] == "SUCCEEDED"
+    square = [e for e in events if e["event"] == "stage" and e["stage"] == "square"]
+    assert square and square[-1]["after"] == "SUCCEEDED"
     assert body["job_id"] == out["job_id"]
     answers = {s["source"]: s["answer"] for s in body["sources"]}
     assert answers["receipt"] == "found" and answers["manifest"] == "found"
@@ -166,7 +172,7 @@ def test_failed_run_watch_exits_nonzero_and_load_artifact_refuses(
     w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
             "--json")  # fmt: skip
     assert w.code == 1, w.stdout + w.stderr
-    body = w.json()
+    body = json.loads(w.stdout.splitlines()[-1])
     assert body["state"] == "FAILED"
     assert body["supervisor"]["classification"] == "payload"
     assert any("logs" in n and "--stage total" in n for n in body["next"])
@@ -200,7 +206,7 @@ def test_cancel_by_id_is_repeat_safe(spec: Path, env: dict[str, str], npa_home: 
     assert r.json()["job_id"] == out["job_id"]
     w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
             "--timeout", "20", "--json")  # fmt: skip
-    assert w.json()["state"] == "CANCELLED" and w.code == 1
+    assert json.loads(w.stdout.splitlines()[-1])["state"] == "CANCELLED" and w.code == 1
     again = npa(env, *WF, "cancel", run_id, "--project", "demo", "--json")
     assert again.code == 0 and again.json()["outcome"] == "already_final"
     # ...and one proven final is not.
@@ -218,6 +224,10 @@ def test_not_found_only_when_every_source_answered(env: dict[str, str], npa_home
     junk.mkdir(parents=True)
     (junk / "manifest.json").write_text("{}")
     (npa_home / "store" / "tiny-local" / "20260101-000000-abcdef" / "other").mkdir(parents=True)
+    r = npa(env, *WF, "list", "--project", "demo", "--json")
+    # Nothing of "demo" exists anywhere: a name nobody configured or ran is a typo, not 0 runs.
+    assert r.code == 3 and r.json()["error"]["kind"] == "not_found", r.stdout
+    assert npa(env, "configure", "--project", "demo", "--store", "local").code == 0
     r = npa(env, *WF, "list", "--project", "demo", "--json")
     assert r.code == 0 and r.json()["runs"] == [], r.stdout
 
@@ -318,7 +328,7 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     assert resumed["job_name"].endswith("-r1")
     w = npa(env, *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
             "--json")  # fmt: skip
-    assert w.code == 0 and w.json()["state"] == "SUCCEEDED", w.stdout
+    assert w.code == 0 and json.loads(w.stdout.splitlines()[-1])["state"] == "SUCCEEDED", w.stdout
     # generate ran once; square's wave 0 once; only the killed wave 1 ran again.
     assert (counts / "generate").read_text().split() == ["x"]
     assert (counts / "square").read_text().split() == ["0", "1", "1"]
@@ -372,3 +382,46 @@ def test_a_job_id_from_another_home_is_never_taken_for_the_run(
     assert r.code == 4, r.stdout
     assert status(env, run_id).json()["state"] in ("STARTING", "RUNNING")
     assert npa(env, *WF, "cancel", run_id, "--project", "demo").code == 0
+
+
+def test_watch_json_streams_each_transition_as_it_happens(
+    spec: Path, env: dict[str, str], tmp_path: Path
+) -> None:
+    import os
+    import subprocess
+    import sys
+
+    gate = tmp_path / "let-generate-finish"
+    spec.write_text(
+        spec.read_text().replace(
+            'command: mkdir -p "$NPA_OUTPUT_NUMBERS"',
+            f'command: while [ ! -e {gate} ]; do sleep 0.05; done; mkdir -p "$NPA_OUTPUT_NUMBERS"',
+        )
+    )
+    run_id = prepare(spec, env)
+    submit(spec, run_id, env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "npa", *WF, "status", run_id, "--project", "demo", "--watch",
+         "--interval", "0.2", "--heartbeat", "1", "--json"],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    seen: list[dict[str, Any]] = []
+    try:
+        # The first event arrives while the run is held at its first stage: it is streamed.
+        for line in proc.stdout:
+            seen.append(json.loads(line))
+            if any(e.get("event") == "heartbeat" for e in seen):
+                break
+        assert proc.poll() is None, "the watch ended before the run was let go"
+        gate.touch()
+        seen += [json.loads(line) for line in proc.stdout]
+    finally:
+        gate.touch()
+        proc.wait(timeout=120)
+    assert proc.returncode == 0, proc.stderr.read() if proc.stderr else ""
+    *events, final = seen
+    assert final["state"] == "SUCCEEDED" and final["watched"]
+    generate = [(e["before"], e["after"]) for e in events if e.get("stage") == "generate"]
+    assert generate[-1][1] == "SUCCEEDED" and len(generate) >= 2, generate
+    assert any(e["event"] == "heartbeat" and e["after"] == "RUNNING" for e in events), events

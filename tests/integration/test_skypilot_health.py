@@ -142,7 +142,7 @@ def test_verify_without_a_placed_kubeconfig_names_the_provision_command(npa_home
     assert r.code == 1
     (only,) = r.json()["checks"]
     assert only["answer"] == "no kubeconfig"
-    assert only["fix"].startswith("npa provision-if-absent --project PROJECT --target kubernetes")
+    assert only["fix"] == "npa provision-if-absent --target kubernetes --context ghost"
 
 
 # --- status ----------------------------------------------------------------------------------

@@ -141,7 +141,9 @@ def test_docker_config_auth_forms(tmp_path: Path) -> None:
     hub = store.lookup("docker.io")
     assert hub is not None and hub.username == "u1" and hub.source == f"file:{config}"
     assert store.lookup("127.0.0.1:5000") is not None
-    assert store.lookup("ghcr.io") is None and "token" in (store.why_none("ghcr.io") or "")
+    # An identity token is kept as one, for the token service to exchange.
+    token = store.lookup("ghcr.io")
+    assert token is not None and token.identity_token and "tok-secret" not in repr(token)
     assert "ecr-login" in (store.why_none("123.dkr.ecr.us-east-1.amazonaws.com") or "")
     # Neither repr nor str of a credential shows its secret.
     assert "p1-secret" not in repr(hub) and "p1-secret" not in str(hub)
@@ -260,7 +262,7 @@ def test_override_precedence() -> None:
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (["x=r.io/x:1"], "unknown tool"),
+        (["x=r.io/x:1"], "unknown tool 'x'; the spec declares: a, b"),
         (["a=r.io/a:1", "a=r.io/a:2"], "twice"),
         (["a"], "TOOL_REF=IMAGE"),
         (["a=BAD REF"], "malformed"),
@@ -270,6 +272,13 @@ def test_override_errors(values: list[str], message: str) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_overrides(values, ["a", "b"])
     assert message in err.value.message
+
+
+def test_an_override_of_a_mistyped_tool_suggests_the_real_one() -> None:
+    with pytest.raises(InvalidInput) as err:
+        parse_overrides(["curatr=r.io/c:1"], ["curator", "augment"])
+    assert "did you mean 'curator'?" in err.value.message
+    assert err.value.fix == "--image-override curator=r.io/c:1"
 
 
 # --- cache -----------------------------------------------------------------------------------

@@ -16,17 +16,34 @@ from npa.services.provision import layout, namespace_for, stack_token
 pytestmark = pytest.mark.unit
 
 
-def _event(op: str, urn: str, old: Any = None, new: Any = None, diffs: Any = None) -> Any:
-    meta = SimpleNamespace(
-        op=SimpleNamespace(value=op),
-        urn=urn,
-        type=urn.split("::")[-2],
-        old=SimpleNamespace(inputs=old) if old is not None else None,
-        new=SimpleNamespace(inputs=new) if new is not None else None,
-        diffs=diffs,
-        detailed_diff=None,
+def _event(
+    op: str,
+    urn: str,
+    old: Any = None,
+    new: Any = None,
+    diffs: Any = None,
+    *,
+    outputs: Any = None,
+    detailed: dict[str, Any] | None = None,
+) -> Any:
+    """A real Automation API ``EngineEvent`` parsed from the JSON the engine writes."""
+    from pulumi.automation.events import EngineEvent
+
+    kind = urn.split("::")[-2]
+
+    def state(inputs: Any, outs: Any) -> dict[str, Any]:
+        return {"type": kind, "urn": urn, "inputs": inputs, "outputs": outs or {}}
+
+    metadata: dict[str, Any] = {"op": op, "urn": urn, "type": kind, "provider": "", "diffs": diffs}
+    if old is not None:
+        metadata["old"] = state(old, outputs)
+    if new is not None:
+        metadata["new"] = state(new, None)
+    if detailed is not None:
+        metadata["detailedDiff"] = detailed
+    return EngineEvent.from_json(
+        {"sequence": 1, "timestamp": 0, "resourcePreEvent": {"metadata": metadata}}
     )
-    return SimpleNamespace(resource_pre_event=SimpleNamespace(metadata=meta))
 
 
 URN = "urn:pulumi:p.local::npa::pulumi-python:dynamic/npa:Directory::store"
@@ -62,6 +79,68 @@ def test_a_step_beats_the_read_back_before_it() -> None:
     assert refresh and create and same
     assert [c.op for c in merge([refresh, create])] == ["create"]
     assert [c.op for c in merge([refresh, same])] == ["same"]
+
+
+NS = "urn:pulumi:p.kubernetes.c::npa::kubernetes:core/v1:Namespace::namespace"
+
+
+def test_a_nested_change_is_shown_leaf_by_leaf_in_pulumi_style() -> None:
+    old = {"metadata": {"name": "npa-p", "labels": {"team": "a", "gone": "x"}}, "__provider": "b"}
+    new = {"metadata": {"name": "npa-p", "labels": {"team": "b", "app.kubernetes.io/x": "y"}}}
+    change = change_from_event(_event("update", NS, old=old, new=new, diffs=["metadata"]))
+    assert change is not None
+    assert [p.text() for p in change.properties] == [
+        '+ metadata.labels["app.kubernetes.io/x"]: "y"',
+        '- metadata.labels.gone: "x"',
+        '~ metadata.labels.team: "a" => "b"',
+    ]
+    assert not any("{" in p.text() or "'" in p.text() for p in change.properties)
+
+
+def test_a_detailed_diff_takes_old_values_from_outputs_and_marks_replacements() -> None:
+    change = change_from_event(
+        _event(
+            "replace",
+            NS,
+            old={"metadata": {"name": "a"}},
+            outputs={"metadata": {"name": "a", "uid": "1"}, "spec": {"finalizers": ["k"]}},
+            new={"metadata": {"name": "b"}, "spec": {"finalizers": ["k", "z"]}},
+            detailed={
+                "metadata.name": {"diffKind": "update-replace", "inputDiff": False},
+                "spec.finalizers[1]": {"diffKind": "add", "inputDiff": False},
+            },
+        )
+    )
+    assert change is not None and change.op == "replace"
+    assert [p.text() for p in change.properties] == [
+        '~ metadata.name: "a" => "b"  (forces replacement)',
+        '+ spec.finalizers[1]: "z"',
+    ]
+
+
+def test_secrets_are_masked_and_long_values_are_never_cut() -> None:
+    secret = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"}
+    long = "x" * 500
+    change = change_from_event(
+        _event("update", URN, old={"token": secret, "doc": "a"}, new={"token": secret, "doc": long})
+    )
+    assert change is not None
+    [doc] = change.properties
+    assert doc.new == long and doc.text().endswith(f'"{long}"')
+    created = change_from_event(_event("create", URN, new={"token": secret}))
+    assert created is not None and created.properties[0].text() == '+ token: "[secret]"'
+
+
+def test_an_update_with_equal_inputs_shows_what_was_read_back() -> None:
+    # A dynamic provider compares the fingerprint it read back (an output) with the input.
+    inputs = {"destination": "/k", "fingerprint": "sha256:new"}
+    change = change_from_event(
+        _event(
+            "update", URN, old=inputs, new=inputs, outputs={**inputs, "fingerprint": "sha256:old"}
+        )
+    )
+    assert change is not None
+    assert [p.text() for p in change.properties] == ['~ fingerprint: "sha256:old" => "sha256:new"']
 
 
 def test_names() -> None:

@@ -187,7 +187,20 @@ def test_unpinned_images_are_refused_all_at_once() -> None:
     with pytest.raises(InvalidInput) as exc:
         render_workflow(workflow, "run-1", kube_context=None, digests={})
     assert "'cur'" in exc.value.message and "'gpu'" in exc.value.message
-    assert exc.value.fix and "preflight-images" in exc.value.fix and "--digests" in exc.value.fix
+    assert exc.value.details["unpinned"] is True
+
+
+def test_render_of_a_spec_names_the_preflight_of_that_spec(tmp_path: Path) -> None:
+    from npa.services.render import render_spec
+
+    spec = base_spec()
+    spec["tools"]["gpu"]["image"] = "registry.example.com/gpu:2.0"
+    path = tmp_path / "my spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    with pytest.raises(InvalidInput) as exc:
+        render_spec(path, "run-1", tmp_path / "out", kube_context="c")
+    assert exc.value.fix is not None
+    assert exc.value.fix.startswith(f"npa workbench workflow preflight-images '{path}'")
 
 
 @pytest.mark.parametrize(

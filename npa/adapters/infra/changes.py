@@ -1,13 +1,17 @@
 """Per-resource changes read from the Pulumi engine's events.
 
-The engine reports each step (create, update, replace, delete, same) with the old and new
-inputs and the list of properties that differ. This module turns those events into plain
-records npa can print and dump as JSON. It never shows secret values: the engine masks them,
-and properties a dynamic provider keeps for itself (``__provider``) are left out.
+The engine reports each step (create, update, replace, delete, same) with the old inputs and
+outputs, the new inputs, the top-level keys that differ and, from most providers, a detailed
+diff by property path. This module reads them the way ``pulumi preview --diff`` does and turns
+them into one record per changed leaf (path, kind, old, new) that npa prints in Pulumi's style
+and dumps as JSON. Secret values are shown masked, and properties the engine or a dynamic
+provider keeps for itself (``__provider``) are left out.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -16,7 +20,7 @@ from pydantic import BaseModel, ConfigDict
 # Operations that change something, in the order a reviewer reads them.
 MUTATING = ("create", "update", "replace", "delete")
 # Engine step kinds folded into the four a reviewer cares about.
-_OP_NAMES = {
+OP_NAMES = {
     "create": "create",
     "update": "update",
     "replace": "replace",
@@ -30,12 +34,16 @@ _OP_NAMES = {
     "import": "import",
     "import-replacement": "replace",
 }
-_MAX_VALUE = 200
+# The engine marks a secret value with this key (its "special signature"); npa shows it masked.
+_SECRET_SIG = "4dabf18193072939515e22adb298388d"
+SECRET = "[secret]"
 
 
 class PropertyChange(BaseModel):
-    """One property that differs: ``kind`` is add, delete or update (``-replace`` forces a
-    replacement)."""
+    """One property that differs, at a path as Pulumi writes it (``metadata.labels["a/b"]``,
+    ``rules[0].verbs``): ``kind`` is add, delete or update, with ``-replace`` when the change
+    forces a replacement. ``old`` and ``new`` are the values as the engine reported them
+    (secrets masked)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -43,6 +51,17 @@ class PropertyChange(BaseModel):
     kind: str
     old: Any = None
     new: Any = None
+
+    def text(self) -> str:
+        """One line in the style of ``pulumi preview --diff``: ``~ path: old => new``."""
+        base = self.kind.removesuffix("-replace")
+        if base == "add":
+            line = f"+ {self.path}: {show(self.new)}"
+        elif base == "delete":
+            line = f"- {self.path}: {show(self.old)}"
+        else:
+            line = f"~ {self.path}: {show(self.old)} => {show(self.new)}"
+        return line + ("  (forces replacement)" if self.kind.endswith("-replace") else "")
 
 
 class ResourceChange(BaseModel):
@@ -60,11 +79,90 @@ class ResourceChange(BaseModel):
         return f"{self.op} {self.type} {self.name}"
 
 
-def _short(value: Any) -> Any:
-    text = repr(value)
-    if len(text) > _MAX_VALUE:
-        return text[: _MAX_VALUE - 3] + "..."
+def show(value: Any) -> str:
+    """A value as Pulumi prints one: strings quoted, numbers and booleans bare, objects and
+    lists as JSON; never a Python repr, never cut short."""
+    if value is None:
+        return "null"
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _masked(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        if _SECRET_SIG in value:
+            return SECRET
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
     return value
+
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _join(path: str, key: str | int) -> str:
+    """Pulumi's property path syntax: ``a.b``, ``a["b/c"]``, ``a[0]``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    if _IDENT.match(key):
+        return f"{path}.{key}" if path else key
+    return f'{path}["{key}"]'
+
+
+def _internal(key: str) -> bool:
+    # Keys the engine and dynamic providers keep for themselves (``__provider``, ...).
+    return key.startswith("__")
+
+
+def _leaves(value: Any, path: str, kind: str, side: str) -> list[PropertyChange]:
+    """Every leaf of ``value`` as an add (``side`` new) or a delete (``side`` old)."""
+    if isinstance(value, Mapping) and value and _SECRET_SIG not in value:
+        out: list[PropertyChange] = []
+        for key in sorted(value):
+            if not (path == "" and _internal(key)):
+                out += _leaves(value[key], _join(path, key), kind, side)
+        return out
+    if isinstance(value, list) and value:
+        return [c for i, v in enumerate(value) for c in _leaves(v, _join(path, i), kind, side)]
+    return [PropertyChange(path=path, kind=kind, **{side: _masked(value)})]
+
+
+def diff_values(old: Any, new: Any, path: str = "", replace: bool = False) -> list[PropertyChange]:
+    """The leaf-by-leaf difference of two property values (objects and lists recursed into)."""
+    suffix = "-replace" if replace else ""
+    if old == new:
+        return []
+    if isinstance(old, Mapping) and isinstance(new, Mapping):
+        if _SECRET_SIG in old or _SECRET_SIG in new:
+            return [PropertyChange(path=path, kind="update" + suffix, old=SECRET, new=SECRET)]
+        out: list[PropertyChange] = []
+        for key in sorted(set(old) | set(new)):
+            if path == "" and _internal(key):
+                continue
+            sub = _join(path, key)
+            if key not in old:
+                out += _leaves(new[key], sub, "add" + suffix, "new")
+            elif key not in new:
+                out += _leaves(old[key], sub, "delete" + suffix, "old")
+            else:
+                out += diff_values(old[key], new[key], sub, replace)
+        return out
+    if isinstance(old, list) and isinstance(new, list):
+        out = []
+        for i in range(max(len(old), len(new))):
+            sub = _join(path, i)
+            if i >= len(old):
+                out += _leaves(new[i], sub, "add" + suffix, "new")
+            elif i >= len(new):
+                out += _leaves(old[i], sub, "delete" + suffix, "old")
+            else:
+                out += diff_values(old[i], new[i], sub, replace)
+        return out
+    if old is None:
+        return _leaves(new, path, "add" + suffix, "new")
+    if new is None:
+        return _leaves(old, path, "delete" + suffix, "old")
+    return [PropertyChange(path=path, kind="update" + suffix, old=_masked(old), new=_masked(new))]
 
 
 def _lookup(props: Mapping[str, Any] | None, path: str) -> Any:
@@ -106,48 +204,62 @@ def _split_path(path: str) -> list[str | int]:
     return parts
 
 
-def _visible(path: str) -> bool:
-    return not path.startswith("__")
+def _kind(diff: Any) -> str:
+    raw = getattr(diff, "diff_kind", None)
+    return str(getattr(raw, "value", None) or raw or "update")
 
 
-def property_changes(
-    old: Mapping[str, Any] | None,
-    new: Mapping[str, Any] | None,
-    diffs: Iterable[str] | None,
-    detailed: Mapping[str, Any] | None,
-) -> list[PropertyChange]:
-    """The property diff of one step: the provider's detailed diff when it gave one, else the
-    top-level keys the engine reports as different."""
-    out: list[PropertyChange] = []
-    if detailed:
-        for path, diff in sorted(detailed.items()):
-            if not _visible(path):
+def step_properties(meta: Any, op: str) -> list[PropertyChange]:
+    """The property diff of one engine step, chosen as ``pulumi preview --diff`` chooses it:
+
+    - the provider's detailed diff when it sent one: per path, the old value from the
+      recorded outputs (inputs when the provider says the diff is of inputs) and the new value
+      from the new inputs;
+    - else the old inputs against the new inputs, limited to the top-level keys the engine
+      reports as different;
+    - a create shows every new input, a delete every old input.
+
+    An update whose inputs are equal (a dynamic provider that compares what it read back, such
+    as a placed file's fingerprint) shows the recorded outputs against the new inputs instead,
+    so an update never reads as empty.
+    """
+    old, new = meta.old, meta.new
+    old_in = dict(old.inputs or {}) if old is not None else {}
+    old_out = dict(old.outputs or {}) if old is not None else {}
+    new_in = dict(new.inputs or {}) if new is not None else {}
+    if op == "create":
+        return diff_values({}, new_in)
+    if op == "delete":
+        return diff_values(old_in, {})
+    if op == "same":
+        return []
+    if meta.detailed_diff:
+        out: list[PropertyChange] = []
+        for path, pdiff in sorted(meta.detailed_diff.items()):
+            if _internal(path):
                 continue
-            kind = getattr(getattr(diff, "diff_kind", None), "value", None) or str(
-                getattr(diff, "diff_kind", "update")
-            )
-            use_inputs = bool(getattr(diff, "input_diff", True))
-            before = _lookup(old, path) if use_inputs or old else None
-            after = _lookup(new, path)
-            out.append(PropertyChange(path=path, kind=kind, old=_short(before), new=_short(after)))
+            kind = _kind(pdiff)
+            before = _lookup(old_in if getattr(pdiff, "input_diff", False) else old_out, path)
+            after = _lookup(new_in, path)
+            changes = diff_values(before, after, path, kind.endswith("-replace"))
+            if not changes:
+                base = kind.removesuffix("-replace")
+                side = {"add": {"new": _masked(after)}, "delete": {"old": _masked(before)}}
+                values = side.get(base, {"old": _masked(before), "new": _masked(after)})
+                changes = [PropertyChange(path=path, kind=kind, **values)]
+            out += changes
         return out
-    for key in sorted(diffs or ()):
-        if not _visible(key):
-            continue
-        before = (old or {}).get(key)
-        after = (new or {}).get(key)
-        kind = "add" if before is None else "delete" if after is None else "update"
-        out.append(PropertyChange(path=key, kind=kind, old=_short(before), new=_short(after)))
-    return out
-
-
-def created_properties(new: Mapping[str, Any] | None) -> list[PropertyChange]:
-    """A created resource shows every input it will be created with."""
-    return [
-        PropertyChange(path=k, kind="add", new=_short(v))
-        for k, v in sorted((new or {}).items())
-        if _visible(k)
-    ]
+    keys = set(meta.diffs or ())
+    if keys:
+        changes = diff_values(
+            {k: v for k, v in old_in.items() if k in keys},
+            {k: v for k, v in new_in.items() if k in keys},
+        )
+    else:
+        changes = diff_values(old_in, new_in)
+    if not changes and op in ("update", "replace"):
+        changes = diff_values({k: old_out.get(k) for k in new_in}, new_in)
+    return changes
 
 
 def change_from_event(event: Any) -> ResourceChange | None:
@@ -158,23 +270,16 @@ def change_from_event(event: Any) -> ResourceChange | None:
         return None
     meta = pre.metadata
     op_value = getattr(meta.op, "value", str(meta.op))
-    op = _OP_NAMES.get(op_value, op_value)
+    op = OP_NAMES.get(op_value, op_value)
     if meta.type == "pulumi:pulumi:Stack" or meta.type.startswith("pulumi:providers:"):
         return None
-    old_inputs = meta.old.inputs if meta.old is not None else None
-    new_inputs = meta.new.inputs if meta.new is not None else None
-    if op == "create":
-        props = created_properties(new_inputs)
-    elif op == "delete":
-        props = []
-    else:
-        props = property_changes(old_inputs, new_inputs, meta.diffs, meta.detailed_diff)
+    props = step_properties(meta, op) if op not in ("refresh", "read") else []
     return ResourceChange(
         urn=meta.urn,
         type=meta.type,
         name=meta.urn.rsplit("::", 1)[-1],
         op=op,
-        properties=props if op != "same" else [],
+        properties=props,
     )
 
 

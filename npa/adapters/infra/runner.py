@@ -27,7 +27,16 @@ from typing import Any
 from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
-from npa.core.errors import LockBusy, NpaError, StackOperationFailed, ToolMissing, Unavailable
+from npa.adapters.infra.progress import EngineWatch, StepProgress
+from npa.core.commands import bootstrap_tools_command
+from npa.core.errors import (
+    InvalidInput,
+    LockBusy,
+    NpaError,
+    StackOperationFailed,
+    ToolMissing,
+    Unavailable,
+)
 from npa.core.fsio import pid_running
 from npa.core.paths import tools_cache_root
 
@@ -52,7 +61,7 @@ def find_pulumi() -> Path:
     raise ToolMissing(
         f"the pulumi CLI {PULUMI_VERSION} is not installed where npa looks "
         "($NPA_PULUMI_BIN, the npa tools cache, PATH)",
-        fix="scripts/bootstrap-tools",
+        fix=bootstrap_tools_command(),
     )
 
 
@@ -65,17 +74,70 @@ def plugin_installed(kind: str, name: str, version: str) -> bool:
     return (pulumi_home() / "plugins" / f"{kind}-{name}-v{version}").is_dir()
 
 
+# The state backends the pulumi CLI opens itself (its "diy" backends), and the schemes of a
+# Pulumi Cloud (or self-hosted Pulumi service) address.
+DIY_SCHEMES = ("file", "s3", "gs", "azblob", "postgres")
+SERVICE_SCHEMES = ("https", "http")
+PULUMI_CLOUD = "https://api.pulumi.com"
+
+
+def check_backend_url(url: str, *, fix_argv: list[str] | None = None) -> str:
+    """``url`` if the pulumi CLI can use it as a state backend, else InvalidInput whose fix is
+    ``fix_argv`` with the default backend put in."""
+    parsed = urlparse(url)
+    scheme = parsed.scheme.lower()
+    ok = scheme in DIY_SCHEMES or (scheme in SERVICE_SCHEMES and bool(parsed.netloc))
+    if scheme == "file" and not (parsed.path or parsed.netloc):
+        ok = False
+    if not ok:
+        from npa.core.commands import npa_command
+
+        schemes = ", ".join(f"{s}://" for s in DIY_SCHEMES)
+        raise InvalidInput(
+            f"backend URL {url!r} is not a Pulumi state backend: use {schemes}, or a Pulumi "
+            f"Cloud address such as {PULUMI_CLOUD}",
+            fix=npa_command(*fix_argv) if fix_argv else f"pulumi login --help  # for {url}",
+        )
+    return url
+
+
+def is_service(url: str) -> bool:
+    """Whether ``url`` is a Pulumi Cloud (or self-hosted service) backend."""
+    return urlparse(url).scheme.lower() in SERVICE_SCHEMES
+
+
+def service_login_missing(url: str, env: dict[str, str] | None = None) -> bool:
+    """True when nothing can authenticate to the Pulumi service at ``url``: no
+    ``PULUMI_ACCESS_TOKEN`` and no token for it in ``$PULUMI_HOME/credentials.json`` (where
+    ``pulumi login`` keeps it). Nothing is sent anywhere to find out."""
+    env = dict(os.environ) if env is None else env
+    if env.get("PULUMI_ACCESS_TOKEN"):
+        return False
+    try:
+        stored = json.loads((pulumi_home() / "credentials.json").read_text("utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return True
+    tokens = stored.get("accessTokens") if isinstance(stored, dict) else None
+    return not (isinstance(tokens, dict) and tokens.get(url.rstrip("/")))
+
+
 @dataclass(frozen=True)
 class Backend:
-    """Where stack state lives."""
+    """Where stack state lives, and where that choice came from (for the reader)."""
 
     url: str
+    origin: str = "default"
 
     @property
     def local_dir(self) -> Path | None:
-        """The directory of a ``file://`` backend; None for object-store backends."""
+        """The directory of a ``file://`` backend (``file://~/x`` is under the home
+        directory, as the pulumi CLI reads it); None for every other backend."""
         parsed = urlparse(self.url)
-        return Path(parsed.path) if parsed.scheme == "file" else None
+        if parsed.scheme != "file":
+            return None
+        if parsed.netloc == "~":
+            return Path.home() / parsed.path.lstrip("/")
+        return Path(parsed.netloc + parsed.path) if parsed.netloc else Path(parsed.path)
 
     def checkpoint(self, stack: str) -> Path | None:
         root = self.local_dir
@@ -107,11 +169,13 @@ class StackSpec:
 
 @dataclass
 class Outcome:
-    """What one stack operation did (or, for a preview, would do)."""
+    """What one stack operation did (or, for a preview, would do), and what the engine warned
+    about while doing it."""
 
     changes: list[ResourceChange]
     summary: dict[str, int]
     outputs: dict[str, Any] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def mutating(self) -> list[ResourceChange]:
@@ -270,14 +334,18 @@ class InfraRunner:
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(name)
         try:
             stack.preview(
-                on_event=_collect(events), color="never", suppress_progress=True, refresh=True
+                on_event=_collect(events, watch),
+                color="never",
+                suppress_progress=True,
+                refresh=True,
             )
         except auto.errors.CommandError as exc:
             raise self._failure("preview", name, exc) from None
         changes = merge(events)
-        return Outcome(changes=changes, summary=count(changes))
+        return Outcome(changes=changes, summary=count(changes), warnings=watch.warnings)
 
     @contextlib.contextmanager
     def _snapshot(self, stack: str) -> Iterator[tuple[str, Path]]:
@@ -297,24 +365,29 @@ class InfraRunner:
             yield f"file://{root}", work_dir
 
     def up(
-        self, spec: StackSpec, *, on_change: Callable[[ResourceChange], None] | None = None
+        self, spec: StackSpec, *, progress: Callable[[StepProgress], None] | None = None
     ) -> Outcome:
+        """``pulumi up``: each step is reported to ``progress`` as it starts and ends. A failure
+        names the steps that completed before it (they are in the stack's state)."""
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(spec.name, progress)
         try:
             with self._open(spec) as stack:
                 result = stack.up(
-                    on_event=_collect(events, on_change),
+                    on_event=_collect(events, watch),
                     color="never",
                     suppress_progress=True,
                     refresh=True,
                 )
         except auto.errors.CommandError as exc:
-            raise self._failure("up", spec.name, exc) from None
+            raise self._failure("up", spec.name, exc, watch) from None
         changes = merge(events)
         outputs = {k: v.value for k, v in result.outputs.items() if not v.secret}
-        return Outcome(changes=changes, summary=count(changes), outputs=outputs)
+        return Outcome(
+            changes=changes, summary=count(changes), outputs=outputs, warnings=watch.warnings
+        )
 
     def refresh(self, spec: StackSpec, *, clear_pending_creates: bool = False) -> Outcome:
         """Bring the state in line with what exists. ``clear_pending_creates`` drops creates a
@@ -347,16 +420,21 @@ class InfraRunner:
         ]
         return Outcome(changes=changes, summary=count(changes))
 
-    def destroy(self, spec: StackSpec) -> Outcome:
+    def destroy(
+        self, spec: StackSpec, *, progress: Callable[[StepProgress], None] | None = None
+    ) -> Outcome:
         from pulumi import automation as auto
 
         events: list[ResourceChange] = []
+        watch = EngineWatch(spec.name, progress)
         try:
             with self._open(spec) as stack:
-                stack.destroy(on_event=_collect(events), color="never", suppress_progress=True)
+                stack.destroy(
+                    on_event=_collect(events, watch), color="never", suppress_progress=True
+                )
                 stack.workspace.remove_stack(spec.name)
         except auto.errors.CommandError as exc:
-            raise self._failure("destroy", spec.name, exc) from None
+            raise self._failure("destroy", spec.name, exc, watch) from None
         changes = merge(events)
         return Outcome(changes=changes, summary=count(changes))
 
@@ -370,9 +448,17 @@ class InfraRunner:
         except auto.errors.CommandError as exc:
             raise self._failure("cancel", spec.name, exc) from None
 
-    def _failure(self, operation: str, stack: str, exc: Exception) -> NpaError:
+    def _failure(
+        self, operation: str, stack: str, exc: Exception, watch: EngineWatch | None = None
+    ) -> NpaError:
         from pulumi import automation as auto
 
+        completed = list(watch.completed) if watch is not None else []
+        left = (
+            "\ncompleted before the failure (recorded in the stack state): " + "; ".join(completed)
+            if completed
+            else ""
+        )
         text = str(exc)
         if isinstance(exc, auto.errors.ConcurrentUpdateError):
             return LockBusy(
@@ -385,24 +471,22 @@ class InfraRunner:
             return ToolMissing(
                 f"pulumi {operation} of stack {stack} needs a provider plugin that is not "
                 f"installed:\n{tail}",
-                fix="scripts/bootstrap-tools",
+                fix=bootstrap_tools_command(),
             )
         if "failed to load checkpoint" in stderr or ("backend" in stderr and "login" in stderr):
             return Unavailable(f"the state backend {self.backend.url} cannot be read:\n{tail}")
         return StackOperationFailed(
-            f"pulumi {operation} of stack {stack} failed:\n{tail}",
-            details={"stack": stack, "operation": operation},
+            f"pulumi {operation} of stack {stack} failed:\n{tail}{left}",
+            details={"stack": stack, "operation": operation, "completed": completed},
         )
 
 
-def _collect(
-    sink: list[ResourceChange], on_change: Callable[[ResourceChange], None] | None = None
-) -> Callable[[Any], None]:
+def _collect(sink: list[ResourceChange], watch: EngineWatch | None = None) -> Callable[[Any], None]:
     def handle(event: Any) -> None:
         change = change_from_event(event)
         if change is not None:
             sink.append(change)
-            if on_change is not None:
-                on_change(change)
+        if watch is not None:
+            watch(event)
 
     return handle

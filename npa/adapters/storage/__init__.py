@@ -7,6 +7,7 @@ the embedded store under NPA_HOME, the default when nothing is configured.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
@@ -33,34 +34,67 @@ __all__ = [
     "ObjectInfo",
     "ObjectStore",
     "StoreUnavailable",
+    "inspect_command",
     "normalize_store_uri",
     "open_store",
 ]
 
 
-def normalize_store_uri(uri: str, paths: NpaPaths | None = None) -> str:
-    """Check a store URI and return its canonical form (``local`` becomes a ``file://`` URI)."""
+def normalize_store_uri(uri: str, paths: NpaPaths | None = None, project: str = "default") -> str:
+    """Check a store URI and return its canonical form (``local`` becomes a ``file://`` URI).
+
+    A URI that is refused comes with the command that records the URI it most likely meant
+    for ``project`` (credentials taken out, a path made absolute, a bare ``bucket/prefix``
+    given its scheme)."""
     if uri == LOCAL:
         return (paths or NpaPaths.from_env()).local_store.as_uri()
+
+    def refuse(message: str, meant: str | None) -> InvalidStoreUri:
+        fix = (
+            shlex.join(["npa", "configure", "--project", project, "--store", meant])
+            if meant
+            else "aws s3 ls  # the buckets these credentials can use"
+        )
+        return InvalidStoreUri(message, fix=fix)
+
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         if not parsed.netloc or parsed.username or parsed.password:
-            raise InvalidStoreUri(
+            bucket = parsed.hostname or ""
+            meant = f"s3://{bucket}/{parsed.path.strip('/')}".rstrip("/") if bucket else None
+            raise refuse(
                 f"store {uri!r} is not s3://BUCKET[/PREFIX] (credentials never go in the URI)",
-                fix="npa configure --project PROJECT --store s3://BUCKET/PREFIX",
+                meant,
             )
         return f"s3://{parsed.netloc}/{parsed.path.strip('/')}".rstrip("/")
     if parsed.scheme == "file":
         if parsed.netloc not in ("", "localhost") or not parsed.path.startswith("/"):
-            raise InvalidStoreUri(
-                f"store {uri!r} is not file:///ABSOLUTE/PATH",
-                fix="npa configure --project PROJECT --store file:///ABSOLUTE/PATH",
-            )
+            meant = Path(unquote(parsed.netloc + parsed.path)).expanduser().absolute().as_uri()
+            raise refuse(f"store {uri!r} is not file:///ABSOLUTE/PATH", meant)
         return Path(unquote(parsed.path)).as_uri()
-    raise InvalidStoreUri(
-        f"store {uri!r} is neither s3://BUCKET/PREFIX, file:///PATH nor 'local'",
-        fix="npa configure --project PROJECT --store s3://BUCKET/PREFIX",
+    if not parsed.scheme and uri.startswith(("/", "~", ".")):
+        meant = Path(uri).expanduser().absolute().as_uri()
+    elif not parsed.scheme and "/" in uri.strip("/"):
+        meant = f"s3://{uri.strip('/')}"
+    else:
+        meant = LOCAL
+    raise refuse(f"store {uri!r} is neither s3://BUCKET/PREFIX, file:///PATH nor 'local'", meant)
+
+
+def inspect_command(store: ObjectStore, key: str, *, listing: bool = False) -> str:
+    """The shell command that shows one object (``listing``: the objects under a prefix) of
+    ``store`` as it is: ``cat``/``ls -l`` for a file store, ``aws s3`` for S3."""
+    where = f"{store.uri}/{key}".rstrip("/")
+    if where.startswith("file://"):
+        path = unquote(urlparse(where).path)
+        return shlex.join(["ls", "-lR", path] if listing else ["cat", path])
+    argv = (
+        ["aws", "s3", "ls", where + "/", "--recursive"]
+        if listing
+        else ["aws", "s3", "cp", where, "-"]
     )
+    endpoint = getattr(store, "endpoint_url", None)
+    return shlex.join([*argv, *(["--endpoint-url", endpoint] if endpoint else [])])
 
 
 def open_store(

@@ -7,6 +7,7 @@ botocore is imported when a store is opened, never at CLI import time.
 from __future__ import annotations
 
 import builtins
+import shlex
 import threading
 import time
 from typing import Any
@@ -110,7 +111,7 @@ class S3Store(S3Base):
         except ProfileNotFound:
             raise InvalidInput(
                 f"AWS profile {profile!r} is not defined in the shared config or credentials file",
-                fix=fix_hint or "aws configure --profile NAME",
+                fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
             ) from None
         # The *method* names where credentials came from (env, shared-credentials-file, ...);
         # it is safe to print, unlike the credentials themselves.

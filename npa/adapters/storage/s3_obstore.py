@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import shlex
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -280,7 +281,7 @@ def _botocore_chain(
     except ProfileNotFound:
         raise InvalidInput(
             f"AWS profile {profile!r} is not defined in the shared config or credentials file",
-            fix=fix_hint or "aws configure --profile NAME",
+            fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
         ) from None
     if creds is None:
         return None, "none", region

@@ -47,6 +47,7 @@ from npa.core.errors import NpaError
 from npa.core.fsio import ensure_private_dir
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
+from npa.core.text import plural
 
 POLL_SECONDS = 0.05
 # What ``podman run`` and ``docker run`` exit with when the engine itself failed (the stage's
@@ -328,7 +329,10 @@ class Executor:
         return self.containers
 
     def run_stage(self, task: LocalTask) -> None:
-        self.log(f"stage {task.stage}: {task.waves} waves of up to {task.parallel} shards")
+        self.log(
+            f"stage {task.stage}: {plural(task.waves, 'wave')} of up to "
+            f"{plural(task.parallel, 'shard')}"
+        )
         self.table.update(self.job_id, current_stage=task.stage)
         self.recorder.stage_started(task.stage)
         try:

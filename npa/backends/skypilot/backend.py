@@ -42,6 +42,7 @@ from npa.backends.base import (
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, SkyManagedJobs
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -169,10 +170,10 @@ class SkyPilotBackend(
         if unpinned:
             problems.append(f"stages without a pinned image: {', '.join(unpinned)}")
         if problems:
+            # No fix here: the caller knows the spec and the project the fix line names.
             raise InvalidInput(
                 "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-                fix=tasks.RENDER_FIX,
-                details={"problems": problems},
+                details={"problems": problems, "unpinned": bool(unpinned)},
             )
         assert self.context is not None
         return tasks.encode(run, kube_context=self.context)
@@ -181,16 +182,10 @@ class SkyPilotBackend(
         return self._observe
 
     def controller_fix(self, project: str) -> str | None:
+        if self.context is None:
+            return None
         return shlex.join(
-            [
-                "npa",
-                "skypilot",
-                "status",
-                "--project",
-                project,
-                "--context",
-                self.context or "CONTEXT",
-            ]
+            ["npa", "skypilot", "status", "--project", project, "--context", self.context]
         )
 
     # --- capabilities -------------------------------------------------------------------------
@@ -200,20 +195,7 @@ class SkyPilotBackend(
         if path is not None and path.is_file():
             found.append(Prerequisite("kubeconfig", True, f"{path}"))
         else:
-            fix = shlex.join(
-                [
-                    "npa",
-                    "provision-if-absent",
-                    "--project",
-                    project,
-                    "--target",
-                    "kubernetes",
-                    "--context",
-                    str(self.context),
-                    "--kubeconfig",
-                    "PATH",
-                ]
-            )
+            fix = provision_command(str(self.context), project)
             found.append(
                 Prerequisite(
                     "kubeconfig", False, f"no kubeconfig for context {self.context} at {path}", fix
@@ -251,9 +233,8 @@ class SkyPilotBackend(
         return self.kubeconfig is not None and self.context is not None
 
     def node_labels_fix(self) -> str:
-        return (
-            f"KUBECONFIG={self.kubeconfig_path} kubectl --context {self.context} "
-            "get nodes --show-labels"
+        return kubectl_command(
+            str(self.kubeconfig_path), str(self.context), "get", "nodes", "--show-labels"
         )
 
     def gpus_fix(self) -> str:
@@ -265,7 +246,7 @@ class SkyPilotBackend(
     def pods_source(self) -> PodSource:
         where = f"kubernetes context {self.context}"
         missing = None if self.kubeconfig else f"no kubeconfig at {self.kubeconfig_path}"
-        fix = f"KUBECONFIG={self.kubeconfig_path} kubectl --context {self.context} get pods"
+        fix = kubectl_command(str(self.kubeconfig_path), str(self.context), "get", "pods")
         return PodSource(where=where, missing=missing, fix=fix)
 
     def pending_reasons(self, record: JobRecord) -> list[PodReason]:
@@ -318,10 +299,14 @@ class SkyPilotBackend(
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
         if kinds & _REJECTED:
-            return LaunchRejected(
-                message, fix="npa workbench workflow render SPEC --run-id RUN --out DIR  # check"
-            )
-        return BackendUnavailable(message, fix="npa skypilot status --project P --context CTX")
+            # The caller, which knows the spec and the run, says how to review the task.
+            return LaunchRejected(message)
+        return BackendUnavailable(message, fix=self._queue_fix())
+
+    def _queue_fix(self) -> str:
+        """Ask the managed-jobs controller directly, through the same kubeconfig."""
+        where = f"KUBECONFIG={shlex.quote(self.kubeconfig)} " if self.kubeconfig else ""
+        return f"{where}sky jobs queue  # does the jobs controller answer?"
 
     # --- reading -----------------------------------------------------------------------------
     def _records(self, name: str) -> list[ManagedJobRecord]:
@@ -330,7 +315,7 @@ class SkyPilotBackend(
         except Exception as exc:
             raise BackendUnavailable(
                 f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
-                fix="npa skypilot status --project P --context CTX",
+                fix=self._queue_fix(),
             ) from None
 
     def _record(self, rows: list[ManagedJobRecord]) -> JobRecord:

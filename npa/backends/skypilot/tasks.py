@@ -50,10 +50,6 @@ LIBRARY_PATH = "/tmp/npa/stage.sh"
 _LIBRARY_END = "NPA_STAGE_LIBRARY"
 # What a pod fetches with the AWS CLI; file:// exists only on the machine that renders.
 MOUNTABLE = ("s3://",)
-RENDER_FIX = (
-    "npa workbench workflow render <spec.yaml> --run-id <id> --out <dir> "
-    "--context <kube-context> --store-uri s3://<bucket>/<prefix>"
-)
 
 
 class YamlText(str):

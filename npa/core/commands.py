@@ -1,0 +1,43 @@
+"""Fix lines: the exact commands npa prints for a user to run, built from real values.
+
+Every value goes through shell quoting, so a context named by an ARN, a path with spaces or a
+project alias pastes into a shell as one word. The commands start with ``npa`` (or a tool on
+PATH), never with a path inside npa's repository.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+
+def npa_command(*argv: str) -> str:
+    """``npa ARGV...`` quoted for a shell."""
+    return shlex.join(["npa", *argv])
+
+
+def provision_command(context: str, project: str | None = None) -> str:
+    """The command that provisions ``context`` for ``project`` (npa's default without one)."""
+    argv = ["provision-if-absent", *(["--project", project] if project else [])]
+    return npa_command(*argv, "--target", "kubernetes", "--context", context)
+
+
+def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:
+    """A kubectl command line for exactly this kubeconfig (a path or a KUBECONFIG list) and
+    context, quoted for a shell."""
+    return f"KUBECONFIG={shlex.quote(str(kubeconfig))} " + shlex.join(
+        ["kubectl", "--context", context, *args]
+    )
+
+
+def bootstrap_tools_command() -> str:
+    """The command that installs npa's external tools (pulumi, plugins, kube-apiserver...).
+
+    It is ``scripts/bootstrap-tools`` of the checkout npa runs from, given as an absolute path
+    so it works from any directory; an installed wheel has no checkout, so it names the
+    install it stands for instead.
+    """
+    script = Path(__file__).resolve().parents[2] / "scripts" / "bootstrap-tools"
+    if script.is_file():
+        return shlex.quote(str(script))
+    return "get npa's source and run its bootstrap-tools script (npa was installed without it)"

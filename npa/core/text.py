@@ -1,0 +1,25 @@
+"""How npa writes counts and numbers in text output, one way everywhere.
+
+Counts agree with their noun ("1 shard", "2 shards"), and integers are grouped by thousands
+("74,247,069,696"). JSON output keeps plain numbers; only the text view uses these.
+"""
+
+from __future__ import annotations
+
+# Nouns whose plural is not the noun plus "s".
+_IRREGULAR = {"entry": "entries", "directory": "directories", "process": "processes"}
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """``1 shard``, ``2 shards``, ``1,000 entries``."""
+    word = noun if count == 1 else (many or _IRREGULAR.get(noun) or noun + "s")
+    return f"{number(count)} {word}"
+
+
+def number(value: int | float) -> str:
+    """An integer grouped by thousands (``70,458,961,920``); a float to at most two places."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int) or float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:,.2f}".rstrip("0").rstrip(".")

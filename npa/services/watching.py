@@ -1,0 +1,90 @@
+"""What ``status --watch`` reports while it follows a run: transitions, and a heartbeat.
+
+Each poll gives a full :class:`~npa.services.status.StatusResult`; a :class:`Follower` compares
+it with the previous one and says what changed, per stage, as events. When nothing changed for
+``heartbeat`` seconds it says so, with how long the run has been in its state, so a quiet run
+is never mistaken for a hung watch. Text mode prints the events as lines; ``--json`` prints
+each as one JSON object per line (NDJSON) as it happens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel
+
+if TYPE_CHECKING:
+    from npa.services.status import StatusResult
+
+Kind = Literal["state", "job", "stage", "heartbeat"]
+
+
+class WatchEvent(BaseModel):
+    """One thing ``--watch`` saw happen (``before`` is None the first time)."""
+
+    event: Kind
+    at: str  # when the poll that saw it was answered
+    run_id: str
+    stage: str | None = None
+    before: str | None = None
+    after: str
+    detail: str = ""
+    seconds_in_state: float | None = None  # heartbeat: how long the run has been in ``after``
+
+    def text(self) -> str:
+        what = "run" if self.stage is None else f"stage {self.stage}"
+        if self.event == "heartbeat":
+            return (
+                f"{self.at} {what} still {self.after} "
+                f"({self.seconds_in_state or 0:.0f}s in this state)"
+            )
+        if self.event == "job":
+            return f"{self.at} job {self.before or '-'} -> {self.after}"
+        change = f"{self.before} -> {self.after}" if self.before else self.after
+        return f"{self.at} {what}: {change}" + (f" ({self.detail})" if self.detail else "")
+
+
+@dataclass
+class Follower:
+    """Turns successive status answers into events."""
+
+    heartbeat: float = 30.0
+    clock: Callable[[], float] = time.monotonic
+    _last: StatusResult | None = None
+    _changed_at: float = field(default=0.0)
+    _beat_at: float = field(default=0.0)
+
+    def see(self, result: StatusResult) -> list[WatchEvent]:
+        now = self.clock()
+        before = self._last
+        events: list[WatchEvent] = []
+
+        def add(kind: Kind, after: str, **extra: object) -> None:
+            events.append(
+                WatchEvent(event=kind, at=result.checked_at, run_id=result.run_id, after=after,
+                           **extra)
+            )  # fmt: skip
+
+        if before is None or before.state != result.state:
+            add("state", result.state, before=before.state if before else None,
+                detail=result.reason)  # fmt: skip
+        if result.job_state and (before is None or before.job_state != result.job_state):
+            add("job", result.job_state, before=before.job_state if before else None)
+        for name, stage in result.stages.items():
+            old = before.stages.get(name) if before is not None else None
+            if old is None or (old.state, old.waves) != (stage.state, stage.waves):
+                detail = stage.waves if old is None or old.waves != stage.waves else ""
+                if stage.failure_reason:
+                    detail = f"{detail}; {stage.failure_reason}".strip("; ")
+                add("stage", stage.state, stage=name, before=old.state if old else None,
+                    detail=detail)  # fmt: skip
+        if events:
+            self._changed_at = self._beat_at = now
+        elif now - self._beat_at >= self.heartbeat:
+            self._beat_at = now
+            add("heartbeat", result.state, seconds_in_state=round(now - self._changed_at, 1))
+        self._last = result
+        return events

@@ -1,0 +1,218 @@
+"""Kube context names as kubectl accepts them, and KUBECONFIG lists merged as kubectl merges them.
+
+The merge is checked against kubectl itself (``kubectl config view --minify``) on generated sets
+of overlapping files, so the rule npa follows is kubectl's, not npa's idea of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from npa.adapters.kube import kubeconfig
+from npa.core.errors import InvalidInput
+from npa.core.paths import NpaPaths, check_context_name, context_folder, context_from_folder
+from tests.harness.tools import require_tool
+
+EKS = "arn:aws:eks:us-east-1:123456789012:cluster/gpu-prod"
+GKE = "gke_my-project_us-central1-a_gpu-cluster"
+
+context_names = st.text(
+    alphabet=st.characters(blacklist_categories=("Cc", "Cs")), min_size=1, max_size=120
+)
+
+
+@given(context_names)
+def test_a_context_folder_is_one_safe_component_and_reverses(name: str) -> None:
+    folder = context_folder(name)
+    assert "/" not in folder and ":" not in folder and "\0" not in folder
+    assert folder not in (".", "..") and not folder.startswith(".")
+    assert len(folder.encode()) <= 200
+    if len(name.encode()) <= 66:  # escaped, at most 198 characters: never hashed
+        assert context_from_folder(folder) == name
+    else:
+        assert context_from_folder(folder) in (name, None)
+
+
+@given(st.text(min_size=1, max_size=400, alphabet=st.characters(codec="utf-8")))
+def test_long_or_odd_names_never_escape_and_never_collide(name: str) -> None:
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        with pytest.raises(InvalidInput):
+            context_folder(name)
+        return
+    folder = context_folder(name)
+    assert "/" not in folder and len(folder) <= 200
+    back = context_from_folder(folder)
+    assert back == name or (back is None and "~" in folder)
+    assert context_folder(name + "x") != folder
+
+
+def test_real_context_names_are_accepted() -> None:
+    paths = NpaPaths(Path("/n"))
+    assert check_context_name(EKS) == EKS
+    placed = paths.cluster_kubeconfig(EKS)
+    assert placed.parent.parent == paths.clusters_dir
+    assert placed.parent.name == "arn%3Aaws%3Aeks%3Aus-east-1%3A123456789012%3Acluster%2Fgpu-prod"
+    assert paths.cluster_kubeconfig(GKE).parent.name == GKE
+    for bad in ("", "a\nb", "tab\there"):
+        with pytest.raises(InvalidInput):
+            check_context_name(bad)
+
+
+def _write(path: Path, body: dict[str, object]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Config", **body}))
+    return path
+
+
+def test_a_kubeconfig_list_merges_first_wins_and_resolves_paths_per_file(tmp_path: Path) -> None:
+    first = _write(
+        tmp_path / "a" / "config",
+        {
+            "clusters": [
+                {"name": "c", "cluster": {"server": "https://a", "certificate-authority": "ca.crt"}}
+            ],
+            "users": [
+                {"name": "u", "user": {"exec": {"command": "./bin/auth"}, "client-key": "k"}}
+            ],
+            "contexts": [{"name": EKS, "context": {"cluster": "c", "user": "u", "namespace": "n"}}],
+        },
+    )
+    second = _write(
+        tmp_path / "b" / "config",
+        {
+            "current-context": EKS,
+            "clusters": [
+                {"name": "c", "cluster": {"server": "https://b"}},
+                {"name": "d", "cluster": {"server": "https://d", "certificate-authority": "d.crt"}},
+            ],
+            "users": [{"name": "v", "user": {"exec": {"command": "aws"}}}],
+            "contexts": [
+                {"name": EKS, "context": {"cluster": "d", "user": "v"}},
+                {"name": GKE, "context": {"cluster": "d", "user": "v"}},
+            ],
+        },
+    )
+    listed = f"{tmp_path / 'missing'}{os.pathsep}{first}{os.pathsep}{os.pathsep}{second}"
+    merged = kubeconfig.merge(kubeconfig.split_list(listed))
+    assert merged.files == [first, second]
+    assert merged.current_context == EKS
+    placed = yaml.safe_load(kubeconfig.minimal(merged, EKS))
+    assert placed["current-context"] == EKS
+    assert placed["contexts"][0]["context"]["namespace"] == "n"
+    [cluster] = placed["clusters"]
+    assert cluster["cluster"] == {
+        "server": "https://a",
+        "certificate-authority": str(tmp_path / "a" / "ca.crt"),
+    }
+    [user] = placed["users"]
+    assert user["user"]["exec"]["command"] == str(tmp_path / "a" / "bin" / "auth")
+    assert user["user"]["client-key"] == str(tmp_path / "a" / "k")
+    other = yaml.safe_load(kubeconfig.minimal(merged, GKE))
+    assert other["clusters"][0]["cluster"]["certificate-authority"] == str(tmp_path / "b" / "d.crt")
+    assert other["users"][0]["user"]["exec"]["command"] == "aws"  # looked up on PATH, as kubectl
+    with pytest.raises(kubeconfig.KubeconfigError, match="no context 'nope'"):
+        kubeconfig.minimal(merged, "nope")
+    # One named file (--kubeconfig) must exist; in a list a missing file is skipped.
+    with pytest.raises(kubeconfig.KubeconfigError, match="does not exist"):
+        kubeconfig.minimal_from(str(tmp_path / "missing"), EKS)
+
+
+def test_read_only_commands_resolve_kubeconfig_like_kubectl(tmp_path: Path) -> None:
+    paths = NpaPaths(tmp_path / ".npa")
+    home = tmp_path / "home"
+    mine = _write(
+        tmp_path / "mine",
+        {
+            "clusters": [{"name": "c", "cluster": {"server": "https://x"}}],
+            "contexts": [{"name": EKS, "context": {"cluster": "c"}}],
+        },
+    )
+    env = {"KUBECONFIG": f"{tmp_path / 'none'}{os.pathsep}{mine}", "HOME": str(home)}
+    chosen = kubeconfig.for_context(paths, EKS, env)
+    assert (
+        chosen.origin == "$KUBECONFIG" and chosen.value == f"{tmp_path / 'none'}{os.pathsep}{mine}"
+    )
+    placed = paths.cluster_kubeconfig(EKS)
+    placed.parent.mkdir(parents=True)
+    placed.write_text(mine.read_text())
+    assert kubeconfig.for_context(paths, EKS, {"KUBECONFIG": str(tmp_path / "none")}).origin == (
+        "placed by npa"
+    )
+
+
+# --- against kubectl ---------------------------------------------------------------------------
+
+NAMES = st.sampled_from([EKS, GKE, "kind-npa", "admin@prod"])
+SERVERS = st.sampled_from(["https://one", "https://two", "https://three"])
+
+
+@st.composite
+def kubeconfig_files(draw: st.DrawFn) -> list[dict[str, object]]:
+    files = []
+    for _ in range(draw(st.integers(1, 3))):
+        contexts = draw(st.lists(NAMES, max_size=3, unique=True))
+        cluster_names = draw(st.lists(st.sampled_from(["c1", "c2"]), max_size=2, unique=True))
+        body: dict[str, object] = {
+            "clusters": [{"name": c, "cluster": {"server": draw(SERVERS)}} for c in cluster_names],
+            "users": [{"name": "u", "user": {"token": draw(st.sampled_from(["t1", "t2"]))}}],
+            "contexts": [
+                {
+                    "name": n,
+                    "context": {
+                        "cluster": draw(st.sampled_from(["c1", "c2"])),
+                        "user": "u",
+                        "namespace": draw(st.sampled_from(["a", "b"])),
+                    },
+                }
+                for n in contexts
+            ],
+        }
+        if draw(st.booleans()) and contexts:
+            body["current-context"] = draw(st.sampled_from(contexts))
+        files.append(body)
+    return files
+
+
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(kubeconfig_files())
+def test_merge_agrees_with_kubectl(tmp_path: Path, files: list[dict[str, object]]) -> None:
+    kubectl = require_tool("NPA_KUBECTL_BIN", "kubectl")
+    written = [_write(tmp_path / f"f{i}" / "config", body) for i, body in enumerate(files)]
+    listed = os.pathsep.join(str(p) for p in written)
+    merged = kubeconfig.merge(written)
+    for name in [EKS, GKE, "kind-npa", "admin@prod"]:
+        proc = subprocess.run(
+            [str(kubectl), "config", "view", "--raw", "--minify", "--context", name, "-o", "json"],
+            env={"KUBECONFIG": listed, "PATH": os.environ.get("PATH", "")},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        try:
+            ours = yaml.safe_load(kubeconfig.minimal(merged, name))
+        except kubeconfig.KubeconfigError:
+            assert proc.returncode != 0, f"kubectl resolved {name} where npa did not"
+            continue
+        assert proc.returncode == 0, proc.stderr
+        theirs = json.loads(proc.stdout)
+        assert theirs["contexts"] == ours["contexts"]
+        assert theirs["clusters"] == ours["clusters"]
+        assert [u["user"] for u in theirs["users"]] == [u["user"] for u in ours["users"]]
+    current = subprocess.run(
+        [str(kubectl), "config", "current-context"],
+        env={"KUBECONFIG": listed, "PATH": os.environ.get("PATH", "")},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (current.stdout.strip() or None) == merged.current_context

@@ -1,0 +1,103 @@
+"""Text output conventions: counts agree with their nouns, numbers are grouped one way, a
+missing value never prints as ``None``, and tables fit ``$COLUMNS``."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from npa.core.table import table
+from npa.core.text import number, plural
+
+
+@given(st.integers(min_value=0, max_value=10**15))
+def test_numbers_are_grouped_by_thousands_and_read_back(value: int) -> None:
+    text = number(value)
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", text)
+    assert int(text.replace(",", "")) == value
+
+
+@given(st.integers(min_value=0, max_value=10**6), st.sampled_from(["shard", "object", "run"]))
+def test_counts_agree_with_their_noun(count: int, noun: str) -> None:
+    text = plural(count, noun)
+    assert text.endswith(noun if count == 1 else noun + "s")
+    assert text.startswith(number(count) + " ")
+    assert plural(1, "retry", "retries") == "1 retry" and plural(2, "entry") == "2 entries"
+
+
+@pytest.mark.parametrize("columns", [40, 60, 100])
+def test_tables_fit_columns(monkeypatch: pytest.MonkeyPatch, columns: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    rows = [
+        ["gpu-node-a", "NVIDIA-H100-80GB-HBM3", 8, 74247069696, None],
+        [
+            "cpu-node-b",
+            None,
+            0,
+            70458961920,
+            "registry.example.com/team/curator@sha256:" + "a" * 64,
+        ],
+    ]
+    lines = table(["NODE", "GPU", "COUNT", "BYTES", "IMAGE"], rows)
+    assert all(len(line) <= columns for line in lines), lines
+    text = "\n".join(lines)
+    assert "None" not in text
+    if columns >= 100:
+        assert "74,247,069,696" in text and "70,458,961,920" in text
+
+
+def test_a_pipe_gets_rows_that_never_wrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    long = "x" * 300
+    lines = table(["A", "B"], [["one", long]])
+    assert len(lines) == 2 and lines[1].endswith(long)
+
+
+def test_results_render_without_none_and_with_plurals(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "100")
+    from npa.services.gpus import GpusResult, NodeRow
+    from npa.services.status import RunList, RunRow, StatusResult
+
+    status = StatusResult(
+        project="p", run_id="r", workflow="w", state="RUNNING", trustworthy=True,
+        last_known_state=None, reason="the backend answered", backend="local", job_id=1,
+        job_name=None, job_state=None, run_prefix=None, sources=[], checked_at="now",
+    )  # fmt: skip
+    assert "  job: local 1: state not reported" in status.text_lines()
+    runs = RunList(
+        project="p",
+        store="file:///s",
+        runs=[
+            RunRow(
+                run_id="20260101-000000-abcdef",
+                workflow="w",
+                recorded_state="OK",
+                run_prefix="file:///s/w/r",
+            )
+        ],
+        truncated=False,
+    )
+    gpus = GpusResult(
+        cluster="c",
+        nodes=[
+            NodeRow(
+                node="n",
+                gpu_label=None,
+                label_key=None,
+                allocatable=1,
+                requestable=0,
+                ready=True,
+                schedulable=False,
+            )
+        ],
+        labels=[],
+    )
+    for result in (status, runs, gpus):
+        text = "\n".join(result.text_lines())
+        assert not re.search(r"\bNone\b", text), text
+        assert not re.search(r"\b1 (runs|nodes|objects|shards)\b", text), text
+    assert runs.text_lines()[0].startswith("1 run of project p")
+    assert gpus.text_lines()[0].startswith("cluster c: 1 node")

@@ -1,0 +1,55 @@
+"""``status --watch`` events: per-stage transitions and a heartbeat, from successive answers."""
+
+from __future__ import annotations
+
+from npa.services.status import StageView, StatusResult
+from npa.services.watching import Follower
+
+
+def _result(
+    state: str, stages: dict[str, tuple[str, str]], at: str, job: str | None
+) -> StatusResult:
+    return StatusResult(
+        project="p", run_id="r1", workflow="w", state=state, trustworthy=True,
+        last_known_state=state, reason=f"backend says {state}", backend="local", job_id=7,
+        job_name="npa-r1", job_state=job, run_prefix=None, sources=[], checked_at=at,
+        stages={n: StageView(state=s, waves=w) for n, (s, w) in stages.items()},
+    )  # fmt: skip
+
+
+def test_transitions_per_stage_then_heartbeats_then_the_final_change() -> None:
+    now = [0.0]
+    follower = Follower(heartbeat=30, clock=lambda: now[0])
+    first = follower.see(_result("RUNNING", {"a": ("RUNNING", "0/2 waves succeeded"),
+                                             "b": ("PENDING", "0/1 waves succeeded")},
+                                 "t0", "RUNNING"))  # fmt: skip
+    assert [(e.event, e.stage, e.before, e.after) for e in first] == [
+        ("state", None, None, "RUNNING"),
+        ("job", None, None, "RUNNING"),
+        ("stage", "a", None, "RUNNING"),
+        ("stage", "b", None, "PENDING"),
+    ]
+    now[0] = 10
+    quiet = {"a": ("RUNNING", "0/2 waves succeeded"), "b": ("PENDING", "0/1 waves succeeded")}
+    same = _result("RUNNING", quiet, "t1", "RUNNING")
+    assert follower.see(same) == []  # quiet, and not yet time for a heartbeat
+    now[0] = 31
+    [beat] = follower.see(same)
+    assert beat.event == "heartbeat" and beat.seconds_in_state == 31
+    assert beat.text() == "t1 run still RUNNING (31s in this state)"
+    now[0] = 40
+    wave = follower.see(_result("RUNNING", {"a": ("RUNNING", "1/2 waves succeeded"),
+                                            "b": ("PENDING", "0/1 waves succeeded")},
+                                "t2", "RUNNING"))  # fmt: skip
+    assert [(e.stage, e.detail) for e in wave] == [("a", "1/2 waves succeeded")]
+    done = follower.see(_result("SUCCEEDED", {"a": ("SUCCEEDED", "2/2 waves succeeded"),
+                                              "b": ("SUCCEEDED", "1/1 waves succeeded")},
+                                "t3", "SUCCEEDED"))  # fmt: skip
+    assert [(e.event, e.stage, e.before, e.after) for e in done] == [
+        ("state", None, "RUNNING", "SUCCEEDED"),
+        ("job", None, "RUNNING", "SUCCEEDED"),
+        ("stage", "a", "RUNNING", "SUCCEEDED"),
+        ("stage", "b", "PENDING", "SUCCEEDED"),
+    ]
+    assert done[2].text() == "t3 stage a: RUNNING -> SUCCEEDED (2/2 waves succeeded)"
+    assert all("\\n" not in e.model_dump_json() for e in done)
