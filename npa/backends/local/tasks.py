@@ -65,9 +65,11 @@ def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, 
     out: dict[str, str] = {}
     for task in run.tasks:
         if runtime == "container" and task.image is None:
+            # No fix here: the caller knows the spec and the project the fix line names.
             raise InvalidInput(
-                f"stage {task.stage}: the container runtime needs its image pinned by digest",
-                fix="npa workbench workflow preflight-images <spec.yaml>  # or --runtime process",
+                f"stage {task.stage}: the container runtime needs its image pinned by digest "
+                "(or run the stages as host processes: --runtime process)",
+                details={"unpinned": True},
             )
         local = LocalTask(
             stage=task.stage,
