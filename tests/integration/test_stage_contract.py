@@ -1,0 +1,288 @@
+"""One stage contract on every backend (docs/spec.md, "The stage contract").
+
+The same multi-wave, multi-shard spec runs on the local backend as host processes and in its
+image through real podman (pulled by digest from the harness registry with credentials), and is
+rendered for SkyPilot (loaded by SkyPilot's own task loader). Every variable, path and working
+directory the stage sees is checked against one table, :func:`expected`; the local runs'
+outputs are compared with each other; what ``submit`` launched is compared byte for byte with
+what ``render --run-id`` writes for the same run.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness.cli import run_npa
+from tests.harness.images import busybox_rootfs
+from tests.harness.registry import Registry
+from tests.harness.tools import require_tool
+
+pytestmark = pytest.mark.integration
+
+WORKFLOW = "contract-demo"
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "FAILED_SETUP", "FAILED_STARTUP"}
+SHARDS, PARALLEL = 4, 2  # two waves of two shards
+WAVES = SHARDS // PARALLEL
+
+# The stage's probe (a file of the run's source): every NPA_ variable and the stage's own, and
+# its working directory, with the shard's root folder written as /npa (a host process's
+# contract paths differ from the image's by that root and nothing else: the comparison proves
+# it).
+PROBE = """\
+root=${NPA_SOURCE_DIR%/source}
+{ env | grep -e '^NPA_' -e '^GREETING=' | sort; echo "PWD=$(pwd)"; } | sed "s#$root/#/npa/#g" > "$1"
+"""
+
+SPEC = """\
+apiVersion: npa/v1
+kind: Workflow
+metadata:
+  name: contract-demo
+tools:
+  shell:
+    image: {image}
+stages:
+  - name: split
+    tool: shell
+    command: >-
+      sh probe.sh "$NPA_OUTPUT_PARTS/env-$NPA_SHARD.txt" &&
+      awk -v s="$NPA_SHARD" '{{ print $1 * (s + 1) }}' data/numbers.txt
+      > "$NPA_OUTPUT_PARTS/part-$NPA_SHARD.txt"
+    env:
+      GREETING: "hello 'contract' $HOME"
+    outputs:
+      - name: parts
+        path: parts/
+    waves:
+      shards: {shards}
+      parallel: {parallel}
+    resources:
+      cpus: 1
+      disk_gib: 1
+  - name: merge
+    tool: shell
+    command: >-
+      sh probe.sh "$NPA_OUTPUT_SEEN/env.txt" &&
+      cat "$NPA_INPUT_PARTS"/part-*.txt | awk '{{ s += $1 }} END {{ print s }}'
+      > "$NPA_OUTPUT_TOTAL"
+    inputs:
+      - name: parts
+        from: split.parts
+    outputs:
+      - name: total
+        path: total.txt
+        kind: file
+      - name: seen
+        path: seen/
+    resources:
+      cpus: 1
+      disk_gib: 1
+"""
+
+
+def expected(stage: str, run_id: str, run_prefix: str) -> dict[str, str]:
+    """What every shard of ``stage`` sees, on every backend (NPA_WAVE, NPA_SHARD and
+    NPA_ATTEMPT are added per shard). The one table this test checks against."""
+    common = {
+        "NPA_WORKFLOW": WORKFLOW,
+        "NPA_RUN_ID": run_id,
+        "NPA_STAGE": stage,
+        "NPA_RUN_PREFIX": run_prefix,
+        "NPA_SOURCE_DIR": "/npa/source",
+        "PWD": "/npa/source",
+    }
+    if stage == "split":
+        return {
+            **common,
+            "NPA_WAVES": str(WAVES),
+            "NPA_SHARDS": str(SHARDS),
+            "NPA_SHARDS_PER_WAVE": str(PARALLEL),
+            "NPA_OUTPUT_PARTS": "/npa/outputs/parts",
+            "GREETING": "hello 'contract' $HOME",  # the stage's own env, as written
+        }
+    return {
+        **common,
+        "NPA_WAVES": "1",
+        "NPA_SHARDS": "1",
+        "NPA_SHARDS_PER_WAVE": "1",
+        "NPA_INPUT_PARTS": "/npa/inputs/parts",
+        "NPA_OUTPUT_TOTAL": "/npa/outputs/total.txt",
+        "NPA_OUTPUT_SEEN": "/npa/outputs/seen",
+    }
+
+
+def per_shard(wave: int, shard: int) -> dict[str, str]:
+    return {"NPA_WAVE": str(wave), "NPA_SHARD": str(shard), "NPA_ATTEMPT": "1"}
+
+
+@pytest.fixture
+def image(registry: Registry) -> str:
+    pushed = registry.push_image(
+        f"npa-tests/contract-{uuid.uuid4().hex[:8]}", "1", layer=busybox_rootfs()
+    )
+    return f"{registry.host}/{pushed.repository}@{pushed.digest}"
+
+
+@pytest.fixture
+def env(npa_home: Path, registry: Registry) -> dict[str, str]:
+    return {
+        "NPA_HOME": str(npa_home),
+        "HOME": str(npa_home.parent),
+        "REG_AUTH": f"{registry.auth[0]}:{registry.auth[1]}",
+    }
+
+
+def write_spec(folder: Path, image: str) -> Path:
+    folder.mkdir()
+    (folder / "probe.sh").write_text(PROBE)
+    (folder / "data").mkdir()
+    (folder / "data" / "numbers.txt").write_text("1\n2\n3\n")
+    spec = folder / "contract.yaml"
+    spec.write_text(SPEC.format(image=image, shards=SHARDS, parallel=PARALLEL))
+    return spec
+
+
+def run_dir(npa_home: Path, run_id: str) -> Path:
+    return npa_home / "store" / WORKFLOW / run_id / "npa-workflow"
+
+
+def wait_manifest(prefix: Path, timeout: float = 180) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    manifest: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        path = prefix / "manifest.json"
+        if path.exists():
+            manifest = json.loads(path.read_text())
+            if manifest["state"] in TERMINAL:
+                return manifest
+        time.sleep(0.1)
+    raise AssertionError(f"run did not finish: {manifest.get('state')}")
+
+
+def env_file(path: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in path.read_text().splitlines())
+
+
+def run_locally(
+    spec: Path, env: dict[str, str], npa_home: Path, registry: Registry, runtime: str
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Prepare, render and submit one run; returns its id, submit's JSON and its manifest."""
+    prepared = run_npa(
+        "workbench", "workflow", "prepare-run", str(spec), "--project", "demo", env=env
+    )  # fmt: skip
+    assert prepared.code == 0, prepared.stderr
+    run_id = prepared.stdout.strip()
+    auth = f"--registry-auth={registry.host}=env:REG_AUTH"
+    # What a person reviews: render for the backend and runtime submit will use.
+    review = spec.parent.parent / f"review-{runtime}"
+    rendered = run_npa(
+        "workbench", "workflow", "render", str(spec), "--run-id", run_id, "--out", str(review),
+        "--project", "demo", "--infra", "local", "--runtime", runtime, "--json", env=env,
+    )  # fmt: skip
+    assert rendered.code == 0, rendered.stdout + rendered.stderr
+    assert rendered.json()["store_source"] == "reservation"
+    submitted = run_npa(
+        "workbench", "workflow", "submit", str(spec), "--project", "demo", "--run-id", run_id,
+        "--runtime", runtime, auth, "--json", env=env,
+    )  # fmt: skip
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    out = submitted.json()
+    assert out["runtime"] == runtime
+    manifest = wait_manifest(run_dir(npa_home, run_id))
+    assert manifest["state"] == "SUCCEEDED", json.dumps(manifest, indent=1)
+
+    # What launched is byte for byte what was reviewed, and the receipt says which bytes.
+    prefix = run_dir(npa_home, run_id)
+    receipt = json.loads(Path(out["receipt"]).read_text())
+    for stage in ("split", "merge"):
+        launched = (prefix / "tasks" / f"{stage}.json").read_bytes()
+        assert launched == (review / f"{stage}.json").read_bytes()
+        assert receipt["tasks"][stage] == hashlib.sha256(launched).hexdigest()
+        assert out["task_sha256"][stage] == receipt["tasks"][stage]
+    assert receipt["runtime"] == runtime
+    # status reads the same prefix render and submit used.
+    status = run_npa(
+        "workbench", "workflow", "status", run_id, "--project", "demo", "--json", env=env
+    )  # fmt: skip
+    assert status.code == 0, status.stdout + status.stderr
+    assert str(prefix.parent) in json.dumps(status.json())
+    return run_id, out, manifest
+
+
+def check_local_contract(npa_home: Path, run_id: str, prefix_uri: str) -> dict[str, str]:
+    """Every shard's view against the table; returns the stage outputs by name."""
+    prefix = run_dir(npa_home, run_id)
+    parts = prefix / "stages" / "split" / "outputs" / "parts"
+    for wave in range(WAVES):
+        for shard in range(wave * PARALLEL, (wave + 1) * PARALLEL):
+            seen = env_file(parts / f"env-{shard}.txt")
+            want = {**expected("split", run_id, prefix_uri), **per_shard(wave, shard)}
+            assert seen == want, (shard, seen)
+    seen = env_file(prefix / "stages" / "merge" / "outputs" / "seen" / "env.txt")
+    assert seen == {**expected("merge", run_id, prefix_uri), **per_shard(0, 0)}
+    return {
+        **{f"part-{s}": (parts / f"part-{s}.txt").read_text() for s in range(SHARDS)},
+        "total": (prefix / "stages" / "merge" / "outputs" / "total.txt").read_text(),
+    }
+
+
+def sky_tasks(folder: Path, stage: str) -> list[Any]:
+    import sky  # slow to import; only here
+
+    docs = list(yaml.safe_load_all((folder / f"{stage}.yaml").read_text()))
+    return [sky.Task.from_yaml_config(copy.deepcopy(doc)) for doc in docs]
+
+
+def test_one_contract_on_local_processes_containers_and_skypilot(
+    tmp_path: Path, npa_home: Path, env: dict[str, str], registry: Registry, image: str
+) -> None:
+    podman = require_tool("NPA_PODMAN_BIN", "podman")
+    env = {**env, "PATH": f"{podman.parent}:{os.environ.get('PATH', '')}"}
+    spec = write_spec(tmp_path / "workflow", image)
+
+    outputs = {}
+    for runtime in ("process", "container"):
+        run_id, out, manifest = run_locally(spec, env, npa_home, registry, runtime)
+        prefix_uri = out["run_prefix"].rsplit("/", 1)[0]  # the run's root, as NPA_RUN_PREFIX
+        outputs[runtime] = check_local_contract(npa_home, run_id, prefix_uri)
+        waves = manifest["stages"]["split"]["waves"]
+        assert [(w["wave"], w["shards"]) for w in waves] == [(0, [0, 1]), (1, [2, 3])]
+    # The same outputs from host processes and from the image.
+    assert outputs["process"] == outputs["container"]
+    assert outputs["container"]["total"].strip() == str(6 * (1 + 2 + 3 + 4))
+
+    # The SkyPilot rendering of the same spec and run: the same waves and shards, the same
+    # fixed variables, NPA_WAVE per wave task; NPA_SHARD comes from the node's rank.
+    store = "s3://npa-contract/workflows"
+    sky_out = tmp_path / "sky"
+    rendered = run_npa(
+        "workbench", "workflow", "render", str(spec), "--run-id", run_id, "--out", str(sky_out),
+        "--project", "review-only", "--context", "kind-npa", "--store-uri", store, "--json",
+        env=env,
+    )  # fmt: skip
+    assert rendered.code == 0, rendered.stdout + rendered.stderr
+    sky_prefix = f"{store}/{WORKFLOW}/{run_id}"
+    for stage, waves in (("split", WAVES), ("merge", 1)):
+        tasks = sky_tasks(sky_out, stage)
+        assert len(tasks) == waves
+        for wave, task in enumerate(tasks):
+            table = expected(stage, run_id, sky_prefix)
+            assert task.num_nodes == (PARALLEL if stage == "split" else 1)
+            fixed = {k: v for k, v in table.items() if k != "PWD"}
+            assert task.envs == {**fixed, "NPA_WAVE": str(wave)}
+            # The run script sets the shard from the node rank and runs in the source tree.
+            assert "npa_shard " in task.run and "npa_command " in task.run
+            assert not task.file_mounts and task.workdir is None
+    library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
+    assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
+    assert f"cd {expected('split', '', '')['PWD']} && exec /bin/sh -c" in library
