@@ -250,9 +250,10 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
     env = {**env, "PATH": f"{podman.parent}:{os.environ.get('PATH', '')}"}
     spec = write_spec(tmp_path / "workflow", image)
 
-    outputs = {}
+    outputs, runs = {}, {}
     for runtime in ("process", "container"):
         run_id, out, manifest = run_locally(spec, env, npa_home, registry, runtime)
+        runs[runtime] = run_id
         prefix_uri = out["run_prefix"].rsplit("/", 1)[0]  # the run's root, as NPA_RUN_PREFIX
         outputs[runtime] = check_local_contract(npa_home, run_id, prefix_uri)
         waves = manifest["stages"]["split"]["waves"]
@@ -260,6 +261,23 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
     # The same outputs from host processes and from the image.
     assert outputs["process"] == outputs["container"]
     assert outputs["container"]["total"].strip() == str(6 * (1 + 2 + 3 + 4))
+
+    # What the two runs launched differently: the runtime of each task, nothing else.
+    differ = run_npa(
+        "workbench", "workflow", "diff", runs["process"], runs["container"], "--project", "demo",
+        "--json", env=env,
+    )  # fmt: skip
+    assert differ.code == 1, differ.stdout + differ.stderr
+    assert differ.json()["changed"] == ["merge.json", "split.json"]
+    assert '-  "runtime": "process"' in differ.json()["diff"]
+    assert '+  "runtime": "container"' in differ.json()["diff"]
+    # Another run of the same spec, source and runtime launched the same, run ids aside.
+    again, _, _ = run_locally(spec, env, npa_home, registry, "process")
+    same = run_npa(
+        "workbench", "workflow", "diff", runs["process"], again, "--project", "demo", env=env
+    )  # fmt: skip
+    assert same.code == 0, same.stdout + same.stderr
+    assert "launched the same tasks" in same.stdout
 
     # The SkyPilot rendering of the same spec and run: the same waves and shards, the same
     # fixed variables, NPA_WAVE per wave task; NPA_SHARD comes from the node's rank.
