@@ -14,6 +14,7 @@ import copy
 import hashlib
 import json
 import os
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +26,7 @@ import yaml
 from tests.harness.cli import run_npa
 from tests.harness.images import busybox_rootfs
 from tests.harness.registry import Registry
+from tests.harness.s3 import S3Server
 from tests.harness.tools import require_tool
 
 pytestmark = pytest.mark.integration
@@ -261,6 +263,7 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
     # The same outputs from host processes and from the image.
     assert outputs["process"] == outputs["container"]
     assert outputs["container"]["total"].strip() == str(6 * (1 + 2 + 3 + 4))
+    assert all(outputs["container"][f"part-{s}"] == part(s) for s in range(SHARDS))
 
     # What the two runs launched differently: the runtime of each task, nothing else.
     differ = run_npa(
@@ -304,3 +307,140 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
     library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
     assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
     assert f"cd {expected('split', '', '')['PWD']} && exec /bin/sh -c" in library
+
+
+# --- the SkyPilot side, run -----------------------------------------------------------------
+
+# One SkyPilot node: a private mount namespace whose root is an overlay of this machine's, with
+# its own /tmp, so the task's setup and run make /npa as in a pod and nothing reaches the host.
+# SkyPilot runs a task's setup, then its run, with bash on every node, with the task's envs and
+# the node's rank; that is what this does, with the texts SkyPilot's loader read.
+NODE = """\
+set -e
+mount -t tmpfs node "$1"
+mkdir "$1/upper" "$1/work" "$1/root"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$1/upper,workdir=$1/work" "$1/root"
+mount --rbind /proc "$1/root/proc"
+mount --rbind /dev "$1/root/dev"
+mount -t tmpfs tmp "$1/root/tmp"
+exec chroot "$1/root" /bin/bash -c \\
+  'cd / && setup=$SKY_SETUP run=$SKY_RUN && unset SKY_SETUP SKY_RUN &&
+   /bin/bash -c "$setup" && exec /bin/bash -c "$run"'
+"""
+
+
+def part(shard: int) -> str:
+    """What shard ``shard`` of split writes, on every backend."""
+    return "".join(f"{n * (shard + 1)}\n" for n in (1, 2, 3))
+
+
+def node_sandbox_works(tmp_path: Path) -> bool:
+    probe = tmp_path / "probe-node"
+    probe.mkdir()
+    done = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", "/bin/sh", "-c",
+         f'mount -t tmpfs t "{probe}" && mkdir "{probe}/x"'],
+        capture_output=True,
+    )  # fmt: skip
+    return done.returncode == 0
+
+
+def run_wave(task: Any, env: dict[str, str], folder: Path) -> list[subprocess.CompletedProcess]:
+    """Every node of one wave task at once; their results in rank order."""
+    children = []
+    for rank in range(task.num_nodes):
+        sandbox = folder / f"{task.name}-node{rank}"
+        sandbox.mkdir()
+        node_env = {
+            **env,
+            **task.envs,
+            "SKYPILOT_NODE_RANK": str(rank),
+            "SKYPILOT_NUM_NODES": str(task.num_nodes),
+            "SKY_SETUP": task.setup,
+            "SKY_RUN": task.run,
+        }
+        argv = ["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", NODE, "node"]
+        children.append(
+            subprocess.Popen(
+                [*argv, str(sandbox)],
+                env=node_env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        )
+    results = []
+    for child in children:
+        out, _ = child.communicate(timeout=300)
+        results.append(subprocess.CompletedProcess(child.args, child.returncode, out, ""))
+    return results
+
+
+def test_skypilot_tasks_give_the_same_contract_when_run(
+    tmp_path: Path, npa_home: Path, s3: S3Server
+) -> None:
+    """The rendered SkyPilot tasks, run node by node as SkyPilot runs them, against moto's S3:
+    the source restored as files, inputs and outputs through the store, the same table."""
+    if not node_sandbox_works(tmp_path):
+        pytest.skip("this machine does not allow a private mount namespace (unshare -m)")
+    bucket = "npa-contract"
+    s3.client().create_bucket(Bucket=bucket)
+    path = f"/usr/bin:/bin:/usr/sbin:/sbin:{os.environ.get('PATH', '')}"
+    env = {**s3.env, "NPA_HOME": str(npa_home), "HOME": str(npa_home.parent), "PATH": path}
+    configured = run_npa(
+        "configure", "--project", "sky", "--store", f"s3://{bucket}/npa", env=env
+    )  # fmt: skip
+    assert configured.code == 0, configured.stderr
+    image = "registry.example.com/shell@sha256:" + "ab" * 32
+    spec = write_spec(tmp_path / "workflow", image)
+    prepared = run_npa(
+        "workbench", "workflow", "prepare-run", str(spec), "--project", "sky", env=env
+    )  # fmt: skip
+    assert prepared.code == 0, prepared.stderr
+    run_id = prepared.stdout.strip()
+    staged = run_npa(
+        "workbench", "workflow", "stage-source", str(spec), "--project", "sky",
+        "--run-id", run_id, env=env,
+    )  # fmt: skip
+    assert staged.code == 0, staged.stdout + staged.stderr
+    out = tmp_path / "sky"
+    rendered = run_npa(
+        "workbench", "workflow", "render", str(spec), "--run-id", run_id, "--out", str(out),
+        "--project", "sky", "--context", "kind-npa", "--json", env=env,
+    )  # fmt: skip
+    assert rendered.code == 0, rendered.stdout + rendered.stderr
+    assert rendered.json()["store_source"] == "reservation"
+
+    nodes = tmp_path / "nodes"
+    nodes.mkdir()
+    # A pod's environment: the store's credentials and endpoint (from the store Secret), no npa.
+    pod_env = {**s3.env, "PATH": path, "HOME": "/root"}
+    for stage in ("split", "merge"):
+        for task in sky_tasks(out, stage):  # waves in order, a wave's nodes at once
+            for result in run_wave(task, pod_env, nodes):
+                assert result.returncode == 0, f"{task.name}: {result.stdout}"
+
+    client = s3.client()
+    outputs = f"npa/{WORKFLOW}/{run_id}/npa-workflow/stages"
+
+    def stored(key: str) -> str:
+        body: bytes = client.get_object(Bucket=bucket, Key=f"{outputs}/{key}")["Body"].read()
+        return body.decode()
+
+    prefix_uri = f"s3://{bucket}/npa/{WORKFLOW}/{run_id}"
+    for wave in range(WAVES):
+        for shard in range(wave * PARALLEL, (wave + 1) * PARALLEL):
+            seen = dict(
+                line.split("=", 1)
+                for line in stored(f"split/outputs/parts/env-{shard}.txt").splitlines()
+            )
+            assert seen == {**expected("split", run_id, prefix_uri), **per_shard(wave, shard)}
+            assert stored(f"split/outputs/parts/part-{shard}.txt") == part(shard)
+    seen = dict(line.split("=", 1) for line in stored("merge/outputs/seen/env.txt").splitlines())
+    assert seen == {**expected("merge", run_id, prefix_uri), **per_shard(0, 0)}
+    assert stored("merge/outputs/total.txt").strip() == str(6 * (1 + 2 + 3 + 4))
+    attempts = client.get_object(Bucket=bucket, Key=f"{outputs}/split/attempts/wave-1-shard-3")[
+        "Body"
+    ].read()
+    assert attempts.strip() == b"1"
+    assert not any(nodes.glob("*/*")), "a node left files on this machine"
