@@ -212,7 +212,14 @@ def run_locally(
         assert receipt["tasks"][stage] == hashlib.sha256(launched).hexdigest()
         assert out["task_sha256"][stage] == receipt["tasks"][stage]
     assert receipt["runtime"] == runtime
-    # status reads the same prefix render and submit used.
+    # plan-spec and status read the same prefix render and submit used.
+    planned = run_npa(
+        "workbench", "workflow", "plan-spec", str(spec), "--run-id", run_id, "--target", "local",
+        "--project", "demo", "--json", env=env,
+    )  # fmt: skip
+    assert planned.code == 0, planned.stdout + planned.stderr
+    assert planned.json()["store_source"] == "reservation"
+    assert f"{planned.json()['plan']['run_prefix']}/npa-workflow" == out["run_prefix"]
     status = run_npa(
         "workbench", "workflow", "status", run_id, "--project", "demo", "--json", env=env
     )  # fmt: skip
