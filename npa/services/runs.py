@@ -284,6 +284,12 @@ def run_store(
     settings = resolve_project(project, paths=paths)
     entry = load_record(paths, settings.project, settings.identity, workflow).find(run_id)
     given = normalize_store_uri(store_uri, paths) if store_uri else None
+
+    def named(store: str | None, source: str, detail: str) -> RunStore:
+        return RunStore(
+            run_id=run_id, project=settings.project, store=store, source=source, detail=detail
+        )
+
     if entry is not None:
         if given is not None and given != entry.store:
             raise InvalidInput(
@@ -291,35 +297,17 @@ def run_store(
                 f"--store-uri {given} would describe another run's prefix",
                 fix=f"drop --store-uri: the run's store is {entry.store}",
             )
-        return RunStore(
-            run_id=run_id,
-            project=settings.project,
-            store=entry.store,
-            source="reservation",
-            detail=f"reserved by prepare-run for project {settings.project}",
+        return named(
+            entry.store, "reservation", f"reserved by prepare-run for project {settings.project}"
         )
     not_reserved = f"run {run_id} is not reserved in project {settings.project}"
     if given is not None:
-        return RunStore(
-            run_id=run_id,
-            project=settings.project,
-            store=given,
-            source="--store-uri",
-            detail=f"{not_reserved}; --store-uri names the store",
-        )
+        return named(given, "--store-uri", f"{not_reserved}; --store-uri names the store")
     if spec_store is not None:
-        return RunStore(
-            run_id=run_id,
-            project=settings.project,
-            store=spec_store,
-            source="storage.uri",
-            detail=f"{not_reserved}; the spec's storage.uri names the store (prepare-run "
-            "fixes the store submit uses)",
+        return named(
+            spec_store,
+            "storage.uri",
+            f"{not_reserved}; the spec's storage.uri names the store (prepare-run fixes the "
+            "store submit uses)",
         )
-    return RunStore(
-        run_id=run_id,
-        project=settings.project,
-        store=None,
-        source="none",
-        detail=f"{not_reserved} and the spec has no storage.uri",
-    )
+    return named(None, "none", f"{not_reserved} and the spec has no storage.uri")

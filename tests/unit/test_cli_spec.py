@@ -215,35 +215,14 @@ def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
         "augment.yaml",
         "evaluate.yaml",
     ]
-    again = run_npa(
-        *base,
-        "--digests",
-        "examples/physical-ai.digests.yaml",
-        "--context",
-        "other",
-        "--diff",
-        str(out),
-    )
+    other = ("--digests", "examples/physical-ai.digests.yaml", "--context", "other")
+    again = run_npa(*base, *other, "--diff", str(out))
     assert again.code == 1  # like diff: something differs
     assert '-  infra: "k8s/nebius-physai"' in again.stdout
     assert '+  infra: "k8s/other"' in again.stdout
     # Another run of the same spec differs only by its run id, which the diff sets aside.
-    other_run = run_npa(
-        *WF,
-        "render",
-        PHYSAI,
-        "--run-id",
-        "demo-2",
-        "--out",
-        str(tmp_path / "r2"),
-        "--digests",
-        "examples/physical-ai.digests.yaml",
-        "--context",
-        "other",
-        "--diff",
-        str(out),
-        "--json",
-    )
+    run_2 = (*WF, "render", PHYSAI, "--run-id", "demo-2", "--out", str(tmp_path / "r2"))
+    other_run = run_npa(*run_2, *other, "--diff", str(out), "--json")
     assert other_run.code == 0, other_run.stdout
     assert other_run.json()["changed"] == []
 
