@@ -158,11 +158,13 @@ class ContainerEngine:
         workdir: str,
         labels: Mapping[str, str],
         user: str | None = None,
+        userns: str | None = None,
     ) -> list[str]:
         """The command line that runs ``command`` in ``image``, attached, removed when it ends.
 
         The image must have been pulled (``--pull=never``): a run never fetches bytes that
-        preflight did not see.
+        preflight did not see. ``userns`` is podman's ``--userns`` mode (rootless podman maps
+        the container's user to the caller with ``keep-id:uid=U,gid=G``).
         """
         argv = [self.binary, "run", "--rm", "--pull=never", "--name", name, "--workdir", workdir]
         for key, value in sorted(labels.items()):
@@ -174,6 +176,8 @@ class ContainerEngine:
             argv += ["--env", key]
         if user:
             argv += ["--user", user]
+        if userns:
+            argv += [f"--userns={userns}"]
         return [*argv, image, *command]
 
     def remove_labelled(self, value: str) -> list[str]:

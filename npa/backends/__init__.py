@@ -1,4 +1,5 @@
-"""Execution backends: ``skypilot`` (managed jobs on Kubernetes) and ``local`` (processes).
+"""Execution backends: ``skypilot`` (managed jobs on Kubernetes) and ``local`` (this machine, in
+containers or as processes).
 
 Each backend is a folder with the same files: ``backend.py`` (the :class:`ExecutionBackend` and
 the capabilities it declares), ``jobs.py`` (the job service it launches into and reads from),
@@ -28,10 +29,17 @@ from npa.backends.base import (
     StageTask,
     TaskRecord,
 )
-from npa.core.errors import BackendUnavailable, InvalidInput, LaunchRejected, TransientRefusal
+from npa.core.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    LaunchRejected,
+    ToolMissing,
+    TransientRefusal,
+)
 from npa.core.paths import NpaPaths
 
 __all__ = [
+    "RUNTIMES",
     "BackendUnavailable",
     "ExecutionBackend",
     "JobRecord",
@@ -91,17 +99,49 @@ def installed_backends() -> Backends:
     return _installed[0] if _installed else default_backends()
 
 
+#: ``--runtime`` values: where ``--infra local`` runs a stage. ``auto`` is a container when an
+#: engine answers on this machine, else a host process.
+RUNTIMES = ("auto", "container", "process")
+
+
+def _local_runtime(paths: NpaPaths, runtime: str) -> ExecutionBackend:
+    from npa.adapters.containers import find_engine
+    from npa.backends.local.backend import LocalContainerBackend
+
+    if runtime == "process":
+        return open_backend("local", paths)
+    engine = find_engine("auto")
+    if engine is None:
+        if runtime == "auto":
+            return open_backend("local", paths)
+        raise ToolMissing(
+            "--runtime container needs a container engine (podman or docker) that answers",
+            fix="apt-get install -y podman  # or --runtime process",
+        )
+    return LocalContainerBackend(paths, engine)
+
+
 def infra_context(infra: str) -> str | None:
     """The Kubernetes context an ``--infra`` value names (``k8s/<context>``), else None."""
     kind, _, context = infra.partition("/")
     return context if kind in ("k8s", "kubernetes") and context else None
 
 
-def backend_for_infra(infra: str, paths: NpaPaths) -> ExecutionBackend:
-    """The backend ``--infra`` selects: ``local``, or ``k8s/<context>`` (SkyPilot on that
-    context, through the kubeconfig provisioning placed for it)."""
+def backend_for_infra(infra: str, paths: NpaPaths, *, runtime: str = "auto") -> ExecutionBackend:
+    """The backend ``--infra`` selects: ``local`` (stages in their images or as processes, as
+    ``--runtime`` says), or ``k8s/<context>`` (SkyPilot on that context, through the kubeconfig
+    provisioning placed for it; every stage runs in its image there)."""
+    if runtime not in RUNTIMES:
+        raise InvalidInput(
+            f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}", fix="--runtime auto"
+        )
     if infra == "local":
-        return open_backend("local", paths)
+        return _local_runtime(paths, runtime)
+    if runtime == "process":
+        raise InvalidInput(
+            f"--runtime process is for --infra local; on {infra} every stage runs in its image",
+            fix=f"--infra {infra} --runtime auto",
+        )
     context = infra_context(infra)
     if context is None:
         raise _unknown_infra(infra)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
+    from npa.adapters.containers import RegistryLogin
     from npa.adapters.kube.pods import PodReason
     from npa.adapters.storage import ObjectStore
 
@@ -119,6 +120,8 @@ class JobStages(BaseModel):
     run_id: str
     stages: list[str] | None  # every stage of the run; None when not known (no manifest yet)
     adopted: list[str] = Field(default_factory=list)
+    # The finished waves of a partly run stage the job does not run again.
+    adopted_waves: dict[str, list[int]] = Field(default_factory=dict)
 
     @property
     def launched(self) -> list[str] | None:
@@ -181,7 +184,7 @@ class TaskInput(BaseModel):
     variable: str  # the environment variable that names it to the stage (NPA_INPUT_<NAME>)
     uri: str | None  # the full URI (None when the run has no store URI)
     key: str | None = None  # store key of an upstream output; None for an external URI
-    kind: str = "prefix"  # file | prefix
+    kind: str = "prefix"  # file | prefix | auto (an external URI: decided when fetched)
 
 
 class TaskOutput(BaseModel):
@@ -267,6 +270,11 @@ class ExecutionBackend(abc.ABC):
     def task_suffix(self) -> str:
         """File suffix of the rendered tasks (``.yaml`` or ``.json``)."""
 
+    @property
+    def runtime(self) -> str:
+        """How a stage runs: ``container`` (in its image) or ``process`` (a host process)."""
+        return "container"
+
     @abc.abstractmethod
     def render_tasks(self, run: RunTasks) -> dict[str, str]:
         """Stage name -> the task file this backend runs for it (``tasks/<stage><suffix>``),
@@ -299,6 +307,11 @@ class ExecutionBackend(abc.ABC):
         """Stage -> the task of ``record`` that runs it, for every task that can be told apart;
         a stage the job does not run (adopted) or cannot be matched is left out. Empty for a
         backend without per-task records."""
+        return {}
+
+    def wave_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, dict[int, TaskRecord]]:
+        """Stage -> wave -> the task of ``record`` that runs that wave, for a backend that runs
+        one task per wave; empty for one that records waves itself (a hosted executor)."""
         return {}
 
     @abc.abstractmethod
@@ -347,6 +360,32 @@ class PullsPinnedImages(abc.ABC):
     def pull_context(self) -> str | None:
         """The Kubernetes context the images are pulled in (an image without a contract label
         is probed there); None when there is none."""
+
+    @property
+    def verifies_contract(self) -> bool:
+        """Whether preflight verifies the bootstrap contract (labels, or a probe): SkyPilot's pod
+        set-up needs what it promises; an engine that starts the stage's command itself needs
+        only the image to exist at its digest."""
+        return True
+
+
+@dataclass(frozen=True)
+class ImagePull:
+    """One image to pull onto this machine: pinned by digest, and how to reach its registry."""
+
+    reference: str  # repository@sha256:<hex>
+    plain_http: bool  # a registry served without TLS (loopback)
+    login: RegistryLogin | None = field(default=None, repr=False)
+
+
+class PullsImagesHere(abc.ABC):
+    """The job's images are pulled onto this machine by ``submit`` itself, which holds the
+    registry credentials, before the launch; the job then runs only what is already here (a
+    credential is never handed to the job or written anywhere)."""
+
+    @abc.abstractmethod
+    def pull_images(self, pulls: list[ImagePull]) -> list[str]:
+        """Pull each image; returns the local image ids. Raises what the engine raises."""
 
 
 class RunsOnThisMachine:

@@ -1,5 +1,6 @@
-"""Reading runs back: ``status``, ``list``, ``artifacts``, ``logs``, ``gpus``, ``cancel`` and
-``load-artifact``. Every RUN argument is a run id or an s3:// / file:// run prefix."""
+"""Reading runs back: ``status``, ``list``, ``diff``, ``artifacts``, ``logs``, ``gpus``,
+``cancel`` and ``load-artifact``. Every RUN argument is a run id or an s3:// / file:// run
+prefix."""
 
 from __future__ import annotations
 
@@ -131,6 +132,24 @@ def list_runs(
         return service(project, limit=limit)
 
     finish(as_json, bounded(read_timeout, produce))
+
+
+@workflow_app.command("diff")
+def diff(
+    run_a: Annotated[str, Arg(metavar="RUN_A", help="A submitted run: its id or its prefix.")],
+    run_b: Annotated[str, Arg(metavar="RUN_B", help="Another submitted run.")],
+    project: ProjectOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """What two submitted runs launched differently: their task files and images, run ids
+    aside. Exit 1 when anything differs, as diff does."""
+
+    def produce() -> Result:
+        from npa.services.rundiff import diff_runs
+
+        return diff_runs(run_a, run_b, project)
+
+    finish(as_json, produce)
 
 
 @workflow_app.command("artifacts")

@@ -13,6 +13,9 @@ from npa.cli.common import JsonFlag, finish
 
 SpecArg = Annotated[Path, typer.Argument(help="Workflow spec (YAML).", show_default=False)]
 RunIdOpt = Annotated[str, typer.Option("--run-id", help="The run this plan or render is for.")]
+ProjectOpt = Annotated[
+    str | None, typer.Option("--project", help="Project the run is reserved in (npa configure).")
+]
 
 
 @workflow_app.command("validate-spec")
@@ -66,7 +69,10 @@ def plan_spec(
     ] = False,
     project: Annotated[
         str | None,
-        typer.Option("--project", help="Project alias whose store the local target measures."),
+        typer.Option(
+            "--project",
+            help="Project the run is reserved in; the local target measures its store.",
+        ),
     ] = None,
     skip_quota: Annotated[
         bool, typer.Option("--skip-quota", help="Show the plan only; the quota is not checked.")
@@ -95,7 +101,7 @@ def plan_spec(
             skip=skip_quota,
             project=project,
         )
-        return run(spec, run_id, target=target, quota=options)  # type: ignore[arg-type]
+        return run(spec, run_id, target=target, quota=options, project=project)  # type: ignore[arg-type]
 
     finish(as_json, produce)
 
@@ -126,18 +132,43 @@ def render(
         str | None,
         typer.Option("--image", metavar="IMAGE", help="IMAGE for every tool without an override."),
     ] = None,
+    infra: Annotated[
+        str | None,
+        typer.Option(
+            "--infra",
+            metavar="local|k8s/CONTEXT",
+            help="The backend to render for, as submit's --infra (default: k8s/<--context>).",
+        ),
+    ] = None,
+    runtime: Annotated[
+        str,
+        typer.Option(
+            "--runtime", metavar="auto|container|process", help="--infra local: as submit's."
+        ),
+    ] = "auto",
     context: Annotated[
         str | None, typer.Option("--context", help="Kube context (default: the spec's).")
     ] = None,
+    project: ProjectOpt = None,
     store_uri: Annotated[
-        str | None, typer.Option("--store-uri", help="Object store prefix (default: the spec's).")
+        str | None,
+        typer.Option(
+            "--store-uri", help="Store of a run that is not reserved (default: the spec's)."
+        ),
     ] = None,
     diff: Annotated[
-        Path | None, typer.Option("--diff", help="Print a unified diff against this render.")
+        Path | None,
+        typer.Option(
+            "--diff", help="Unified diff against this render, run ids aside; exit 1 if any."
+        ),
     ] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Render one SkyPilot task YAML per stage, with images pinned by digest."""
+    """Render the task files the run launches, with images pinned by digest.
+
+    The run's store is the one prepare-run reserved it in (what submit and status use); the
+    files are byte for byte what submit launches for the same run, images and --infra.
+    """
     from npa.services.render import render_spec
 
     finish(
@@ -148,6 +179,9 @@ def render(
             out,
             digests_file=digests,
             kube_context=context,
+            infra=infra,
+            runtime=runtime,
+            project=project,
             store_uri=store_uri,
             diff_against=diff,
             image_overrides=image_override or [],

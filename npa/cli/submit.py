@@ -40,6 +40,15 @@ def submit(
             autocompletion=complete.infra,
         ),
     ] = "local",
+    runtime: Annotated[
+        str,
+        Opt(
+            "--runtime",
+            metavar="auto|container|process",
+            help="--infra local: run each stage in its image (container), as a host process, "
+            "or in its image when a container engine answers (auto).",
+        ),
+    ] = "auto",
     image_override: Annotated[
         list[str] | None,
         Opt("--image-override", metavar="TOOL_REF=IMAGE", help="Image for one tool. Repeatable."),
@@ -108,6 +117,7 @@ def submit(
                     run_id=run_id,
                     resume_run=resume_run,
                     infra=infra,
+                    runtime=runtime,
                     image_overrides=tuple(image_override or ()),
                     image=image,
                     registry_auth=tuple(registry_auth or ()),

@@ -14,7 +14,8 @@ machine), ``launch.<project>.<run>[.r<N>][.a<N>]`` (one launch transaction: its 
 ``supervisor.<project>.<run>`` (the run's watcher, held for its life).
 
 Job names: ``npa-<workflow>-<run>``, ``-r<N>`` for the N-th ``--resume-run``, ``-a<N>`` for the
-watcher's N-th relaunch. A stage's task is named ``<run>-<stage>``.
+watcher's N-th relaunch. A stage's task is named ``<run>-<stage>``; on a backend that runs one
+task per wave, wave ``W`` of it is ``<run>-<stage>-w<W>``.
 
 Waves: a stage of ``shards`` shards, ``parallel`` at a time, runs ``ceil(shards / parallel)``
 waves; wave ``w`` runs shards ``w * parallel`` up to ``min((w + 1) * parallel, shards)``.
@@ -32,6 +33,7 @@ MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
 
 _RELAUNCH = re.compile(r"-a(\d+)$")
+_WAVE_TASK = re.compile(r"(?P<base>.+)-w(?P<wave>0|[1-9][0-9]*)")
 
 
 # --- the store ----------------------------------------------------------------------------------
@@ -59,6 +61,11 @@ def output_key(prefix: str, stage: str, path: str) -> str:
 
 def checkpoint_key(prefix: str, stage: str, path: str) -> str:
     return f"{stage_key(prefix, stage)}/checkpoints/{path}"
+
+
+def attempts_key(prefix: str, stage: str, wave: int, shard: int) -> str:
+    """Where the count of a shard's starts lives (``NPA_ATTEMPT``; every backend counts there)."""
+    return f"{stage_key(prefix, stage)}/attempts/wave-{wave}-shard-{shard}"
 
 
 def stage_logs_key(prefix: str, stage: str) -> str:
@@ -141,6 +148,23 @@ def task_name(run_id: str, stage: str) -> str:
     stage's task out of the run's pipeline job. It starts with a letter because SkyPilot names
     the task's cluster after it, and a cluster name must (a run id starts with a digit)."""
     return f"npa-{run_id}-{stage}"
+
+
+def wave_task_name(run_id: str, stage: str, wave: int) -> str:
+    """The name of the task that runs wave ``wave`` of a stage (one task per wave)."""
+    return f"{task_name(run_id, stage)}-w{wave}"
+
+
+def wave_of_task(run_id: str, name: str) -> tuple[str, int] | None:
+    """(stage, wave) of a wave task's name; None when ``name`` is not one of the run's.
+
+    Unambiguous although stage names may end in ``-w<N>`` themselves: every wave task carries
+    exactly one suffix, so the last one is the wave's."""
+    head = task_name(run_id, "")
+    match = _WAVE_TASK.fullmatch(name)
+    if match is None or not match["base"].startswith(head) or len(match["base"]) == len(head):
+        return None
+    return match["base"][len(head) :], int(match["wave"])
 
 
 # --- waves and shards ---------------------------------------------------------------------------

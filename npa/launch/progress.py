@@ -85,7 +85,7 @@ class ManifestRecorder:
 
     def restore_source(self, store: ObjectStore, prefix: str, into: Path) -> None:
         """Rebuild the committed source tree from the store (the stages' working directory)."""
-        from npa.runs.staging import SourceLayout, load_committed
+        from npa.runs.staging import SourceLayout, load_committed, restore_mode
 
         layout = SourceLayout(prefix)
         manifest = load_committed(store, layout)
@@ -97,7 +97,7 @@ class ManifestRecorder:
             ensure_private_dir(target.parent)
             data = store.get(layout.blob(entry.digest.removeprefix("sha256:")))
             target.write_bytes(data)
-            os.chmod(target, entry.mode & 0o755 | 0o600)
+            os.chmod(target, restore_mode(entry.mode))
 
     def ended(self, state: JobState, detail: str | None, *, infrastructure: bool) -> None:
         def final(m: RunManifest) -> None:
@@ -108,9 +108,10 @@ class ManifestRecorder:
                 if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
                     rec.state = "CANCELLED"
                 elif rec.state == "RUNNING" and state is not JobState.SUCCEEDED:
-                    # The stage the job ended in ends with it, with the reason: never a
-                    # RUNNING stage in a run that ended.
+                    # The stage the job ended in ends with it, with the reason (also before a
+                    # wave could record it, e.g. setup): never a RUNNING stage in a run that ended.
                     rec.state, rec.detail = state.value, detail or rec.detail
+                    rec.ended_at = rec.ended_at or now_iso()
                     for wave in rec.waves:
                         wave.state = state.value if wave.state == "RUNNING" else wave.state
 

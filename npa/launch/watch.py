@@ -216,6 +216,7 @@ class Watcher:
         self.backend = open_backend(self.spec.backend, self.paths, context=s.kube_context)
         self.store: ObjectStore | None = None
         self.episode: str | None = None  # the unknown condition last recorded, if still on
+        self.waves: dict[str, dict[int, TaskRecord]] = {}  # the last poll's wave tasks
 
     # --- records -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -317,7 +318,9 @@ class Watcher:
         # Tasks are matched to stages by the manifest's resume record, not by the submission
         # this supervisor was started with (a rerun submit that adopts a live resumed job
         # carries no adopted stages).
-        tasks = self.backend.stage_tasks(job, job_stages(m))
+        stages = job_stages(m)
+        tasks = self.backend.stage_tasks(job, stages)
+        self.waves = self.backend.wave_tasks(job, stages)
         unproven = self._unproven_successes(m, tasks)
         if unproven is not None:
             return self.outputs_missing(job, tasks, *unproven)
@@ -339,45 +342,57 @@ class Watcher:
             return True
         return self.failed(job, tasks)
 
-    @staticmethod
-    def _stages_changed(m: RunManifest, tasks: dict[str, TaskRecord]) -> bool:
+    def _stages_changed(self, m: RunManifest, tasks: dict[str, TaskRecord]) -> bool:
         # A stage without a record is PENDING (a record's default): nothing to write for it.
-        return any(
-            m.stages.get(stage, StageRecord()).state != task.state.value
-            for stage, task in tasks.items()
-        )
+        for stage, task in tasks.items():
+            rec = m.stages.get(stage, StageRecord())
+            if rec.state != task.state.value:
+                return True
+            known = {w.wave: w.state for w in rec.waves}
+            if any(known.get(w) != t.state.value for w, t in self.waves.get(stage, {}).items()):
+                return True
+        return False
 
     def _record_stages(self, m: RunManifest, tasks: dict[str, TaskRecord]) -> None:
-        """Each launched stage's state as its task reports it. A stage's task runs all of its
-        waves, so a SUCCEEDED task records every planned wave as succeeded (what a resume
-        checks before adopting the stage)."""
+        """Each launched stage's state as its tasks report it, and each of its waves' own
+        (one task per wave: what a resume checks before adopting a stage or a wave)."""
         for stage, task in tasks.items():
-            if m.stages.get(stage, StageRecord()).state == task.state.value:
-                continue
             rec = m.stages.setdefault(stage, StageRecord())
+            self._record_waves(rec, stage, self.waves.get(stage, {}))
+            if rec.state == task.state.value:
+                continue
             rec.state = task.state.value
             if task.state is not JobState.PENDING and rec.started_at is None:
                 rec.started_at = _iso(task.started_at)
             if task.state.terminal:
                 rec.ended_at = _iso(task.ended_at)
-            if task.state is JobState.SUCCEEDED:
-                rec.waves = self._succeeded_waves(stage, rec.ended_at)
 
-    def _succeeded_waves(self, stage: str, at: str | None) -> list[WaveRecord]:
+    def _record_waves(self, rec: StageRecord, stage: str, waves: dict[int, TaskRecord]) -> None:
+        """Each wave task's state in the stage's record; waves an earlier job ran (adopted by a
+        resume) keep their records."""
+        if not waves:
+            return
         planned = self._planned(stage)
-        if planned is None:
-            return []
-        waves = planned.waves
-        return [
-            WaveRecord(
-                wave=wave,
-                shards=shards_of_wave(wave, waves.parallel, waves.shards),
-                state="SUCCEEDED",
-                attempts=1,
-                ended_at=at,
+        by_wave = {w.wave: w for w in rec.waves}
+        for wave, task in waves.items():
+            old = by_wave.get(wave)
+            shards = (
+                shards_of_wave(wave, planned.waves.parallel, planned.waves.shards)
+                if planned is not None
+                else (old.shards if old else [])
             )
-            for wave in range(waves.waves)
-        ]
+            started = old.started_at if old else None
+            if task.state is not JobState.PENDING and started is None:
+                started = _iso(task.started_at)
+            by_wave[wave] = WaveRecord(
+                wave=wave,
+                shards=shards,
+                state=task.state.value,
+                attempts=1 + (task.recovery_count or 0),
+                started_at=started,
+                ended_at=_iso(task.ended_at) if task.state.terminal else None,
+            )
+        rec.waves = [by_wave[w] for w in sorted(by_wave)]
 
     def _unproven_successes(
         self, m: RunManifest, tasks: dict[str, TaskRecord]

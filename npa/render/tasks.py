@@ -2,9 +2,10 @@
 
 :func:`stage_tasks` turns a validated workflow and its plan into one backend-neutral
 :class:`StageTask` per stage (what each stage runs, reads and writes, and where); a backend
-encodes those as its task files. :func:`render_workflow` is the ``render`` verb's path: it pins
-every image by digest (a tag can point at different bytes by the time the pod pulls it) and
-encodes the tasks as SkyPilot YAML. Both are pure: they read and write nothing.
+encodes those as its task files (:func:`render_run`, which ``render`` and ``submit`` both call,
+so what a person reviews is byte for byte what launches). :func:`render_workflow` renders a spec
+for SkyPilot without any local state: it pins every image by digest (a tag can point at
+different bytes by the time the pod pulls it). All are pure: they read and write nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import npa.backends.skypilot.tasks as skypilot_tasks
-from npa.backends.base import RunTasks, StageTask, TaskInput, TaskOutput
+from npa.backends.base import ExecutionBackend, RunTasks, StageTask, TaskInput, TaskOutput
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
 from npa.plan.model import WorkflowPlan, build_plan
@@ -197,7 +198,9 @@ def stage_tasks(
                 key = output_key(prefix, inp.from_stage, upstream.path).rstrip("/")
                 kind = upstream.kind.value
             else:
-                key, kind = None, "prefix"
+                # An external URI: a folder when it ends in "/", else the object with exactly
+                # that key, else the folder under it (decided when the stage fetches it).
+                key, kind = None, "auto"
             variable = input_variable(inp.name)
             inputs.append(
                 TaskInput(name=inp.name, variable=variable, uri=inp.uri, key=key, kind=kind)
@@ -252,6 +255,25 @@ def stage_tasks(
         run_root=plan.run_prefix,
         tasks=tasks,
     )
+
+
+def render_run(
+    workflow: Workflow,
+    plan: WorkflowPlan,
+    backend: ExecutionBackend,
+    *,
+    images: dict[str, str],
+    accelerators: dict[str, str] | None = None,
+) -> list[RenderedTask]:
+    """The task files ``backend`` launches for the run ``plan`` describes, in plan order:
+    exactly what ``submit`` stores and launches for the same workflow, plan, images and
+    accelerator names (both call this)."""
+    run = stage_tasks(workflow, plan, images=images, accelerators=accelerators)
+    texts = backend.render_tasks(run)
+    return [
+        RenderedTask(stage=stage, filename=f"{stage}{backend.task_suffix}", text=text)
+        for stage, text in texts.items()
+    ]
 
 
 def render_workflow(

@@ -127,9 +127,15 @@ class RunManifest(_Model):
 
 def job_stages(manifest: RunManifest) -> JobStages:
     """The stages the manifest's current job runs: every stage but those the last resume
-    adopted (a watcher's relaunch of a resumed job runs the same stages)."""
-    adopted = manifest.resumes[-1].adopted_stages if manifest.resumes else []
-    return JobStages(run_id=manifest.run_id, stages=list(manifest.tasks), adopted=list(adopted))
+    adopted, and the waves it adopted of a partly run stage (a watcher's relaunch of a resumed
+    job runs the same)."""
+    last = manifest.resumes[-1] if manifest.resumes else None
+    return JobStages(
+        run_id=manifest.run_id,
+        stages=list(manifest.tasks),
+        adopted=list(last.adopted_stages) if last else [],
+        adopted_waves={k: list(v) for k, v in last.adopted_waves.items()} if last else {},
+    )
 
 
 def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from npa.core.errors import NotFound, StateCorrupt
 from npa.core.fsio import atomic_write_bytes, read_json
@@ -43,6 +43,9 @@ class Receipt(BaseModel):
     credentials_source: str
     source_digest: str | None = None
     plan_digest: str | None = None
+    # Stage -> sha256 of the task file launched for it (what `render --run-id` must reproduce).
+    tasks: dict[str, str] = Field(default_factory=dict)
+    runtime: str | None = None  # container | process
     job: JobIdentity | None = None
 
 

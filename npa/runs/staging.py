@@ -7,6 +7,8 @@ A source tree becomes (see docs/storage-layout.md):
 - ``<workflow>/npa-source/trees/<sha256>.json``: the manifest of one tree (path, digest, size
   and mode of every file), named by its own sha256, the *source digest*; written after every
   blob it names;
+- ``<workflow>/npa-source/trees/<sha256>.list``: the same tree as a list a POSIX shell reads
+  (:func:`restore_list`), written just before the tree: what a pod restores the files from;
 - ``<run prefix>/source/manifest.json``: the run's committed source, the same bytes, written
   last and only if absent. A run's committed source can never change.
 
@@ -456,6 +458,32 @@ class SourceLayout:
     def tree(self, digest: str) -> str:
         return f"{self.trees}{digest.removeprefix('sha256:')}.json"
 
+    def tree_list(self, digest: str) -> str:
+        return f"{self.trees}{digest.removeprefix('sha256:')}.list"
+
+
+# Path bytes a restore list writes as they are; every other byte is a printf %b escape.
+_LIST_PLAIN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._/+-")
+
+
+def restore_mode(mode: int) -> int:
+    """The mode a restored source file gets: readable by all, its executable bits kept."""
+    return mode & 0o755 | 0o644
+
+
+def restore_list(rows: list[tuple[str, str, int, int]]) -> bytes:
+    """A tree as lines a POSIX shell reads with ``read -r sum mode path`` and decodes with
+    ``printf '%b'``: the blob's sha256, the octal mode to restore, and the path with every byte
+    outside ``[A-Za-z0-9._/+-]`` written ``\\0ooo`` (so spaces, newlines, quotes and non-ASCII
+    names stay one field). Rows are ``(path, "sha256:<hex>", size, mode)``, as in the manifest."""
+    lines = []
+    for path, digest, _size, mode in sorted(rows, key=lambda r: r[0].encode()):
+        encoded = "".join(
+            chr(b) if b in _LIST_PLAIN else f"\\0{b:03o}" for b in path.encode("utf-8")
+        )
+        lines.append(f"{digest.removeprefix('sha256:')} {restore_mode(mode):o} {encoded}\n")
+    return "".join(lines).encode("ascii")
+
 
 def _is_md5(etag: str | None) -> bool:
     return etag is not None and len(etag) == 32 and all(c in "0123456789abcdef" for c in etag)
@@ -593,8 +621,12 @@ def stage_source(
         pool.shutdown(wait=True, cancel_futures=True)
     note("blobs", {"uploaded": plan.uploaded, "repaired": plan.repaired, "listed": plan.listed})
 
-    # The tree is stored once every blob it names is; the run's commit comes last.
+    # The tree (its restore list first) is stored once every blob it names is; the run's
+    # commit comes last, so a committed run always has both.
     tree = layout.tree(digest)
+    listed = restore_list(manifest_rows(plan.files))
+    if not tree_stored and not (verify and _holds(store, layout.tree_list(digest), listed)):
+        store.put(layout.tree_list(digest), listed, content_md5=_b64md5(listed))
     if not tree_stored and not (verify and _holds(store, tree, body)):
         store.put(tree, body, content_md5=_b64md5(body))
     if committed is None and not store.create_if_absent(layout.manifest, body):

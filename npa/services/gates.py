@@ -32,6 +32,7 @@ from npa.adapters.storage import (
 from npa.backends.base import (
     ExecutionBackend,
     HasPrerequisites,
+    PullsImagesHere,
     PullsPinnedImages,
     ResolvesAccelerators,
     RunsOnThisMachine,
@@ -410,16 +411,23 @@ def image_gates(
             paths=paths,
             tools=tools,
             cache=verifications,
+            contract=backend.verifies_contract,
         )
     except NpaError as error:
         report.add("images", "failed", error.message, error.fix)
         return
+    # A machine that runs the stages itself can also run them as host processes instead.
+    here = (
+        "; or run the stages as host processes: --runtime process"
+        if isinstance(backend, PullsImagesHere)
+        else ""
+    )
     for row in result.images:
         if row.status == "ok":
             continue
         kind: GateStatus = "unknown" if row.status in ("unreachable", "unverified") else "failed"
         report.add(
-            f"image:{row.tool}", kind, f"{row.reference}: {row.status}: {row.detail}", row.fix
+            f"image:{row.tool}", kind, f"{row.reference}: {row.status}: {row.detail}{here}", row.fix
         )
     if result.ok:
         report.add("images", "ok", f"{plural(len(result.images), 'image')} verified")

@@ -36,6 +36,7 @@ class PlanResult(Result):
     store: str | None = None  # the local target's store, whose disk the quota measures
     plan: WorkflowPlan
     quota: QuotaAssessment
+    store_source: str = "storage.uri"  # reservation | storage.uri | none: what names the prefix
 
     def exit_code(self) -> int:
         return {"blocked": EXIT_FAILURE, "blocked-unknown": EXIT_UNAVAILABLE}.get(
@@ -46,7 +47,8 @@ class PlanResult(Result):
         p = self.plan
         lines = [
             f"plan: workflow {p.workflow}, run {p.run_id}, target {self.target}",
-            f"run prefix: {p.run_prefix or '(no storage.uri in the spec)'}",
+            f"run prefix: {p.run_prefix or '(not reserved, and no storage.uri in the spec)'}"
+            + (f" ({self.store_source})" if p.run_prefix else ""),
             "",
             "stages (in order):",
         ]
@@ -156,9 +158,16 @@ def pulumi_outputs(paths: NpaPaths) -> OutputReader:
 
 
 def plan_spec(
-    path: Path, run_id: str, *, target: Target = "nebius", quota: QuotaOptions | None = None
+    path: Path,
+    run_id: str,
+    *,
+    target: Target = "nebius",
+    quota: QuotaOptions | None = None,
+    project: str | None = None,
 ) -> PlanResult:
-    """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing."""
+    """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing. The
+    run prefix is the one ``prepare-run`` reserved the run under (what submit and status use),
+    else the spec's ``storage.uri``."""
     from npa.adapters.storage import normalize_store_uri
     from npa.plan.evidence import check_existing
     from npa.plan.infra import build_region, disk_needs
@@ -169,11 +178,19 @@ def plan_spec(
         quota_sources,
     )
     from npa.services.configure import resolve_project
+    from npa.services.runs import run_store
 
     options = quota or QuotaOptions()
     paths = NpaPaths.from_env()
     workflow = load_workflow(path)
-    plan = build_plan(workflow, run_id)
+    where = run_store(
+        workflow.metadata.name,
+        run_id,
+        project=project,
+        store_uri=None,
+        spec_store=workflow.storage.uri if workflow.storage else None,
+    )
+    plan = build_plan(workflow, run_id, store_uri=where.store)
     needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
     requirements = (
         cluster_requirements(needs) if target == "nebius" else local_requirements(workflow)
@@ -227,4 +244,11 @@ def plan_spec(
             assessment.fix = "request more quota for the lines marked blocked, then plan again"
         elif assessment.verdict == "blocked-unknown":
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
-    return PlanResult(spec=str(path), target=target, store=store, plan=plan, quota=assessment)
+    return PlanResult(
+        spec=str(path),
+        target=target,
+        store=store,
+        plan=plan,
+        quota=assessment,
+        store_source=where.source,
+    )

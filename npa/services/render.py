@@ -1,4 +1,9 @@
-"""render: one SkyPilot task YAML per stage, written as a whole or not at all."""
+"""render: the task files a run launches, written as a whole or not at all.
+
+For the backend ``--infra`` names (SkyPilot YAML for ``k8s/<context>``, the local backend's JSON
+for ``local``) and the store ``prepare-run`` fixed for the run, through the same function
+``submit`` renders with: what a person reviews is byte for byte what launches.
+"""
 
 from __future__ import annotations
 
@@ -12,15 +17,18 @@ import shlex
 import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from npa import __version__
-from npa.core.errors import InvalidInput
+from npa.backends.base import ExecutionBackend, PullsPinnedImages, ResolvesAccelerators
+from npa.core.errors import EXIT_FAILURE, InvalidInput
 from npa.core.fsio import FILE_MODE, ensure_private_dir
 from npa.core.output import Result
+from npa.core.paths import NpaPaths
 from npa.core.text import plural
 from npa.core.userfiles import read_user_text
 from npa.spec.validate import load_workflow, read_spec_text
@@ -41,39 +49,74 @@ class RenderedFile(BaseModel):
 
 
 class RenderResult(Result):
-    """What was rendered where, and the diff against a previous render when asked."""
+    """What was rendered where, for which backend and store, and the diff against an earlier
+    render when asked (exit 1 when something differs, as ``diff`` does)."""
 
     spec: str
     run_id: str
     out_dir: str
+    infra: str
+    runtime: str
+    store: str | None
+    store_source: str  # reservation | --store-uri | storage.uri | none
+    run_prefix: str | None
     files: list[RenderedFile]
+    notes: list[str] = Field(default_factory=list)
     diff_against: str | None = None
     changed: list[str] | None = None
     diff: str | None = None
 
+    def exit_code(self) -> int:
+        return EXIT_FAILURE if self.changed else 0
+
     def text_lines(self) -> list[str]:
+        how = "in their images" if self.runtime == "container" else "as host processes"
         files = plural(len(self.files), "task file")
-        lines = [f"rendered {files} for run {self.run_id} into {self.out_dir}"]
+        lines = [
+            f"rendered {files} for run {self.run_id} into {self.out_dir}",
+            f"  for {self.infra}, stages {how}; prefix {self.run_prefix or '-'} "
+            f"({self.store_source})",
+        ]
         lines += [f"  {f.file}  sha256:{f.sha256[:12]}  ({f.stage})" for f in self.files]
+        lines += [f"  note: {n}" for n in self.notes]
         if self.diff_against is not None:
             if not self.changed:
-                lines.append(f"no changes against {self.diff_against}")
+                lines.append(f"no changes against {self.diff_against} (run ids aside)")
             else:
                 lines.append(f"changed against {self.diff_against}: {', '.join(self.changed)}")
                 lines += (self.diff or "").rstrip("\n").splitlines()
         return lines
 
 
-def _read_render(directory: Path) -> dict[str, str]:
+#: What stands for a run's own id when two renders or two runs are compared: every run has
+#: its own, in names and prefixes, and that difference is not a change.
+RUN_ID_MARK = "<run-id>"
+
+
+def without_run_id(files: dict[str, str], run_id: str | None) -> dict[str, str]:
+    """``files`` with every occurrence of ``run_id`` replaced by :data:`RUN_ID_MARK`."""
+    if not run_id:
+        return dict(files)
+    return {name: text.replace(run_id, RUN_ID_MARK) for name, text in files.items()}
+
+
+def _read_render(directory: Path) -> tuple[dict[str, str], str | None]:
+    """The task files of an earlier render, and the run id it was rendered for."""
     if not directory.is_dir():
         raise InvalidInput(
             f"--diff {directory} is not a directory of rendered tasks",
             fix="pass the --out directory of an earlier render",
         )
     files = {}
-    for path in sorted(directory.glob("*.yaml")):
-        files[path.name] = read_user_text(path, "rendered task")
-    return files
+    run_id = None
+    for path in sorted(p for p in directory.iterdir() if p.is_file()):
+        text = read_user_text(path, "rendered task")
+        if path.name == INDEX:
+            with contextlib.suppress(ValueError, AttributeError):
+                run_id = json.loads(text).get("run_id")
+            continue
+        files[path.name] = text
+    return files, run_id
 
 
 def unified_diff(
@@ -194,12 +237,100 @@ def _chosen_images(
     return workflow.model_copy(update={"tools": tools})
 
 
+@dataclass
+class RenderOptions:
+    """What ``render`` was asked for, besides the spec, the run and ``--out``."""
+
+    digests_file: Path | None = None
+    kube_context: str | None = None  # --context: shorthand for --infra k8s/<context>
+    infra: str | None = None
+    runtime: str = "auto"
+    project: str | None = None
+    store_uri: str | None = None
+    diff_against: Path | None = None
+    image_overrides: Sequence[str] = ()
+    image: str | None = None
+
+
+def _infra(options: RenderOptions, workflow: Workflow) -> str:
+    """The backend to render for: ``--infra``, else SkyPilot on ``--context`` or the spec's
+    (an error without a fix when there is none: the caller names the command)."""
+    if options.infra is not None:
+        if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
+            raise InvalidInput(
+                f"--context {options.kube_context} and --infra {options.infra} disagree",
+                fix=f"--infra k8s/{options.kube_context}",
+            )
+        return options.infra
+    context = options.kube_context or workflow.infrastructure.context
+    if context is None:
+        raise InvalidInput(
+            "cannot render: no kube context: set infrastructure.context, pass --context, or "
+            "render for this machine with --infra local",
+        )
+    return f"k8s/{context}"
+
+
+def _accelerators(
+    backend: ExecutionBackend, workflow: Workflow, notes: list[str]
+) -> dict[str, str]:
+    """The spec's GPU names renamed as ``submit`` renames them, when the cluster can be asked."""
+    from npa.services.gates import Admission, GateReport, accelerator_gate
+
+    if not isinstance(backend, ResolvesAccelerators):
+        return {}
+    wanted = [s.resources.accelerators for s in workflow.stages if s.resources.accelerators]
+    if not wanted:
+        return {}
+    if not backend.can_resolve_accelerators():
+        notes.append(
+            "accelerator names are the spec's: the cluster cannot be asked (no kubeconfig); "
+            "submit renames them to the cluster's node labels"
+        )
+        return {}
+    report = GateReport(Admission(store_uri=""))
+    report.admission.workflow = workflow
+    accelerator_gate(report, backend)
+    if report.failed:
+        gate = report.failed[0]
+        raise InvalidInput(f"cannot render: {gate.detail}", fix=gate.fix)
+    return dict(report.admission.accelerators)
+
+
+def _check_names(context: str | None, store: str | None) -> None:
+    """``--context`` and ``--store-uri`` checked as ``infrastructure.context`` and
+    ``storage.uri`` are: a name, never a path or several lines, and an object-store URI."""
+    from npa.spec.model import CONTEXT, store_uri_problem
+
+    problems = []
+    if context is not None and not re.fullmatch(CONTEXT, context):
+        problems.append(
+            f"kube context {context!r} cannot be used as a name: use letters, digits and "
+            ". _ @ : + -, with no '/', spaces or newlines"
+        )
+    if store is not None and (problem := store_uri_problem(store)):
+        problems.append(f"store {store!r} {problem}")
+    if problems:
+        raise InvalidInput(
+            "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
+            details={"problems": problems, "context": context, "store": store},
+        )
+
+
 def _render_fix(
-    error: InvalidInput, path: Path, run_id: str, out: Path, digests_file: Path | None
+    error: InvalidInput,
+    path: Path,
+    run_id: str,
+    out: Path,
+    digests_file: Path | None,
+    context: str | None,
+    store: str | None,
 ) -> str:
-    """The command that renders after all: the same one with the values npa can find."""
+    """The command that renders after all: the same one with the values npa can find
+    (``context`` and ``store``: what this render used, if anything)."""
     from npa.adapters.kube import kubeconfig
     from npa.services.configure import resolve_project
+    from npa.spec.model import CONTEXT, store_uri_problem
 
     if error.details.get("unpinned"):
         return (
@@ -208,9 +339,6 @@ def _render_fix(
         )
     argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
     argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
-    from npa.spec.model import CONTEXT, store_uri_problem
-
-    context = error.details.get("context")
     if context is not None and not re.fullmatch(CONTEXT, str(context)):
         context = None  # refused as a name: the fix offers the kubeconfig's current one
     if context is None:
@@ -221,7 +349,6 @@ def _render_fix(
         if context is None:
             return "kubectl config get-contexts -o name  # a context for render --context"
         argv += ["--context", str(context)]
-    store = error.details.get("store")
     if (
         store is None
         or store_uri_problem(str(store))
@@ -241,53 +368,103 @@ def render_spec(
     *,
     digests_file: Path | None = None,
     kube_context: str | None = None,
+    infra: str | None = None,
+    runtime: str = "auto",
+    project: str | None = None,
     store_uri: str | None = None,
     diff_against: Path | None = None,
     image_overrides: Sequence[str] = (),
     image: str | None = None,
+    paths: NpaPaths | None = None,
 ) -> RenderResult:
-    """Render a spec into ``out`` (replacing an earlier render there atomically).
+    """Render a spec into ``out`` (replacing an earlier render there atomically): the task
+    files ``submit`` launches for the same run, images and backend, byte for byte.
 
     Images are chosen as preflight-images chooses them (``image_overrides``, then ``image``,
     then the spec) and pinned from ``digests_file``; preflight's --json output is pinned
     exactly as it verified it."""
-    from npa.render.tasks import DigestFile, load_digests, render_workflow
+    from npa.backends import backend_for_infra, infra_context
+    from npa.plan.model import build_plan
+    from npa.render.tasks import DigestFile, load_digests, render_run, resolve_images
+    from npa.services.runs import run_store
 
+    options = RenderOptions(
+        digests_file=digests_file,
+        kube_context=kube_context,
+        infra=infra,
+        runtime=runtime,
+        project=project,
+        store_uri=store_uri,
+        diff_against=diff_against,
+        image_overrides=image_overrides,
+        image=image,
+    )
+    paths = paths or NpaPaths.from_env()
     workflow = load_workflow(path)
-    digests = load_digests(digests_file) if digests_file else DigestFile({})
-    workflow = _chosen_images(workflow, image_overrides, image, digests)
-    verified = digests.pins if digests.chosen is not None else None
+    digests = load_digests(options.digests_file) if options.digests_file else DigestFile({})
+    workflow = _chosen_images(workflow, options.image_overrides, options.image, digests)
+    name = workflow.metadata.name
+    where = run_store(
+        name,
+        run_id,
+        project=options.project,
+        store_uri=options.store_uri,
+        spec_store=workflow.storage.uri if workflow.storage else None,
+        paths=paths,
+    )
+    notes: list[str] = [] if where.source == "reservation" else [where.detail]
+    infra = options.infra
     try:
-        tasks = render_workflow(
-            workflow,
-            run_id,
-            kube_context=kube_context,
-            digests={} if verified is not None else digests.pins,
-            verified=verified,
-            store_uri=store_uri,
-        )
+        infra = _infra(options, workflow)
+        _check_names(infra_context(infra), options.store_uri and where.store)
+        backend = backend_for_infra(infra, paths, runtime=options.runtime)
+        images: dict[str, str] = {}
+        if isinstance(backend, PullsPinnedImages):
+            verified = digests.pins if digests.chosen is not None else None
+            pins = {} if verified is not None else digests.pins
+            images = resolve_images(workflow, pins, verified)
+        accelerators = _accelerators(backend, workflow, notes)
+        plan = build_plan(workflow, run_id, store_uri=where.store)
+        tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)
     except InvalidInput as error:
-        error.fix = _render_fix(error, path, run_id, out, digests_file)
+        if error.fix is None:
+            context = infra_context(infra) if infra else options.kube_context
+            error.fix = _render_fix(
+                error, path, run_id, out, options.digests_file, context, where.store
+            )
         raise
-    previous = _read_render(diff_against) if diff_against is not None else None
+    previous = _read_render(options.diff_against) if options.diff_against is not None else None
     files = {t.filename: t.text for t in tasks}
     index = {
         "npa_version": __version__,
-        "workflow": workflow.metadata.name,
+        "workflow": name,
         "run_id": run_id,
+        "infra": infra,
+        "runtime": backend.runtime,
+        "store": where.store,
         "spec_sha256": hashlib.sha256(read_spec_text(path).encode("utf-8")).hexdigest(),
         "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
     }
-    files[INDEX] = json.dumps(index, indent=2, sort_keys=True) + "\n"
-    _replace_dir(out, files)
+    _replace_dir(out, {**files, INDEX: json.dumps(index, indent=2, sort_keys=True) + "\n"})
     result = RenderResult(
         spec=str(path),
         run_id=run_id,
         out_dir=str(out),
+        infra=infra,
+        runtime=backend.runtime,
+        store=where.store,
+        store_source=where.source,
+        run_prefix=plan.run_prefix,
         files=[RenderedFile(stage=t.stage, file=t.filename, sha256=t.sha256) for t in tasks],
+        notes=notes,
     )
-    if previous is not None and diff_against is not None:
-        new = {t.filename: t.text for t in tasks}
-        result.changed, result.diff = unified_diff(previous, new, str(diff_against), str(out))
-        result.diff_against = str(diff_against)
+    if previous is not None and options.diff_against is not None:
+        old_files, old_run = previous
+        result.changed, result.diff = unified_diff(
+            without_run_id(old_files, old_run),
+            without_run_id(files, run_id),
+            str(options.diff_against),
+            str(out),
+        )
+        result.diff_against = str(options.diff_against)
     return result

@@ -281,3 +281,59 @@ def stage_run_source(
         resume_command=resume,
         warnings=warnings,
     )
+
+
+class RunStore(Result):
+    """Where one run's data lives, and what says so."""
+
+    run_id: str
+    project: str
+    store: str | None  # the store URI (None when nothing names one)
+    source: str  # reservation | --store-uri | storage.uri | none
+    detail: str
+
+
+def run_store(
+    workflow: str,
+    run_id: str,
+    *,
+    project: str | None,
+    store_uri: str | None,
+    spec_store: str | None,
+    paths: NpaPaths | None = None,
+) -> RunStore:
+    """The store of run ``run_id``: the one ``prepare-run`` fixed when it reserved the run (what
+    ``submit`` and ``status`` use), so ``render`` and ``plan-spec`` describe exactly that run. A
+    run that is not reserved (a review before any project exists) takes ``--store-uri``, else
+    the spec's ``storage.uri``. A ``--store-uri`` that contradicts the reservation is refused."""
+    paths = paths or NpaPaths.from_env()
+    settings = resolve_project(project, paths=paths)
+    entry = load_record(paths, settings.project, settings.identity, workflow).find(run_id)
+    given = normalize_store_uri(store_uri, paths) if store_uri else None
+
+    def named(store: str | None, source: str, detail: str) -> RunStore:
+        return RunStore(
+            run_id=run_id, project=settings.project, store=store, source=source, detail=detail
+        )
+
+    if entry is not None:
+        if given is not None and given != entry.store:
+            raise InvalidInput(
+                f"run {run_id} was reserved in {entry.store} (project {settings.project}); "
+                f"--store-uri {given} would describe another run's prefix",
+                fix=f"drop --store-uri: the run's store is {entry.store}",
+            )
+        return named(
+            entry.store, "reservation", f"reserved by prepare-run for project {settings.project}"
+        )
+    not_reserved = f"run {run_id} is not reserved in project {settings.project}"
+    if given is not None:
+        return named(given, "--store-uri", f"{not_reserved}; --store-uri names the store")
+    if spec_store is not None:
+        return named(
+            spec_store,
+            "storage.uri",
+            f"{not_reserved}; the spec's storage.uri names the store (prepare-run fixes the "
+            "store submit uses)",
+        )
+    return named(None, "none", f"{not_reserved} and the spec has no storage.uri")

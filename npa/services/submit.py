@@ -33,9 +33,11 @@ from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, inf
 from npa.backends.base import (
     AdoptsPartialWaves,
     HostsExecutor,
+    ImagePull,
     JobRecord,
     JobState,
     PreparesLaunch,
+    PullsImagesHere,
     PullsPinnedImages,
 )
 from npa.core.errors import (
@@ -114,6 +116,9 @@ class SubmitResult(Result):
     manifest: str
     receipt: str
     tasks: dict[str, str]
+    task_sha256: dict[str, str] = Field(default_factory=dict)
+    runtime: str = "container"  # container | process: how the stages run
+    runtime_reason: str | None = None  # why, when --runtime auto chose
     images: dict[str, str]
     accelerator_remap: dict[str, str]
     launch_transaction: dict[str, Any]
@@ -125,10 +130,12 @@ class SubmitResult(Result):
         for g in self.gates:
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
+        how = "in their images" if self.runtime == "container" else "as host processes"
         lines.append(
             f"source {self.source_dir} staged: {plural(self.source_files, 'file')}, "
             f"{plural(self.source_bytes, 'byte')} ({self.source_digest}); "
-            f"{plural(len(self.tasks), 'task')} rendered"
+            f"{plural(len(self.tasks), 'task')} rendered; stages run {how}"
+            + (f" ({self.runtime_reason})" if self.runtime_reason else "")
         )
         if self.outcome == "ended":
             why = f": {self.failure_reason}" if self.failure_reason else ""
@@ -170,6 +177,7 @@ class SubmitOptions:
     run_id: str | None = None
     resume_run: str | None = None
     infra: str = "local"
+    runtime: str = "auto"
     image_overrides: tuple[str, ...] = ()
     image: str | None = None
     registry_auth: tuple[str, ...] = ()
@@ -340,17 +348,21 @@ class _Run:
 
 
 def _render(run: _Run) -> dict[str, str]:
-    """Each stage's task file for the backend, with the images preflight verified."""
-    from npa.render.tasks import resolve_images, stage_tasks
+    """Each stage's task file for the backend, with the images preflight verified: the same
+    call ``render`` makes, so ``render --run-id`` shows these bytes."""
+    from npa.render.tasks import render_run, resolve_images
 
-    images: dict[str, str] = {}
-    if isinstance(run.backend, PullsPinnedImages):
-        images = resolve_images(run.workflow, {}, run.admission.images)
-    tasks = stage_tasks(
-        run.workflow, run.plan, images=images, accelerators=run.admission.accelerators
-    )
     try:
-        return run.backend.render_tasks(tasks)
+        images: dict[str, str] = {}
+        if isinstance(run.backend, PullsPinnedImages):
+            images = resolve_images(run.workflow, {}, run.admission.images)
+        rendered = render_run(
+            run.workflow,
+            run.plan,
+            run.backend,
+            images=images,
+            accelerators=run.admission.accelerators,
+        )
     except InvalidInput as error:
         if error.fix is None:
             project = run.project
@@ -361,6 +373,7 @@ def _render(run: _Run) -> dict[str, str]:
                 else _cmd("configure", "--show", "--project", project)
             )
         raise
+    return {t.stage: t.text for t in rendered}
 
 
 def _store_run_files(run: _Run, existing: RunManifest | None) -> dict[str, str]:
@@ -443,6 +456,8 @@ def _receipt(run: _Run, manifest: RunManifest) -> Receipt:
         credentials_source=settings.credentials,
         source_digest=run.source_digest,
         plan_digest=manifest.plan_digest,
+        tasks=dict(manifest.tasks),
+        runtime=run.backend.runtime,
         job=JobIdentity(
             backend=run.backend.name,
             job_id=manifest.job_id and str(manifest.job_id),
@@ -559,6 +574,47 @@ def _launch(
     return record
 
 
+def _pull_images(
+    options: SubmitOptions, backend: ExecutionBackend, workflow: Workflow, images: dict[str, str]
+) -> None:
+    """Pull the stages' images, as preflight verified them, onto this machine when the backend
+    runs them here. This process holds the registry credentials: they go to the engine on its
+    standard input, never to a file or to the job."""
+    if not isinstance(backend, PullsImagesHere):
+        return
+    from npa.adapters.containers import RegistryLogin
+    from npa.images.credentials import load_store
+    from npa.images.reference import parse_reference
+    from npa.images.registry import is_loopback
+
+    credentials = load_store(options.registry_auth)
+    pulls = []
+    for reference in sorted({images[s.tool] for s in workflow.stages}):
+        ref = parse_reference(reference)
+        found = credentials.lookup(ref.credential_host)
+        login = (
+            None
+            if found is None
+            else RegistryLogin(
+                registry=ref.credential_host,
+                source=found.source,
+                username=found.username,
+                secret=found.secret,
+            )
+        )
+        pulls.append(ImagePull(reference, plain_http=is_loopback(ref.api_host), login=login))
+    backend.pull_images(pulls)
+
+
+def _runtime_reason(options: SubmitOptions, backend: ExecutionBackend) -> str | None:
+    """Why the stages run as they do, when ``--runtime auto`` decided."""
+    if options.runtime != "auto" or options.infra != "local":
+        return None
+    if backend.runtime == "process":
+        return "--runtime auto: no container engine (podman, docker) answers on this machine"
+    return "--runtime auto: a container engine answers on this machine"
+
+
 def _admit(
     options: SubmitOptions, paths: NpaPaths, backend: ExecutionBackend
 ) -> tuple[ProjectSettings, GateReport]:
@@ -602,12 +658,13 @@ def submit(
         raise InvalidInput(
             "--run-id and --resume-run name different runs", fix="pass only one of them"
         )
-    backend = backend or backend_for_infra(options.infra, paths)
+    backend = backend or backend_for_infra(options.infra, paths, runtime=options.runtime)
     settings, report = _admit(options, paths, backend)
     admission = report.admission
     assert admission.workflow is not None and admission.entry is not None
     assert admission.plan is not None and admission.store is not None
     workflow = admission.workflow
+    _pull_images(options, backend, workflow, admission.images)
     run = _Run(
         options=options,
         paths=paths,
@@ -736,6 +793,9 @@ def _record_and_launch(
         tasks={
             s: f"{run.store_uri}/{task_key(run.prefix, s, backend.task_suffix)}" for s in run.tasks
         },
+        task_sha256=dict(manifest.tasks),
+        runtime=backend.runtime,
+        runtime_reason=_runtime_reason(options, backend),
         images=run.admission.images,
         accelerator_remap=run.admission.accelerators,
         launch_transaction=record.model_dump(mode="json"),

@@ -67,7 +67,7 @@ def test_start_a_long_local_run_then_fail(npa_home: Path, tmp_path: Path) -> Non
     run_id = run_npa("workbench", "workflow", "prepare-run", str(spec), "--project", "p").stdout
     submitted = run_npa(
         "workbench", "workflow", "submit", str(spec), "--project", "p",
-        "--run-id", run_id.strip(), "--infra", "local",
+        "--run-id", run_id.strip(), "--infra", "local", "--runtime", "process",
     )  # fmt: skip
     assert submitted.code == 0, submitted.stdout + submitted.stderr
     deadline = time.monotonic() + 60

@@ -29,7 +29,7 @@ def _run(npa_home: Path, spec_text: str, folder: Path, *extra: str) -> tuple[str
     run_id = prep.stdout.strip()
     sub = run_npa(
         "workbench", "workflow", "submit", str(spec), "--project", "demo",
-        "--run-id", run_id, "--json", *extra, env=env,
+        "--run-id", run_id, "--runtime", "process", "--json", *extra, env=env,
     )  # fmt: skip
     assert sub.code == 0, sub.stdout + sub.stderr
     prefix = npa_home / "store" / "tiny-local" / run_id / "npa-workflow"

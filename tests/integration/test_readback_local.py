@@ -45,8 +45,9 @@ def prepare(spec: Path, env: dict[str, str]) -> str:
 
 def submit(spec: Path, run_id: str, env: dict[str, str], *extra: str) -> Any:
     r = npa(
-        env, *WF, "submit", str(spec), "--project", "demo", "--run-id", run_id, "--json", *extra
-    )
+        env, *WF, "submit", str(spec), "--project", "demo", "--run-id", run_id,
+        "--runtime", "process", "--json", *extra,
+    )  # fmt: skip
     assert r.code == 0, r.stdout + r.stderr
     return r.json()
 
@@ -297,7 +298,8 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     assert body["state"] == "FAILED_CONTROLLER", body
     assert body["stages"]["square"]["waves"].startswith("1/")
 
-    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id, "--json")
+    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id,
+            "--runtime", "process", "--json")  # fmt: skip
     assert r.code == 0, r.stdout + r.stderr
     resumed = r.json()
     assert resumed["outcome"] == "launched" and resumed["job_id"] != first["job_id"]
@@ -316,7 +318,8 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     assert out.read_text().strip() == str(2 * 338350)
 
     # Resuming again adopts the finished job; nothing is launched.
-    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id, "--json")
+    r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id,
+            "--runtime", "process", "--json")  # fmt: skip
     assert r.code == 0 and r.json()["outcome"] == "adopted", r.stdout
     assert r.json()["job_id"] == resumed["job_id"] and r.json()["resume"] is None
 

@@ -93,7 +93,7 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
     assert body["pending"] == []  # no pod yet: nothing to report, and nothing invented
     kube = world["kube"]
     image = "registry.example/private/curate@sha256:" + "0" * 64
-    first = f"npa-{world['run_id']}-generate"  # the task npa named for the first stage
+    first = f"npa-{world['run_id']}-generate-w0"  # the task npa named for the first wave
     pod = job_pod(kube, out["job_id"], image, first)
     try:
         kube.set_pod_status("default", pod, waiting_reason="ImagePullBackOff",

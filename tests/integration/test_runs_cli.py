@@ -20,7 +20,7 @@ import pytest
 from npa.adapters.storage import S3_CLIENT_ENV, S3_CLIENTS
 from npa.core.paths import NpaPaths
 from npa.runs.receipts import Receipt, write_receipt
-from npa.runs.staging import scan_tree, timestamp_granularity_ns
+from npa.runs.staging import restore_list, scan_tree, timestamp_granularity_ns
 from tests.harness.cli import run_npa
 from tests.harness.procs import free_port
 from tests.harness.s3 import ACCESS_KEY, SECRET_KEY, S3Server
@@ -88,13 +88,22 @@ def source_objects(s3: S3Server, run_id: str) -> dict[str, bytes]:
 
 
 def assert_consistent(s3: S3Server, run_id: str, tree: Path | None) -> bool:
-    """The commit-last invariant: a stored tree or committed manifest names only blobs that are
-    there and correct; the run's source holds nothing but its manifest, which is a stored
-    tree. Returns whether the run's source is committed."""
+    """The commit-last invariant: a stored tree, its restore list or a committed manifest names
+    only blobs that are there and correct; a tree's list is its rows (written just before it);
+    the run's source holds nothing but its manifest, which is a stored tree. Returns whether
+    the run's source is committed."""
     objs = source_objects(s3, run_id)
     for key, body in objs.items():
         if key.startswith("blobs/"):
             assert hashlib.sha256(body).hexdigest() == key.removeprefix("blobs/"), key
+        elif key.startswith("trees/") and key.endswith(".list"):
+            listed = [line.split(" ", 2) for line in body.decode().splitlines()]
+            assert {f"blobs/{sha}" for sha, _mode, _path in listed} <= set(objs), key
+            listed_tree = objs.get(key.removesuffix(".list") + ".json")
+            if listed_tree is not None:
+                rows = [(e["path"], e["digest"], e["size"], e["mode"])
+                        for e in json.loads(listed_tree)["files"]]  # fmt: skip
+                assert restore_list(rows) == body, key
         elif key.startswith("trees/"):
             assert hashlib.sha256(body).hexdigest() + ".json" == key.removeprefix("trees/")
             named = {e["digest"][7:] for e in json.loads(body)["files"]}
@@ -105,6 +114,7 @@ def assert_consistent(s3: S3Server, run_id: str, tree: Path | None) -> bool:
         return False
     body = objs["manifest.json"]
     assert objs.get(f"trees/{hashlib.sha256(body).hexdigest()}.json") == body
+    assert f"trees/{hashlib.sha256(body).hexdigest()}.list" in objs
     if tree is not None:
         for e in json.loads(body)["files"]:
             assert (tree / e["path"]).read_bytes() == objs["blobs/" + e["digest"][7:]]
@@ -273,7 +283,8 @@ def test_stat_index_reads_only_changed_and_racy_files(
     assert again["hashed"] == 0 and log.read_text() == "" and counts == {"HEAD": 1}
 
     # One file changed, staged as a new run: that file is read (hashed, then uploaded) and
-    # nothing else; one blob PUT plus the two manifest writes (the tree, the run's commit).
+    # nothing else; one blob PUT plus the three tree writes (its restore list, the tree, the
+    # run's commit).
     edited = "pkg3/mod3/f0003.py"
     (tree / edited).write_bytes(b"edited, same run of the workflow, new run id")
     _wait_past_racy_window(tree)
@@ -281,7 +292,7 @@ def test_stat_index_reads_only_changed_and_racy_files(
     changed, counts = _staged_reading(spec, run2, env, tree, log)
     assert set(log.read_text().split()) == {edited}
     assert changed["hashed"] == 1 and changed["uploaded"] == 1
-    assert counts["PUT"] == 3 and "DELETE" not in counts and "POST" not in counts
+    assert counts["PUT"] == 4 and "DELETE" not in counts and "POST" not in counts
     assert assert_consistent(s3, run2, tree)
 
     # Racy-clean: a file whose mtime is not yet past the index's confirmation (here, stamped
@@ -363,9 +374,9 @@ def test_sigkill_at_random_points_then_rerun(
     manifest = json.loads(objs["manifest.json"])
     assert len(manifest["files"]) == 401
     distinct = {e["digest"] for e in manifest["files"]}
-    # Every blob once, one stored tree, the run's commit, and nothing else.
+    # Every blob once, one stored tree and its restore list, the run's commit, and nothing else.
     assert sum(k.startswith("blobs/") for k in objs) == len(distinct)
-    assert sum(k.startswith("trees/") for k in objs) == 1 and len(objs) == len(distinct) + 2
+    assert sum(k.startswith("trees/") for k in objs) == 2 and len(objs) == len(distinct) + 3
     assert json.loads(stage(spec, run_id, env).stdout)["uploaded"] == 0
 
 

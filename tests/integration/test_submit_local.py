@@ -42,7 +42,7 @@ def prepare(spec: Path, env: dict[str, str]) -> str:
 def submit(spec: Path, run_id: str, env: dict[str, str], *extra: str) -> Any:
     return run_npa(
         "workbench", "workflow", "submit", str(spec), "--project", "demo",
-        "--run-id", run_id, "--json", *extra, env=env,
+        "--run-id", run_id, "--runtime", "process", "--json", *extra, env=env,
     )  # fmt: skip
 
 

@@ -84,7 +84,7 @@ def test_launch_probes_readyz_and_passes_the_context_kubeconfig(world: dict[str,
     # The stages chained into one managed job, in plan order, each task named for its stage.
     run = world["run_id"]
     assert [t["name"] for t in jobs(world)[0]["tasks"]] == [
-        f"npa-{run}-generate", f"npa-{run}-square", f"npa-{run}-total"
+        f"npa-{run}-generate-w0", f"npa-{run}-square-w0", f"npa-{run}-total-w0"
     ]  # fmt: skip
     assert read_state(world["state"])["kubeconfigs"] == [str(world["kubeconfig"])]
 

@@ -30,6 +30,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
 def readonly_home(npa_home: Path) -> Iterator[Path]:
     """An NPA_HOME that exists with some state in it, and cannot be written."""
     npa_home.mkdir(mode=0o700)
+    # A valid, empty configuration: plan-spec reads it for the run's reservation.
     (npa_home / "config.json").write_text('{"version": 1, "projects": {}}\n')
     npa_home.chmod(0o500)
     try:
@@ -217,18 +218,16 @@ def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
         "augment.yaml",
         "evaluate.yaml",
     ]
-    again = run_npa(
-        *base,
-        "--digests",
-        "examples/physical-ai.digests.yaml",
-        "--context",
-        "other",
-        "--diff",
-        str(out),
-    )
-    assert again.code == 0
+    other = ("--digests", "examples/physical-ai.digests.yaml", "--context", "other")
+    again = run_npa(*base, *other, "--diff", str(out))
+    assert again.code == 1  # like diff: something differs
     assert '-  infra: "k8s/nebius-physai"' in again.stdout
     assert '+  infra: "k8s/other"' in again.stdout
+    # Another run of the same spec differs only by its run id, which the diff sets aside.
+    run_2 = (*WF, "render", PHYSAI, "--run-id", "demo-2", "--out", str(tmp_path / "r2"))
+    other_run = run_npa(*run_2, *other, "--diff", str(out), "--json")
+    assert other_run.code == 0, other_run.stdout
+    assert other_run.json()["changed"] == []
 
 
 def test_schema_command() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,12 @@ HOSTILE = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # render looks for the run's reservation: an empty NPA_HOME has none.
+    monkeypatch.setenv("NPA_HOME", str(tmp_path / "npa-home"))
+
+
 def workflow_with(**stage_fields: Any) -> Workflow:
     spec = base_spec()
     spec["stages"][0].update(stage_fields)
@@ -54,9 +61,27 @@ def workflow_with(**stage_fields: Any) -> Workflow:
 
 
 def parsed(text: str) -> dict[str, Any]:
-    data = yaml.safe_load(text)
+    """The first wave's task of a stage's file."""
+    data = next(yaml.safe_load_all(text))
     assert isinstance(data, dict)
     return data
+
+
+def waves(text: str) -> list[dict[str, Any]]:
+    return list(yaml.safe_load_all(text))
+
+
+def calls(script: str, function: str) -> list[list[str]]:
+    """The arguments of every call of ``function`` in a rendered script, as the shell reads
+    them."""
+    # The calls follow the library the setup writes out (a heredoc no tokenizer reads).
+    calls_part = script.split("\nNPA_STAGE_LIBRARY\n", 1)[-1]
+    words = shlex.split(calls_part.replace(" || exit", ""))
+    return [words[i + 1 : i + 1 + _ARITY[function]] for i, w in enumerate(words) if w == function]
+
+
+_ARITY = {"npa_fetch": 3, "npa_restore": 2, "npa_command": 1, "npa_upload": 3, "npa_output": 2,
+          "npa_shard": 1}  # fmt: skip
 
 
 @pytest.mark.parametrize("value", HOSTILE)
@@ -79,7 +104,7 @@ def test_hostile_values_do_not_change_the_rendered_structure() -> None:
         Workflow.model_validate(base_spec()), "run-1", kube_context=None, digests=DIGESTS
     )
     got, want = parsed(hostile[0].text), parsed(plain[0].text)
-    assert got["run"] == command
+    assert calls(got["run"], "npa_command") == [[command]]
     for key, value in env.items():
         assert got["envs"][key] == value
     # Apart from the values we injected, the document is exactly the plain one.
@@ -87,7 +112,7 @@ def test_hostile_values_do_not_change_the_rendered_structure() -> None:
         del got["envs"][key]
     got["run"] = want["run"]
     assert got == want
-    assert list(got) == ["name", "resources", "envs", "setup", "run", "config"]
+    assert list(got) == ["name", "num_nodes", "resources", "envs", "setup", "run", "config"]
 
 
 def test_hostile_values_in_names_and_uris_are_refused_or_quoted() -> None:
@@ -100,18 +125,27 @@ def test_hostile_values_in_names_and_uris_are_refused_or_quoted() -> None:
     )
     data = parsed(tasks[0].text)
     # The URI reaches the setup's shell as one quoted word, never as shell syntax.
-    assert "npa_fetch 's3://raw/x#y&z*q' /npa/inputs/raw" in data["setup"].splitlines()
+    assert calls(data["setup"], "npa_fetch") == [["s3://raw/x#y&z*q", "/npa/inputs/raw", "auto"]]
     assert data["envs"]["NPA_RUN_PREFIX"] == "s3://bucket/a:#{{b}}/demo/run-1"
     assert data["resources"]["infra"] == "k8s/ctx:with@odd+chars"
 
 
-def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
+def test_one_file_per_stage_one_task_per_wave_with_the_stage_contract() -> None:
     tasks = render_workflow(
         Workflow.model_validate(base_spec()), "run-7", kube_context="other-ctx", digests=DIGESTS
     )
     assert [t.filename for t in tasks] == ["curate.yaml", "augment.yaml", "evaluate.yaml"]
-    aug = parsed(tasks[1].text)
-    assert aug["name"] == "npa-run-7-augment"
+    docs = waves(tasks[1].text)
+    # 10 shards, 4 at a time: three waves of 4, 4 and 2 nodes, chained in order. Names start
+    # with a letter: SkyPilot names each task's cluster after it.
+    assert [d["name"] for d in docs] == [
+        "npa-run-7-augment-w0",
+        "npa-run-7-augment-w1",
+        "npa-run-7-augment-w2",
+    ]
+    assert [d["num_nodes"] for d in docs] == [4, 4, 2]
+    assert [d["envs"]["NPA_WAVE"] for d in docs] == ["0", "1", "2"]
+    aug = docs[0]
     res = aug["resources"]
     assert res["infra"] == "k8s/other-ctx"
     assert res["image_id"] == f"docker:registry.example.com/gpu@{DIGEST_B}"
@@ -119,24 +153,38 @@ def test_one_task_per_stage_with_everything_the_issue_lists() -> None:
     assert res["job_recovery"] == {"max_restarts_on_errors": 2}
     envs = aug["envs"]
     assert envs["NPA_RUN_ID"] == "run-7" and envs["NPA_STAGE"] == "augment"
-    assert (envs["NPA_WAVE"], envs["NPA_WAVES"], envs["NPA_SHARDS"]) == ("0", "3", "10")
+    assert (envs["NPA_WAVES"], envs["NPA_SHARDS"], envs["NPA_SHARDS_PER_WAVE"]) == ("3", "10", "4")
+    # Inputs and outputs are local paths; the store URIs are in the setup and run scripts.
+    assert envs["NPA_OUTPUT_AUG"] == "/npa/outputs/augmented"
+    assert envs["NPA_INPUT_CLIPS"] == "/npa/inputs/clips"
+    assert envs["NPA_SOURCE_DIR"] == "/npa/source"
+    assert not any(k in envs for k in ("NPA_SHARD", "NPA_ATTEMPT", "NPA_SOURCE_MANIFEST"))
     stages = "s3://bucket/workflows/demo/run-7/npa-workflow/stages"
-    assert envs["NPA_OUTPUT_AUG"] == f"{stages}/augment/outputs/augmented/"
-    assert envs["NPA_INPUT_CLIPS"] == f"{stages}/curate/outputs/curated/clips/"
-    # The task's own setup fetches the source and every input, in the pod, from the store.
-    fetches = [ln.split()[1:] for ln in aug["setup"].splitlines() if ln.startswith("npa_fetch ")]
-    assert fetches == [
-        ["s3://bucket/workflows/demo/run-7/npa-workflow/source/", "/npa/source"],
-        [envs["NPA_INPUT_CLIPS"], "/npa/inputs/clips"],
+    assert calls(aug["setup"], "npa_fetch") == [
+        [f"{stages}/curate/outputs/curated/clips", "/npa/inputs/clips", "prefix"]
     ]
-    assert "file_mounts" not in aug
-    assert envs["NPA_SOURCE_MANIFEST"] == "/npa/source/manifest.json"
-    assert envs["NPA_SOURCE_BLOBS"] == "s3://bucket/workflows/demo/npa-source/blobs/"
+    assert calls(aug["setup"], "npa_restore") == [
+        [
+            "s3://bucket/workflows/demo/npa-source",
+            "s3://bucket/workflows/demo/run-7/npa-workflow/source/manifest.json",
+        ]
+    ]
+    assert calls(aug["run"], "npa_shard") == [[f"{stages}/augment/attempts"]]
+    assert calls(aug["run"], "npa_upload") == [
+        ["prefix", "/npa/outputs/augmented", f"{stages}/augment/outputs/augmented"]
+    ]
+    assert "file_mounts" not in aug and "workdir" not in aug
+    assert all(d["setup"] == aug["setup"] and d["run"] == aug["run"] for d in docs)
     ctx = aug["config"]["kubernetes"]["pod_config"]["spec"]["securityContext"]
     assert ctx == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
     cur = parsed(tasks[0].text)
     assert cur["resources"]["image_id"] == f"docker:registry.example.com/cur@{DIGEST_A}"
     assert "accelerators" not in cur["resources"]
+    report = parsed(tasks[2].text)
+    assert report["envs"]["NPA_OUTPUT_REPORT"] == "/npa/outputs/report.json"
+    assert calls(report["run"], "npa_upload") == [
+        ["file", "/npa/outputs/report.json", f"{stages}/evaluate/outputs/report.json"]
+    ]
 
 
 def test_unpinned_images_are_refused_all_at_once() -> None:
@@ -278,7 +326,7 @@ def test_diff_against_a_previous_render(tmp_path: Path) -> None:
         ("--store-uri", "s3://bucket/../other", "'..' segment"),
         ("--store-uri", "s3://bucket/./x", "'..' segment"),
         ("--store-uri", "s3:///no-bucket", "names no bucket"),
-        ("--store-uri", "file:///tmp/store", "SkyPilot can mount"),
+        ("--store-uri", "file:///tmp/store", "a pod can fetch from"),
         ("--image-override", "ghost=registry.example.com/x:1", "unknown tool 'ghost'"),
         ("--image-override", "cur=Not A Ref", "malformed"),
         ("--image", "UPPER/Case:1", "malformed"),

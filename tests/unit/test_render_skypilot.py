@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -14,40 +16,44 @@ from tests.unit.specdata import DIGEST_A, base_spec, dump
 pytestmark = pytest.mark.unit
 
 
-def sky_load(path: Path) -> Any:
+def sky_load(config: dict[str, Any]) -> Any:
     import sky  # slow to import (1-3 s); only here, never at CLI start-up
 
-    config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    return sky.Task.from_yaml_config(config)
+    return sky.Task.from_yaml_config(copy.deepcopy(config))  # it consumes what it is given
 
 
 def check_all(out: Path, context: str) -> list[Any]:
+    """Every wave task of every rendered file, loaded by SkyPilot and compared with the YAML."""
     tasks = []
     files = sorted(out.glob("*.yaml"))
     assert files
     for path in files:
-        task = sky_load(path)
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-        (resources,) = list(task.resources)
-        assert str(resources.cloud) == "Kubernetes"
-        assert resources.region == context
-        assert resources.image_id == {context: config["resources"]["image_id"]}
-        assert "@sha256:" in config["resources"]["image_id"]
-        assert task.name == config["name"]
-        assert task.envs == config["envs"]
-        assert task.run == config["run"]
-        assert task.setup == config["setup"] and not task.file_mounts
-        recovery = config["resources"]["job_recovery"]
-        # SkyPilot fills in the default strategy; the restart budget is ours.
-        assert (
-            resources.job_recovery["max_restarts_on_errors"] == recovery["max_restarts_on_errors"]
-        )
-        if "accelerators" in config["resources"]:
-            name, count = config["resources"]["accelerators"].split(":")
-            assert resources.accelerators == {name: int(count)}
-        pod = task.to_yaml_config()["resources"]["_cluster_config_overrides"]
-        assert pod == config["config"]
-        tasks.append(task)
+        configs = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+        assert configs
+        for wave, config in enumerate(configs):
+            task = sky_load(config)
+            (resources,) = list(task.resources)
+            assert str(resources.cloud) == "Kubernetes"
+            assert resources.region == context
+            assert resources.image_id == {context: config["resources"]["image_id"]}
+            assert "@sha256:" in config["resources"]["image_id"]
+            assert task.name == config["name"] and task.name.endswith(f"-w{wave}")
+            assert task.num_nodes == config["num_nodes"] >= 1
+            assert task.envs == config["envs"] and task.envs["NPA_WAVE"] == str(wave)
+            assert task.setup == config["setup"] and task.run == config["run"]
+            assert not task.file_mounts and task.workdir is None
+            recovery = config["resources"]["job_recovery"]
+            # SkyPilot fills in the default strategy; the restart budget is ours.
+            assert (
+                resources.job_recovery["max_restarts_on_errors"]
+                == recovery["max_restarts_on_errors"]
+            )
+            if "accelerators" in config["resources"]:
+                name, count = config["resources"]["accelerators"].split(":")
+                assert resources.accelerators == {name: int(count)}
+            pod = task.to_yaml_config()["resources"]["_cluster_config_overrides"]
+            assert pod == config["config"]
+            tasks.append(task)
     return tasks
 
 
@@ -61,10 +67,9 @@ def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
     )
     tasks = check_all(out, "nebius-physai")
     assert [t.name for t in tasks] == [
-        "npa-demo-1-augment",
-        "npa-demo-1-curate",
-        "npa-demo-1-evaluate",
-    ]
+        "npa-demo-1-augment-w0", "npa-demo-1-augment-w1", "npa-demo-1-augment-w2",
+        "npa-demo-1-augment-w3", "npa-demo-1-curate-w0", "npa-demo-1-evaluate-w0",
+    ]  # fmt: skip
     tiny = tmp_path / "tiny"
     render_spec(
         Path("examples/tiny-local.yaml"),
@@ -73,7 +78,8 @@ def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
         kube_context="kind-npa",
         store_uri="s3://npa-test/workflows",
     )
-    check_all(tiny, "kind-npa")
+    square = [t for t in check_all(tiny, "kind-npa") if "-square-" in t.name]
+    assert [(t.name, t.num_nodes) for t in square] == [("tiny-1-square-w0", 2)]
 
 
 def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> None:
@@ -100,7 +106,7 @@ def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> Non
                     "memory_gib": 30,
                     "disk_gib": 50,
                 },
-                "waves": {"shards": i + 1, "parallel": 1},
+                "waves": {"shards": i + 1, "parallel": 1 + i // 4},
                 "retries": i % 4,
             }
         )
@@ -111,7 +117,9 @@ def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> Non
     out = tmp_path / "out"
     render_spec(path, "big-1", out, digests_file=digests)
     tasks = check_all(out, "test-ctx")
-    assert len(tasks) == 33
-    curate = next(t for t in tasks if t.name == "npa-big-1-curate")
+    waves = 1 + 3 + 1 + sum(-(-(i + 1) // (1 + i // 4)) for i in range(30))
+    assert len(tasks) == waves
+    curate = next(t for t in tasks if t.name == "npa-big-1-curate-w0")
     assert curate.envs["NEWLINE"] == "a\nb: c"
-    assert curate.run == "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
+    command = "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
+    assert f"npa_command {shlex.quote(command)} || exit" in curate.run

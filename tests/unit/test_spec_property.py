@@ -129,7 +129,9 @@ def test_random_specs_are_valid_or_cleanly_rejected(spec: dict[str, Any]) -> Non
     except NpaError:
         return
     for task in tasks:
-        assert isinstance(yaml.safe_load(task.text), dict)
+        # One YAML document per wave of the stage, each a task mapping.
+        docs = list(yaml.safe_load_all(task.text))
+        assert docs and all(isinstance(doc, dict) for doc in docs)
 
 
 plain_scalars = st.one_of(

@@ -1,7 +1,13 @@
-"""The local backend: stages run as processes on this machine, executed by npa itself.
+"""The local backend: stages run on this machine, executed by npa itself.
 
 Launch records a job in the local job table (:mod:`npa.backends.local.jobs`); the run's watcher
 then executes it in its own process (:class:`HostsExecutor`, :mod:`npa.backends.local.executor`).
+
+Two runtimes, one stage contract (:mod:`npa.backends.contract`): :class:`LocalContainerBackend`
+runs each stage in its image, pinned by digest and pulled by ``submit`` (it declares
+:class:`PullsPinnedImages` and :class:`PullsImagesHere`); :class:`LocalBackend` runs host
+processes. Both record the backend name ``local``: the runtime a job uses is in its task files,
+so reading, cancelling and executing a job need not know which class launched it.
 
 Capabilities: runs on this machine (the local disk must hold the outputs), executed by npa
 (hosted), and a resume keeps the finished waves of a partly run stage.
@@ -14,14 +20,18 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from npa.adapters.containers import ContainerEngine
 from npa.backends.base import (
     AdoptsPartialWaves,
     ExecutionBackend,
     HostsExecutor,
+    ImagePull,
     JobRecord,
     JobStages,
     JobState,
     JobSubmission,
+    PullsImagesHere,
+    PullsPinnedImages,
     QueueAnswer,
     RunRecorder,
     RunsOnThisMachine,
@@ -29,7 +39,7 @@ from npa.backends.base import (
 )
 from npa.backends.local import tasks
 from npa.backends.local.jobs import BACKEND, LocalJobTable, ProcessRecord, start_deadline
-from npa.core.errors import BackendError, BackendUnavailable, LaunchRejected, NotFound
+from npa.core.errors import BackendError, BackendUnavailable, LaunchRejected, NotFound, NpaError
 from npa.core.paths import NpaPaths
 from npa.core.procs import ProcessIdentity, group_members, signal_group
 
@@ -50,8 +60,13 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
     def task_suffix(self) -> str:
         return ".json"
 
+    @property
+    def runtime(self) -> str:
+        """How stages run: ``process`` here, ``container`` in :class:`LocalContainerBackend`."""
+        return "process"
+
     def render_tasks(self, run: RunTasks) -> dict[str, str]:
-        return tasks.encode(run)
+        return tasks.encode(run, runtime="process", engine=None)
 
     def local_state(self) -> list[Path]:
         return [self.table.root]
@@ -142,7 +157,8 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
                 time.sleep(0.05)
             if self.table.read(job_id).state.terminal:
                 return
-        # No executor (it died, or never started): its stage processes are the job's.
+        # No executor (it died, or never started): its stage processes are the job's, and so
+        # are the containers its container shards started (they carry the run's label).
         leaders = [leader for _, leader in shard_leaders(self.table.job_dir(job_id))]
         for leader in leaders:
             signal_group(leader, signal.SIGKILL)
@@ -150,7 +166,29 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
             if time.monotonic() >= deadline:
                 raise BackendError(f"stage processes of local job {job_id} did not stop")
             time.sleep(0.05)
+        self.remove_leftovers(job_id)
         self.table.update(job_id, state=JobState.CANCELLED, ended_at=time.time())
+
+    def remove_leftovers(self, job_id: int) -> list[str]:
+        """Remove the containers a dead executor of this job's run left running (they carry the
+        run's label); [] when its stages ran as processes or no engine answers."""
+        from npa.adapters.containers import find_engine
+
+        submission = self.table.submission(job_id)
+        engines = set()
+        for text in submission.tasks.values():
+            task = tasks.parse(text)
+            if task.runtime == "container" and task.engine:
+                engines.add(task.engine)
+        removed: list[str] = []
+        for name in sorted(engines):
+            try:
+                engine = find_engine(name)
+            except NpaError:
+                continue
+            if engine is not None:
+                removed += engine.remove_labelled(submission.run_id)
+        return removed
 
     def logs(
         self,
@@ -184,3 +222,30 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
             if not follow or self.job(job_id).state.terminal:
                 return
             time.sleep(0.5)
+
+
+class LocalContainerBackend(LocalBackend, PullsPinnedImages, PullsImagesHere):
+    """The local backend running every stage in its image through a container engine."""
+
+    def __init__(self, paths: NpaPaths, engine: ContainerEngine) -> None:
+        super().__init__(paths)
+        self.engine = engine
+
+    @property
+    def runtime(self) -> str:
+        return "container"
+
+    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+        return tasks.encode(run, runtime="container", engine=self.engine.name)
+
+    def pull_context(self) -> str | None:
+        return None
+
+    @property
+    def verifies_contract(self) -> bool:
+        return False
+
+    def pull_images(self, pulls: list[ImagePull]) -> list[str]:
+        return [
+            self.engine.pull(p.reference, plain_http=p.plain_http, login=p.login) for p in pulls
+        ]

@@ -7,14 +7,18 @@ into it and into the job record; it holds the lock until it exits, so a job is e
 while some process holds that lock. A second executor of the same job finds the lock held and
 exits without touching anything. Its own log is the job's ``logs/supervisor.log``.
 
-For each stage, in dependency order: fetch its inputs from the store, run each wave's shards as
-processes (at most ``parallel`` at once, and never more than the job's ``max_parallel``), put the
-outputs and logs back into the store after every wave, and check every declared output is there
-and non-empty. The job record is updated at each step; the run's record, and whether a failed
-wave runs again, belong to the recorder (:class:`npa.backends.base.RunRecorder`).
+For each stage, in dependency order: fetch its inputs from the store, run each wave's shards (at
+most ``parallel`` at once, and never more than the job's ``max_parallel``) in the stage's image
+or as host processes, as its task says, each with the stage contract of
+:mod:`npa.backends.contract` and an empty output folder of its own; put the outputs and logs
+back into the store after every wave, and check every declared output is there and non-empty.
+The job record is updated at each step; the run's record, and whether a failed wave runs again,
+belong to the recorder (:class:`npa.backends.base.RunRecorder`).
 
 Every shard runs under a small wrapper (:mod:`npa.backends.local.shard`) that leads a process
-group of its own and kills that group when this process dies, however it dies; each shard's
+group of its own and kills that group when this process dies, however it dies (a shard in a
+container also has its container removed then, by name: killing the engine's client alone would
+leave the container running); each shard's
 identity and exit status are recorded under ``shards/<stage>/w<wave>/a<attempt>/``. An executor
 that takes a job its predecessor left without a final state *continues* it: it first stops
 every process an earlier executor of the run left (and refuses to start while any is alive),
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import shutil
 import signal
@@ -40,15 +45,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 from typing import BinaryIO
+from urllib.parse import unquote, urlparse
 
-from npa.adapters.storage import ObjectStore, open_store
+from npa.adapters.containers import (
+    RUN_LABEL,
+    ContainerEngine,
+    Mount,
+    find_engine,
+    start_failure,
+)
+from npa.adapters.storage import ObjectAbsent, ObjectStore, open_store
+from npa.backends import contract
 from npa.backends.base import JobState, JobSubmission, RunRecorder, StageProgress, WaveProgress
 from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
 from npa.core.errors import BackendError, NpaError, local_state_error
 from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
-from npa.core.layout import input_variable, output_variable, run_root, shards_of_wave
+from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
 from npa.core.procs import ProcessIdentity, group_members, signal_group
 from npa.core.text import plural
@@ -64,6 +78,9 @@ RESERVE_BYTES = 1 << 20
 # Less free space than this after a failed wave: the disk is full, not the stage at fault.
 MIN_FREE_BYTES = 64 << 10
 SHARD_WRAPPER = Path(__file__).with_name("shard.py")
+# What ``podman run`` and ``docker run`` exit with when the engine itself failed (the stage's
+# command never ran).
+ENGINE_FAILED = 125
 
 
 class Cancelled(Exception):
@@ -78,14 +95,23 @@ class StageFailed(Exception):
 
 
 def spawn_shard(
-    command: str, *, cwd: Path, env: dict[str, str], log: BinaryIO, exit_file: Path, death_fd: int
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: dict[str, str],
+    log: BinaryIO,
+    exit_file: Path,
+    death_fd: int,
+    on_death: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one shard, tied to this executor's life: the leader of a new process group (the
-    wrapper), which runs ``command`` and kills its group when ``death_fd`` reports this process
-    gone. The one place a stage process is started."""
+    wrapper), which runs ``argv`` and kills its group when ``death_fd`` reports this process
+    gone, after running ``on_death`` (what removes a shard's container). The one place a stage
+    process, or a stage's container, is started."""
+    cleanup = ["--on-death", json.dumps(on_death)] if on_death else []
     return subprocess.Popen(
-        [sys.executable, "-I", "-S", str(SHARD_WRAPPER), str(death_fd), str(exit_file), "--",
-         "/bin/sh", "-c", command],
+        [sys.executable, "-I", "-S", str(SHARD_WRAPPER), str(death_fd), str(exit_file), *cleanup,
+         "--", *argv],
         cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -121,6 +147,7 @@ class Executor:
         self.cancelled_at = 0.0
         self.children: list[subprocess.Popen[bytes]] = []
         self.store: ObjectStore | None = None
+        self.containers: ContainerRuntime | None = None
         self.lock_fd: int | None = None
         self.death_fd: int | None = None  # read end of the pipe shards watch (see shard.py)
         self.death_w: int | None = None  # its write end: open, never written, until we exit
@@ -279,6 +306,7 @@ class Executor:
         truth readers go by), then the run's record in the store. A record that cannot be
         written is logged; the job then reads as FAILED_CONTROLLER once this process exits."""
         self.signal_children(signal.SIGKILL)
+        self.remove_containers()
         self.release_reserve()
         self.log(f"run ends {state.value}" + (f": {detail}" if detail else ""))
         try:
@@ -297,6 +325,19 @@ class Executor:
                 self.upload_logs(None)
             except NpaError as error:
                 self.log(f"could not record the final state in the store: {error.message}")
+
+    def remove_containers(self) -> None:
+        """Remove the run's containers still there (a killed engine client leaves its container
+        running); a failure is logged, never raised: the final state must still be written."""
+        if self.containers is None:
+            return
+        try:
+            removed = self.containers.engine.remove_labelled(self.submission.run_id)
+        except NpaError as error:
+            self.log(f"could not remove the run's containers: {error.message}")
+            return
+        if removed:
+            self.log(f"removed containers still running: {', '.join(removed)}")
 
     # --- what earlier executors left -----------------------------------------------------------
     def reap_previous(self) -> None:
@@ -355,43 +396,111 @@ class Executor:
         return found
 
     # --- data --------------------------------------------------------------------------------
-    def fetch_input(self, task: LocalTask, name: str, key: str, kind: str) -> Path:
-        assert self.store is not None
-        base = self.work / "inputs" / task.stage / name
-        if base.exists():
-            shutil.rmtree(base) if base.is_dir() else base.unlink()
-        if kind == "file":
-            ensure_private_dir(base.parent)
-            base.write_bytes(self.store.get(key))
-            return base
-        ensure_private_dir(base)
-        for obj in self.store.list(key + "/"):
-            target = base / obj.key[len(key) + 1 :]
-            ensure_private_dir(target.parent)
-            target.write_bytes(self.store.get(obj.key))
-        return base
+    def stage_dir(self, task: LocalTask) -> Path:
+        return self.work / "stages" / task.stage
 
-    def output_path(self, task: LocalTask, path: str) -> Path:
-        return self.work / "outputs" / task.stage / path.rstrip("/")
+    def shard_root(self, task: LocalTask, shard: int) -> Path:
+        """The folder that stands for the contract's ``/npa`` for one shard: ``source`` and
+        ``inputs`` are the job's and the stage's (linked in, for a host process), ``outputs`` is
+        the shard's own."""
+        return self.stage_dir(task) / "shards" / str(shard)
 
-    def upload_outputs(self, task: LocalTask) -> dict[str, int]:
-        """Put the stage's outputs into the store; returns bytes stored per declared output."""
+    def fetch_inputs(self, task: LocalTask, runtime: ContainerRuntime | None) -> dict[str, Path]:
+        """Fetch every input of the stage once, into the stage's ``inputs`` folder; returns the
+        host path of each input (an external ``file://`` input is used where it is)."""
         assert self.store is not None
-        stored: dict[str, int] = {}
+        folder = self.stage_dir(task) / "inputs"
+        if folder.exists():
+            shutil.rmtree(folder)
+        ensure_private_dir(folder)
+        found: dict[str, Path] = {}
+        for inp in task.inputs:
+            target = folder / inp.name
+            if inp.key is not None:
+                fetch(self.store, inp.key, target, inp.kind)
+            elif inp.uri is not None and inp.uri.startswith("file://"):
+                target = Path(unquote(urlparse(inp.uri).path))
+                if not target.exists():
+                    raise StageFailed(
+                        JobState.FAILED_SETUP,
+                        f"stage {task.stage} input {inp.name}: {inp.uri} "
+                        "does not exist on this machine",
+                    )
+            elif inp.uri is not None:
+                fetch_external(self.external_store(inp.uri), inp.uri, target)
+            if not _holds_data(target):
+                raise StageFailed(
+                    JobState.FAILED_SETUP,
+                    f"stage {task.stage} input {inp.name}: nothing at {inp.uri or inp.key}",
+                )
+            found[inp.name] = target
+        if runtime is not None:
+            runtime.readable(folder)
+        return found
+
+    def external_store(self, uri: str) -> ObjectStore:
+        """The store an external ``s3://`` input is read from: its bucket, through the run
+        store's endpoint and credentials."""
+        s = self.submission
+        bucket = urlparse(uri).netloc
+        return open_store(
+            f"s3://{bucket}",
+            endpoint_url=s.endpoint_url,
+            region=s.region,
+            profile=s.profile,
+            paths=self.paths,
+        )
+
+    def prepare_shard(
+        self,
+        task: LocalTask,
+        shard: int,
+        inputs: dict[str, Path],
+        runtime: ContainerRuntime | None,
+    ) -> Path:
+        """A fresh root for one shard's attempt: empty output folders (a file output's parent
+        folder), and for a host process the source and inputs linked in where the contract puts
+        them."""
+        root = self.shard_root(task, shard)
+        if root.exists():
+            shutil.rmtree(root)
+        ensure_private_dir(root)
+        outputs = root / "outputs"
         for out in task.outputs:
-            local = self.output_path(task, out.path)
-            total = 0
-            if out.kind == "file":
-                if local.is_file():
-                    data = local.read_bytes()
-                    self.store.put(out.key, data)
-                    total = len(data)
-            elif local.is_dir():
+            local = Path(contract.relocate(out.path, str(root)))
+            (local if out.kind == "prefix" else local.parent).mkdir(parents=True, exist_ok=True)
+        outputs.mkdir(exist_ok=True)
+        if runtime is not None:
+            assert task.user is not None
+            runtime.writable(outputs, task.user)
+            return root
+        (root / "source").symlink_to(self.work / "source", target_is_directory=True)
+        (root / "inputs").mkdir()
+        for name, path in inputs.items():
+            (root / "inputs" / name).symlink_to(path)
+        return root
+
+    def upload_outputs(self, task: LocalTask, shards: list[int]) -> dict[str, int]:
+        """Put what each shard of a wave left in its outputs into the store (shards in order:
+        a file two shards both wrote is the later shard's); returns bytes stored per output."""
+        assert self.store is not None
+        stored = dict.fromkeys((o.name for o in task.outputs), 0)
+        for shard in shards:
+            root = str(self.shard_root(task, shard))
+            for out in task.outputs:
+                local = Path(contract.relocate(out.path, root))
+                if out.kind == "file":
+                    if local.is_file():
+                        data = local.read_bytes()
+                        self.store.put(out.key, data)
+                        stored[out.name] += len(data)
+                    continue
+                if not local.is_dir():
+                    continue
                 for file in sorted(p for p in local.rglob("*") if p.is_file()):
                     data = file.read_bytes()
                     self.store.put(f"{out.key}/{file.relative_to(local).as_posix()}", data)
-                    total += len(data)
-            stored[out.name] = total
+                    stored[out.name] += len(data)
         return stored
 
     def upload_logs(self, stage: str | None) -> None:
@@ -417,33 +526,33 @@ class Executor:
                 found[out.name] = sum(o.size for o in self.store.list(out.key + "/"))
         return found
 
+    def count_attempt(self, task: LocalTask, wave: int, shard: int) -> int:
+        """This start's ``NPA_ATTEMPT``: the shard's starts in this run, counted in the store
+        where every backend counts them."""
+        assert self.store is not None
+        key = attempts_key(self.submission.prefix, task.stage, wave, shard)
+        try:
+            before = int(self.store.get(key).decode().strip() or 0)
+        except (ObjectAbsent, ValueError):
+            before = 0
+        self.store.put(key, f"{before + 1}\n".encode())
+        return before + 1
+
     # --- stages ------------------------------------------------------------------------------
-    def stage_env(self, task: LocalTask) -> dict[str, str]:
-        s = self.submission
-        env = {
-            **os.environ,
-            "NPA_WORKFLOW": s.workflow,
-            "NPA_RUN_ID": s.run_id,
-            "NPA_STAGE": task.stage,
-            "NPA_RUN_PREFIX": f"{s.store}/{run_root(s.prefix)}",
-            "NPA_SOURCE_DIR": str(self.work / "source"),
-            "NPA_WAVES": str(task.waves),
-            "NPA_SHARDS": str(task.shards),
-            "NPA_SHARDS_PER_WAVE": str(task.parallel),
-        }
-        for inp in task.inputs:
-            if inp.key is not None:
-                env[input_variable(inp.name)] = str(
-                    self.fetch_input(task, inp.name, inp.key, inp.kind)
-                )
-            elif inp.uri is not None:
-                env[input_variable(inp.name)] = inp.uri.removeprefix("file://")
-        for out in task.outputs:
-            local = self.output_path(task, out.path)
-            ensure_private_dir(local if out.kind == "prefix" else local.parent)
-            env[output_variable(out.name)] = str(local)
-        env.update(task.env)
-        return env
+    def runtime_for(self, task: LocalTask) -> ContainerRuntime | None:
+        """The container runtime a task asks for (None: host processes); one per job."""
+        if task.runtime != "container":
+            return None
+        if self.containers is None:
+            assert task.engine is not None
+            engine = find_engine(task.engine)
+            assert engine is not None  # an explicit engine that does not work raised
+            self.containers = ContainerRuntime(engine, self.submission.run_id, self.work / "source")
+            removed = engine.remove_labelled(self.submission.run_id)
+            if removed:
+                self.log(f"removed containers an earlier executor left: {', '.join(removed)}")
+            self.containers.readable(self.work / "source")
+        return self.containers
 
     def run_stage(self, task: LocalTask, progress: StageProgress) -> None:
         self.log(
@@ -452,7 +561,15 @@ class Executor:
         )
         self.table.update(self.job_id, current_stage=task.stage)
         self.recorder.stage_started(task.stage)
-        env = self.stage_env(task)
+        try:
+            runtime = self.runtime_for(task)
+        except NpaError as error:
+            raise StageFailed(
+                JobState.FAILED_SETUP,
+                f"stage {task.stage}: {error.message}"
+                + (f" (fix: {error.fix})" if error.fix else ""),
+            ) from None
+        inputs = self.fetch_inputs(task, runtime)
         budget = max(0, self.recorder.retry_budget(task.retries) - progress.retries_spent)
         adopted = set(self.submission.adopted_waves.get(task.stage, []))
         for wave in range(task.waves):
@@ -462,7 +579,9 @@ class Executor:
             if wave in progress.succeeded_waves:
                 self.log(f"stage {task.stage} wave {wave}: succeeded under an earlier executor")
                 continue
-            budget = self.run_wave_to_end(task, wave, env, budget, progress.waves.get(wave))
+            budget = self.run_wave_to_end(
+                task, wave, inputs, runtime, budget, progress.waves.get(wave)
+            )
         found = self.verify_outputs(task)
         missing = [name for name, size in found.items() if size == 0]
         if missing:
@@ -474,7 +593,8 @@ class Executor:
         self,
         task: LocalTask,
         wave: int,
-        env: dict[str, str],
+        inputs: dict[str, Path],
+        runtime: ContainerRuntime | None,
         budget: int,
         earlier: WaveProgress | None,
     ) -> int:
@@ -489,21 +609,41 @@ class Executor:
             cut_short = False
             self.recorder.wave_started(task.stage, wave, shards, attempt)
             self.log(f"stage {task.stage} wave {wave} attempt {attempt}: shards {shards}")
-            codes = self.run_wave(task, wave, shards, env, attempt)
+            codes = self.run_wave(task, wave, shards, attempt, inputs, runtime)
             if self.cancelled:
                 raise Cancelled()
             self.upload_logs(task.stage)
             if all(code == 0 for code in codes.values()):
-                stored = self.upload_outputs(task)
+                stored = self.upload_outputs(task, shards)
                 self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
                 return budget
             self.check_space(task.stage, wave)
-            verdict = self.recorder.wave_failed(task.stage, wave, shards, codes, attempt, budget)
+            refused = None if runtime is None else self.engine_refusal(task, wave, codes)
+            left = 0 if refused else budget
+            verdict = self.recorder.wave_failed(task.stage, wave, shards, codes, attempt, left)
+            if refused:
+                raise StageFailed(JobState.FAILED_SETUP, refused)
             if not verdict.retry:
                 assert verdict.state is not None
                 raise StageFailed(verdict.state, verdict.detail)
             budget -= 1 if verdict.spends_retry else 0
             self.log(f"{verdict.detail}; retrying the wave ({verdict.classification})")
+
+    def engine_refusal(self, task: LocalTask, wave: int, codes: dict[int, int]) -> str | None:
+        """Why the engine could not start a shard's container (its exit 125), if it could not:
+        retrying the wave cannot help then."""
+        assert self.containers is not None
+        for shard, code in sorted(codes.items()):
+            if code != ENGINE_FAILED:
+                continue
+            log = self.logs / task.stage / f"wave-{wave}-shard-{shard}.log"
+            tail = log.read_text(errors="replace")[-4000:] if log.is_file() else ""
+            engine = self.containers.engine
+            error = start_failure(engine, tail)
+            why = error.message if error else _last_line(tail)
+            fix = f" (fix: {error.fix})" if error and error.fix else ""
+            return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{fix}"
+        return None
 
     def check_space(self, stage: str, wave: int) -> None:
         """A wave that failed on a full disk failed for this machine, not for its code: end the
@@ -520,7 +660,13 @@ class Executor:
         raise local_state_error(full, action, self.work)
 
     def run_wave(
-        self, task: LocalTask, wave: int, shards: list[int], env: dict[str, str], attempt: int
+        self,
+        task: LocalTask,
+        wave: int,
+        shards: list[int],
+        attempt: int,
+        inputs: dict[str, Path],
+        runtime: ContainerRuntime | None,
     ) -> dict[int, int]:
         """Run one attempt of a wave, at most ``max_parallel`` shards at once; exit code per
         shard. Shards of this attempt that already ran to the end (under an executor that died
@@ -540,14 +686,11 @@ class Executor:
         while waiting or running:
             while waiting and len(running) < limit and not self.cancelled:
                 shard = waiting.pop(0)
+                root = self.prepare_shard(task, shard, inputs, runtime)
+                started = self.count_attempt(task, wave, shard)
                 with open(folder / f"wave-{wave}-shard-{shard}.log", "ab") as log:
-                    child = spawn_shard(
-                        task.command,
-                        cwd=self.work / "source",
-                        env={**env, "NPA_WAVE": str(wave), "NPA_SHARD": str(shard)},
-                        log=log,
-                        exit_file=records / f"s{shard}.exit",
-                        death_fd=self.death_fd,
+                    child = self.start_shard(
+                        task, wave, shard, started, root, inputs, log, records / f"s{shard}.exit"
                     )
                 running[shard] = child
                 self.children.append(child)
@@ -569,6 +712,45 @@ class Executor:
             time.sleep(POLL_SECONDS)
         return codes
 
+    def start_shard(
+        self,
+        task: LocalTask,
+        wave: int,
+        shard: int,
+        attempt: int,
+        root: Path,
+        inputs: dict[str, Path],
+        log: BinaryIO,
+        exit_file: Path,
+    ) -> subprocess.Popen[bytes]:
+        """Start one shard under the shard wrapper: the one place the two runtimes differ. In a
+        container the contract's paths are mounts (and the container is removed by name if this
+        executor dies); as a host process they are moved under the shard's root."""
+        assert self.death_fd is not None
+        env = {**task.env, **contract.shard_env(wave, shard, attempt)}
+        if self.containers is not None and task.runtime == "container":
+            name = f"npa-{self.job_id}-{task.stage}-w{wave}-s{shard}-a{attempt}"
+            engine = self.containers.engine
+            return spawn_shard(
+                self.containers.argv(task, name, env, root, inputs),
+                cwd=root,
+                env={**os.environ, **env},  # the engine's client reads the values by name
+                log=log,
+                exit_file=exit_file,
+                death_fd=self.death_fd,
+                on_death=[engine.binary, "rm", "--force", name],
+            )
+        env = contract.relocate_env(env, str(root))
+        cwd = contract.relocate(task.workdir, str(root))
+        return spawn_shard(
+            ["/bin/sh", "-c", task.command],
+            cwd=Path(cwd),
+            env={**_host_env(), **env, "PWD": cwd},
+            log=log,
+            exit_file=exit_file,
+            death_fd=self.death_fd,
+        )
+
 
 def _recorded_exits(records: Path, shards: list[int]) -> dict[int, int]:
     """The exit codes the shard wrappers recorded for this attempt."""
@@ -577,3 +759,106 @@ def _recorded_exits(records: Path, shards: list[int]) -> dict[int, int]:
         with contextlib.suppress(OSError, ValueError):
             codes[shard] = int((records / f"s{shard}.exit").read_text().strip())
     return codes
+
+
+class ContainerRuntime:
+    """Stages in their images through one engine: mounts, the user, and the files the user
+    must read or write."""
+
+    def __init__(self, engine: ContainerEngine, run_id: str, source: Path) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.source = source
+        # Rootless podman maps the contract's user to the user running npa, so the files a stage
+        # writes are npa's own; as root, npa hands the output folders to that user instead.
+        self.root = os.geteuid() == 0
+
+    def argv(
+        self,
+        task: LocalTask,
+        name: str,
+        env: dict[str, str],
+        root: Path,
+        inputs: dict[str, Path],
+    ) -> list[str]:
+        assert task.image is not None and task.user is not None
+        mounts = [Mount(self.source, contract.SOURCE_DIR, read_only=True)]
+        by_name = {i.name: i for i in task.inputs}
+        mounts += [Mount(path, by_name[n].path, read_only=True) for n, path in inputs.items()]
+        mounts.append(Mount(root / "outputs", contract.OUTPUTS_DIR))
+        uid, _, gid = task.user.partition(":")
+        userns = None if self.root else f"keep-id:uid={uid},gid={gid}"
+        return self.engine.run_argv(
+            image=task.image,
+            command=["/bin/sh", "-c", task.command],
+            name=name,
+            env=env,
+            mounts=mounts,
+            workdir=task.workdir,
+            labels={RUN_LABEL: self.run_id},
+            user=task.user,
+            userns=userns,
+        )
+
+    def readable(self, folder: Path) -> None:
+        """Let the container's user read ``folder`` (it sits in the job's owner-only folder,
+        which no container sees)."""
+        for path in [folder, *folder.rglob("*")]:
+            if path.is_symlink():
+                continue
+            mode = path.stat().st_mode
+            os.chmod(path, mode | (0o555 if path.is_dir() else 0o444))
+
+    def writable(self, folder: Path, user: str) -> None:
+        """Give the container's user (``uid:gid``) the shard's output folders."""
+        if not self.root:
+            return
+        uid, _, gid = user.partition(":")
+        for path in [folder, *folder.rglob("*")]:
+            os.chown(path, int(uid), int(gid), follow_symlinks=False)
+
+
+def fetch(store: ObjectStore, key: str, target: Path, kind: str) -> None:
+    """Copy a stored output (a file, or every object under a folder) to ``target``."""
+    if kind == "file":
+        ensure_private_dir(target.parent)
+        target.write_bytes(store.get(key))
+        return
+    ensure_private_dir(target)
+    for obj in store.list(key.rstrip("/") + "/"):
+        dest = target / obj.key[len(key.rstrip("/")) + 1 :]
+        ensure_private_dir(dest.parent)
+        dest.write_bytes(store.get(obj.key))
+
+
+def fetch_external(store: ObjectStore, uri: str, target: Path) -> None:
+    """An external input, decided as on every backend: a URI ending in ``/`` is a folder; any
+    other is the object with exactly that key, or the folder under it when there is none."""
+    key = urlparse(uri).path.lstrip("/")
+    if not uri.endswith("/") and key:
+        try:
+            data = store.get(key)
+        except ObjectAbsent:
+            pass
+        else:
+            ensure_private_dir(target.parent)
+            target.write_bytes(data)
+            return
+    fetch(store, key, target, "prefix")
+
+
+def _holds_data(path: Path) -> bool:
+    if path.is_file():
+        return True
+    return path.is_dir() and any(p.is_file() for p in path.rglob("*"))
+
+
+def _host_env() -> dict[str, str]:
+    """The environment a host process inherits: the executor's, without npa's own variables, so
+    the stage sees exactly the contract's ``NPA_*``."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(contract.RESERVED_PREFIX)}
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1] if lines else "no output"

@@ -1,11 +1,14 @@
-"""``python shard.py DEATH_FD EXIT_FILE -- ARGV...``: run one shard so it dies with its executor.
+"""``python shard.py DEATH_FD EXIT_FILE [--on-death JSON] -- ARGV...``: run one shard so it dies
+with its executor.
 
 The executor starts this wrapper (by its file path, with ``-I -S``: it imports nothing but the
 standard library, so it starts in milliseconds) as the leader of a new process group, and the
 wrapper runs ARGV as a child in that group. ``DEATH_FD`` is the read end of a pipe whose only
 write end the executor holds and never writes: the read returns end-of-file exactly when the
-executor is gone, however it died (SIGKILL included), and the wrapper then kills its whole
-group, itself with it. No orphan stage process outlives its executor, on any system with pipes.
+executor is gone, however it died (SIGKILL included), and the wrapper then runs the
+``--on-death`` command (a JSON list: for a shard in a container, removing that container, which
+the engine's killed client would leave running) and kills its whole group, itself with it. No
+orphan stage process outlives its executor, on any system with pipes.
 
 When the child ends, the wrapper records its exit status in EXIT_FILE (written to a temporary
 file and renamed, so a reader sees all of it or nothing) and exits the same way the child did.
@@ -16,6 +19,7 @@ the wrapper itself waits for the child to end.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,12 +27,17 @@ import sys
 import threading
 
 
-def _watch_executor(fd: int) -> None:
+def _watch_executor(fd: int, on_death: list[str]) -> None:
     try:
         while os.read(fd, 1):
             pass
     except OSError:
         pass
+    if on_death:
+        try:
+            subprocess.run(on_death, stdin=subprocess.DEVNULL, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            sys.stderr.write(f"npa: {on_death[0]} could not clean up after the executor: {exc}\n")
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -42,12 +51,16 @@ def _record(path: str, code: int) -> None:
 
 
 def main(argv: list[str]) -> int:
+    on_death: list[str] = []
+    if len(argv) >= 4 and argv[2] == "--on-death":
+        on_death = [str(word) for word in json.loads(argv[3])]
+        argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: shard.py DEATH_FD EXIT_FILE -- ARGV...\n")
+        sys.stderr.write("usage: shard.py DEATH_FD EXIT_FILE [--on-death JSON] -- ARGV...\n")
         return 2
     death_fd, exit_file, command = int(argv[0]), argv[1], argv[3:]
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
-    threading.Thread(target=_watch_executor, args=(death_fd,), daemon=True).start()
+    threading.Thread(target=_watch_executor, args=(death_fd, on_death), daemon=True).start()
     child = subprocess.Popen(command, close_fds=True)
     code = child.wait()
     try:

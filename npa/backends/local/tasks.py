@@ -1,35 +1,41 @@
 """What the local backend runs for each stage: a JSON task file (``tasks/<stage>.json``).
 
-The local backend runs commands as host processes, so a task names store keys (not mounts):
-inputs are fetched from the store into the stage's work directory, outputs are written there
-and put back into the store after every wave. The image is recorded for the record only; no
-container is started.
+A task says everything the executor does for the stage, in the stage contract's terms
+(:mod:`npa.backends.contract`): the variables and the working directory the command sees, where
+each input comes from and where each output goes in the store, and the runtime: ``container``
+(the stage's image, pinned by digest, through the named engine, as the contract's user) or
+``process`` (a host process; the contract's ``/npa`` paths move under each shard's root folder).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from npa.backends import contract
 from npa.backends.base import RunTasks
+from npa.core.errors import InvalidInput
+
+Runtime = Literal["container", "process"]
 
 
 class LocalInput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
+    path: str  # where the stage sees it (/npa/inputs/<name>)
     key: str | None  # store key of an upstream output
     kind: str  # file | prefix
-    uri: str | None  # an external URI, passed through as is
+    uri: str | None  # an external URI (file://, s3://), fetched as it is
 
 
 class LocalOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str
-    path: str
+    path: str  # where the stage writes it (/npa/outputs/<declared path>)
     kind: str
     key: str
 
@@ -39,8 +45,12 @@ class LocalTask(BaseModel):
 
     stage: str
     command: str
-    env: dict[str, str]
-    image: str | None
+    runtime: Runtime
+    engine: str | None  # podman | docker, for the container runtime
+    image: str | None  # pinned by digest, for the container runtime
+    user: str | None  # uid:gid the container runs as (the tool's contract)
+    workdir: str
+    env: dict[str, str]  # the contract's variables fixed for the stage, then the stage's own
     depends_on: list[str]
     shards: int
     parallel: int
@@ -50,15 +60,26 @@ class LocalTask(BaseModel):
     outputs: list[LocalOutput]
 
 
-def encode(run: RunTasks) -> dict[str, str]:
+def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, str]:
     """Stage -> the JSON text of its local task, in plan order."""
     out: dict[str, str] = {}
     for task in run.tasks:
+        if runtime == "container" and task.image is None:
+            # No fix here: the caller knows the spec and the project the fix line names.
+            raise InvalidInput(
+                f"stage {task.stage}: the container runtime needs its image pinned by digest "
+                "(or run the stages as host processes: --runtime process)",
+                details={"unpinned": True},
+            )
         local = LocalTask(
             stage=task.stage,
             command=task.command,
-            env=dict(task.env),
-            image=task.image,
+            runtime=runtime,
+            engine=engine if runtime == "container" else None,
+            image=task.image if runtime == "container" else None,
+            user=f"{task.run_as_user}:{task.run_as_group}" if runtime == "container" else None,
+            workdir=contract.SOURCE_DIR,
+            env=contract.stage_env(task, run),
             depends_on=task.depends_on,
             shards=task.shards,
             parallel=task.parallel,
@@ -67,6 +88,7 @@ def encode(run: RunTasks) -> dict[str, str]:
             inputs=[
                 LocalInput(
                     name=i.name,
+                    path=contract.input_path(i.name),
                     key=i.key,
                     kind=i.kind,
                     uri=None if i.key is not None else i.uri,
@@ -74,7 +96,8 @@ def encode(run: RunTasks) -> dict[str, str]:
                 for i in task.inputs
             ],
             outputs=[
-                LocalOutput(name=o.name, path=o.path, kind=o.kind, key=o.key) for o in task.outputs
+                LocalOutput(name=o.name, path=contract.output_path(o.path), kind=o.kind, key=o.key)
+                for o in task.outputs
             ],
         )
         out[task.stage] = json.dumps(local.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"

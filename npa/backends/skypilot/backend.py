@@ -5,9 +5,10 @@ Answers of the managed-jobs service are translated here, once: SkyPilot's except
 transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`), and its
 ``ManagedJobRecord``/``ManagedJobStatus`` become npa's :class:`JobRecord`/:class:`JobState`.
 
-Capabilities: stages run in digest-pinned images; the context's kubeconfig and the SkyPilot SDK
-are prerequisites; the API must be stable before a launch; accelerators are renamed to the
-cluster's node labels; a waiting job's pods say why; npa's run watcher polls the job.
+Capabilities: stages run in digest-pinned images, one task per wave (a resume starts a stage at
+any wave); the context's kubeconfig and the SkyPilot SDK are prerequisites; the API must be
+stable before a launch; accelerators are renamed to the cluster's node labels; a waiting job's
+pods say why; npa's run watcher polls the job.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from npa.adapters.kube.client import project_namespace
 from npa.adapters.skypilot.api import ApiServerDown
 from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
+    AdoptsPartialWaves,
     ExecutionBackend,
     HasPrerequisites,
     JobRecord,
@@ -55,7 +57,7 @@ from npa.core.errors import (
     TransientRefusal,
     Unavailable,
 )
-from npa.core.layout import task_name
+from npa.core.layout import wave_of_task
 from npa.core.paths import NpaPaths
 
 if TYPE_CHECKING:
@@ -146,6 +148,7 @@ def job_state(status: Any) -> JobState:
 
 class SkyPilotBackend(
     ExecutionBackend,
+    AdoptsPartialWaves,
     PullsPinnedImages,
     HasPrerequisites,
     NeedsReadinessCheck,
@@ -403,12 +406,14 @@ class SkyPilotBackend(
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
-        # A resumed run relaunches only the stages it did not adopt (SkyPilot runs a stage's
-        # task whole, so a partly finished stage is run again from its first wave).
+        # One task per wave, chained in plan order; a resumed run launches only the waves it
+        # did not adopt (whole stages, and the finished waves of a partly run one).
         texts = [
-            submission.tasks[stage]
+            text
             for stage in submission.order
             if stage not in submission.adopted_stages
+            for wave, text in enumerate(tasks.documents(submission.tasks[stage]))
+            if wave not in submission.adopted_waves.get(stage, [])
         ]
         config = run_layer(project_namespace(submission.project))
         try:
@@ -528,19 +533,33 @@ class SkyPilotBackend(
         except Exception as exc:
             raise self._translate(exc, f"cancelling job {job_id}") from None
 
-    def stage_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, TaskRecord]:
-        """Each launched stage's task, by the name npa rendered for it; SkyPilot names the lone
-        task of a one-task job after the job, so that task is the one stage the job runs."""
+    def wave_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, dict[int, TaskRecord]]:
+        """Each launched stage's wave tasks, by the names npa rendered for them; SkyPilot names
+        the lone task of a one-task job after the job, so that task is the one wave the job
+        runs when exactly one is launched."""
         launched = stages.launched
         if launched is None:
             return {}
-        names = {task_name(stages.run_id, stage): stage for stage in launched}
-        found = {names[t.task_name]: t for t in record.tasks if t.task_name in names}
+        found: dict[str, dict[int, TaskRecord]] = {}
+        for task in record.tasks:
+            named = wave_of_task(stages.run_id, task.task_name or "")
+            if named is not None and named[0] in launched:
+                found.setdefault(named[0], {})[named[1]] = task
         if not found and len(launched) == 1 and len(record.tasks) == 1:
             (lone,) = record.tasks
             if lone.task_name in (record.job_name, None):
-                found[launched[0]] = lone
+                skipped = stages.adopted_waves.get(launched[0], [])
+                wave = next(w for w in range(len(skipped) + 1) if w not in skipped)
+                found[launched[0]] = {wave: lone}
         return found
+
+    def stage_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, TaskRecord]:
+        """Each launched stage as one task record, from its wave tasks: SUCCEEDED once every
+        wave the job runs for it did, the first failed wave's state when one failed, else the
+        state of the wave that is under way."""
+        return {
+            stage: _stage_record(waves) for stage, waves in self.wave_tasks(record, stages).items()
+        }
 
     def logs(
         self,
@@ -550,11 +569,14 @@ class SkyPilotBackend(
         stage: str | None = None,
         stages: JobStages | None = None,
     ) -> Iterator[str]:
-        task = None if stage is None else self._stage_task(job_id, stage, stages, follow)
+        selectors: list[str | int | None] = [None]
+        if stage is not None:
+            selectors = list(self._stage_selectors(job_id, stage, stages, follow))
         try:
-            for line in self.service.tail_logs(job_id, follow, task):
-                self._refuse_not_found(job_id, line)
-                yield line
+            for selector in selectors:
+                for line in self.service.tail_logs(job_id, follow, selector):
+                    self._refuse_not_found(job_id, line)
+                    yield line
         except NotFound:
             raise
         except ApiServerDown as exc:
@@ -571,13 +593,14 @@ class SkyPilotBackend(
         if match and match["job"] == str(job_id):
             raise NotFound(f"SkyPilot: {text}")
 
-    def _stage_task(
+    def _stage_selectors(
         self, job_id: int, stage: str, stages: JobStages | None, follow: bool
-    ) -> str | int:
-        """The ``task=`` selector of the stage's task, after checking that SkyPilot can serve its
-        log now: its tail waits, even without ``follow``, for a task that is not running in a
-        live job (a finished task's cluster is torn down, and its stored log is read only once
-        the whole job has ended)."""
+    ) -> list[str | int]:
+        """The ``task=`` selectors of the stage's wave tasks whose logs SkyPilot can serve now,
+        in wave order: all of them once the job has ended; in a live job only the wave under
+        way (its tail waits, even without ``follow``, for a task that is not running: a
+        finished task's cluster is torn down, and its stored log is read only once the whole
+        job has ended)."""
         cached = "npa workbench workflow logs RUN --project P --stage S --cached"
         if stages is None or stages.launched is None:
             raise BackendUnavailable(
@@ -589,27 +612,63 @@ class SkyPilotBackend(
             why = "was adopted from an earlier job" if stage in stages.adopted else "is unknown"
             raise NotFound(f"stage {stage!r} {why}: job {job_id} does not run it", fix=cached)
         record = self.job(job_id)
-        task = self.stage_tasks(record, stages).get(stage)
-        if task is None:
+        waves = self.wave_tasks(record, stages).get(stage)
+        if not waves:
             names = ", ".join(f"{t.task_id}:{t.task_name}" for t in record.tasks) or "none"
             raise BackendUnavailable(
                 f"job {job_id} has no task npa can tell runs stage {stage!r} (tasks: {names})",
                 fix=cached,
             )
-        state = task.state
-        selector: str | int = task.task_name if task.task_name else task.task_id
-        if record.state.terminal or state is JobState.RUNNING:
-            return selector
+        ordered = [waves[w] for w in sorted(waves)]
+        select = [t.task_name if t.task_name else t.task_id for t in ordered]
+        if record.state.terminal:
+            return select
+        running = [
+            sel for sel, t in zip(select, ordered, strict=True) if t.state is JobState.RUNNING
+        ]
+        if running:
+            return running
+        waiting = next((t for t in ordered if not t.state.terminal), ordered[-1])
+        state = waiting.state
         if follow and state in (JobState.PENDING, JobState.STARTING):
-            return selector  # --follow waits for the task to start, as SkyPilot's tail does
+            # --follow waits for the task to start, as SkyPilot's tail does
+            return [waiting.task_name if waiting.task_name else waiting.task_id]
         if state is JobState.PENDING:
             raise NotFound(
-                f"stage {stage!r} (task {task.task_id} of job {job_id}) is PENDING: it has not "
-                "started, so it has no log yet"
+                f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is PENDING: it has "
+                "not started, so it has no log yet"
             )
         raise BackendUnavailable(
-            f"stage {stage!r} (task {task.task_id} of job {job_id}) is {state.value} while the job "
-            f"is {record.state.value}: SkyPilot serves that task's log only while it runs or once "
-            "the whole job has ended",
+            f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is {state.value} while "
+            f"the job is {record.state.value}: SkyPilot serves that task's log only while it "
+            "runs or once the whole job has ended",
             fix=cached,
         )
+
+
+def _stage_record(waves: dict[int, TaskRecord]) -> TaskRecord:
+    """One stage's state from its wave tasks (those this job runs), as one task record."""
+    ordered = [waves[w] for w in sorted(waves)]
+    failed = next((t for t in ordered if t.state.failed), None)
+    current = next((t for t in ordered if not t.state.terminal), None)
+    if failed is not None:
+        state, reason = failed.state, failed.failure_reason
+    elif any(t.state is JobState.CANCELLED for t in ordered):
+        state, reason = JobState.CANCELLED, None
+    elif current is not None:
+        started = current.state is not JobState.PENDING or current is not ordered[0]
+        state = JobState.RUNNING if current.state is JobState.PENDING and started else current.state
+        reason = None
+    else:
+        state, reason = JobState.SUCCEEDED, None
+    first = ordered[0]
+    return TaskRecord(
+        task_id=first.task_id,
+        task_name=first.task_name,
+        state=state,
+        failure_reason=reason,
+        started_at=first.started_at,
+        ended_at=ordered[-1].ended_at if state.terminal else None,
+        recovery_count=sum(t.recovery_count or 0 for t in ordered),
+        infra=first.infra,
+    )

@@ -1,15 +1,24 @@
-"""What the SkyPilot backend runs for each stage: a digest-pinned SkyPilot task YAML.
+"""What the SkyPilot backend runs for each stage: digest-pinned SkyPilot task YAML, one task per
+wave.
+
+A stage's file holds one YAML document per wave, each a task of ``num_nodes`` = the wave's
+shards; the run's job chains them all, so waves run in order and a wave's shards run at once, as
+on every backend (a resume can start a stage at any wave). Every node sees the stage contract
+(:mod:`npa.backends.contract`): its ``setup`` restores the run's committed source as files,
+fetches the inputs and makes ``/npa`` the contract's tree; its ``run`` sets ``NPA_SHARD`` (from
+SkyPilot's node rank) and ``NPA_ATTEMPT``, runs the command in ``/npa/source`` and uploads what
+the shard left in its outputs. What the pod does is the shell library
+``templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
+is reached with the AWS CLI and the credentials and endpoint the pod takes from the project's
+store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot's
+``file_mounts``: those are read by SkyPilot's API server and jobs controller, which can reach an
+S3-compatible store only when AWS itself is an enabled cloud there (docs/spec.md says more, with
+the figures that chose this).
 
 Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube context go in, the
 task file's text comes out. Every value passes through the yaml filter (the template
 environment refuses any other output), and the result is parsed back and compared with what was
 meant, so spec text cannot change the task's structure.
-
-The staged source manifest and the stage's inputs are fetched by the task's own ``setup``, in
-the pod, with the AWS CLI and the store credentials and endpoint the pod takes from the
-project's store Secret. They are not SkyPilot ``file_mounts``: SkyPilot reads those on its API
-server and jobs controller, and only when AWS itself is an enabled cloud there, which an
-S3-compatible store that is not AWS (MinIO, Nebius, moto) never makes it.
 """
 
 from __future__ import annotations
@@ -22,34 +31,26 @@ from typing import Any
 
 import yaml
 
+from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask, pod_security_context
-from npa.backends.skypilot.yamlsafe import yaml_value
+from npa.backends.skypilot.yamlsafe import yaml_script, yaml_value
 from npa.core.errors import InvalidInput
-from npa.core.layout import PREFIX_LEAF, shared_source_key, source_key
+from npa.core.layout import (
+    PREFIX_LEAF,
+    SHARED_SOURCE,
+    shards_of_wave,
+    source_key,
+    stage_key,
+    wave_task_name,
+)
 
 TEMPLATE = "skypilot-task.yaml.j2"
-SOURCE_MOUNT = "/npa/source"
-INPUT_MOUNT = "/npa/inputs"
-# What a task's setup fetches with the AWS CLI; file:// only exists on the machine that renders.
+LIBRARY = "skypilot-stage.sh"
+# Where the setup writes the library; the run sources it (setup and run share the node).
+LIBRARY_PATH = "/tmp/npa/stage.sh"
+_LIBRARY_END = "NPA_STAGE_LIBRARY"
+# What a pod fetches with the AWS CLI; file:// exists only on the machine that renders.
 MOUNTABLE = ("s3://",)
-# The setup's fixed part. A URI ending in "/" is a folder (synced); any other is one object
-# (copied), or a folder when no object has exactly that key, as SkyPilot decides for mounts.
-_FETCH = """set -e
-npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-npa_owned_dir() { npa_as_root mkdir -p "$1" && npa_as_root chown "$(id -u):$(id -g)" "$1"; }
-npa_fetch() {
-  case "$1" in
-    */) npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1" "$2" ;;
-    *) npa_owned_dir "$(dirname "$2")"
-       aws s3 cp --only-show-errors "$1" "$2" 2>/dev/null \\
-         || { npa_owned_dir "$2" && aws s3 sync --only-show-errors "$1/" "$2"; } ;;
-  esac
-}
-command -v aws >/dev/null 2>&1 || {
-  echo "npa: the image has no aws CLI on PATH; a stage fetches its inputs with it" >&2
-  exit 127
-}
-"""
 
 
 class YamlText(str):
@@ -100,25 +101,38 @@ def _environment(root: str) -> Any:
         finalize=_finalize,
     )
     env.filters["yaml"] = lambda value: YamlText(yaml_value(value))
+    env.filters["script"] = lambda value: YamlText(yaml_script(value))
     return env
 
 
+@lru_cache(maxsize=4)
+def _library(root: str) -> str:
+    path = Path(root) / LIBRARY
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidInput(
+            f"cannot read the stage library {path}: {exc.strerror}",
+            fix="reinstall npa, or point NPA_TEMPLATES_DIR at its templates/ folder",
+        ) from None
+
+
 def mount_problems(store: str | None, external_inputs: list[tuple[str, str, str]]) -> list[str]:
-    """Why a stage's pod could not fetch the run's data: the store, and each external input
-    given as (stage, input, uri)."""
+    """Why a pod could not fetch the run's data: the store, and each external input given as
+    (stage, input, uri)."""
     problems = []
     if store is None:
         problems.append("no object store: set storage.uri or pass --store-uri")
     elif not store.startswith(MOUNTABLE):
         problems.append(
-            f"store {store!r} is not an object store a stage can fetch from (s3://, AWS or "
+            f"store {store!r} is not an object store a pod can fetch from (s3://, AWS or "
             "S3-compatible)"
         )
     for stage, name, uri in external_inputs:
         if not uri.startswith(MOUNTABLE):
             problems.append(
                 f"stage {stage!r} input {name!r}: {uri} is not in an S3 or S3-compatible store "
-                "(s3://), which a stage fetches its inputs from"
+                "(s3://), which a pod fetches its inputs from"
             )
     return problems
 
@@ -127,38 +141,66 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def task_values(task: StageTask, run: RunTasks, *, kube_context: str) -> dict[str, Any]:
-    """The values one stage's template is rendered with."""
+def _call(function: str, *args: str) -> str:
+    return " ".join([function, *(shlex.quote(a) for a in args)])
+
+
+def setup_script(task: StageTask, run: RunTasks, library: str) -> str:
+    """What every node of every wave does first: write the library, make ``/npa`` the contract's
+    tree, restore the source, fetch the inputs, seal both."""
     assert run.run_root is not None
-    envs: dict[str, str] = {
-        "NPA_WORKFLOW": run.workflow,
-        "NPA_RUN_ID": run.run_id,
-        "NPA_STAGE": task.stage,
-        "NPA_RUN_PREFIX": run.run_root,
-        # The staged source as stored: the run's manifest, and the blobs it names by digest,
-        # which every run of the workflow shares; the backend materialises the tree from both.
-        "NPA_SOURCE_MANIFEST": f"{SOURCE_MOUNT}/manifest.json",
-        "NPA_SOURCE_BLOBS": f"{shared_source_key(f'{run.run_root}/{PREFIX_LEAF}')}/blobs/",
-        # One task file serves every wave; the launcher sets NPA_WAVE for each wave it starts.
-        "NPA_WAVE": "0",
-        "NPA_WAVES": str(task.waves),
-        "NPA_SHARDS": str(task.shards),
-        "NPA_SHARDS_PER_WAVE": str(task.parallel),
-    }
-    fetch = {SOURCE_MOUNT: source_key(f"{run.run_root}/{PREFIX_LEAF}").rstrip("/") + "/"}
+    leaf = f"{run.run_root}/{PREFIX_LEAF}"
+    shared = f"{run.run_root.rsplit('/', 1)[0]}/{SHARED_SOURCE}"
+    lines = [
+        f"mkdir -p {LIBRARY_PATH.rsplit('/', 1)[0]}",
+        f"cat > {LIBRARY_PATH} <<'{_LIBRARY_END}'",
+        library.rstrip("\n"),
+        _LIBRARY_END,
+        f". {LIBRARY_PATH}",
+        "npa_begin",
+        _call("npa_restore", shared, f"{source_key(leaf)}/manifest.json"),
+    ]
     for inp in task.inputs:
         assert inp.uri is not None
-        envs[inp.variable] = inp.uri
-        fetch[f"{INPUT_MOUNT}/{inp.name}"] = inp.uri
+        uri = inp.uri.rstrip("/") if inp.kind == "prefix" else inp.uri
+        lines.append(_call("npa_fetch", uri, contract.input_path(inp.name), inp.kind))
+    lines.append("npa_seal")
+    return "\n".join(lines) + "\n"
+
+
+def run_script(task: StageTask, run: RunTasks) -> str:
+    """What every node runs: its shard and attempt, empty outputs, the command in the
+    contract's working directory, then the outputs into the store (only when it succeeded)."""
+    assert run.run_root is not None
+    leaf = f"{run.run_root}/{PREFIX_LEAF}"
+    lines = [f". {LIBRARY_PATH}", _call("npa_shard", f"{stage_key(leaf, task.stage)}/attempts")]
+    for out in task.outputs:
+        lines.append(_call("npa_output", out.kind, contract.output_path(out.path)))
+    lines.append(_call("npa_command", task.command) + " || exit")
     for out in task.outputs:
         assert out.uri is not None
-        envs[out.variable] = out.uri
-    if task.checkpoint_uri is not None and task.checkpoint_loader is not None:
-        envs["NPA_CHECKPOINT_URI"] = task.checkpoint_uri
-        envs["NPA_CHECKPOINT_LOADER"] = task.checkpoint_loader
-    envs.update(task.env)
+        uri = out.uri.rstrip("/")
+        lines.append(_call("npa_upload", out.kind, contract.output_path(out.path), uri))
+    return "\n".join(lines) + "\n"
+
+
+def wave_envs(task: StageTask, run: RunTasks, wave: int) -> dict[str, str]:
+    """The contract's fixed variables with this wave's ``NPA_WAVE`` (``NPA_SHARD`` and
+    ``NPA_ATTEMPT`` are set on the node by the run script)."""
+    envs: dict[str, str] = {}
+    for key, value in contract.stage_env(task, run).items():
+        envs[key] = value
+        if key == "NPA_SHARDS_PER_WAVE":
+            envs[contract.WAVE] = str(wave)
+    return envs
+
+
+def task_values(
+    task: StageTask, run: RunTasks, *, kube_context: str, library: str
+) -> dict[str, Any]:
+    """The values one stage's template is rendered with: what all its waves share, and each
+    wave's own name, node count and ``NPA_WAVE``."""
     return {
-        "task_name": task.task_name,
         "infra": f"k8s/{kube_context}",
         "image_id": f"docker:{task.image}",
         "accelerators": task.accelerators,
@@ -166,48 +208,66 @@ def task_values(task: StageTask, run: RunTasks, *, kube_context: str) -> dict[st
         "memory": None if task.memory_gib is None else _number(task.memory_gib),
         "disk_size": task.disk_gib,
         "retries": task.retries,
-        "envs": envs,
-        "setup": setup_script(fetch),
-        "command": task.command,
+        "setup": setup_script(task, run, library),
+        "run": run_script(task, run),
         "security_context": pod_security_context(
             task.run_as_user, task.run_as_group, task.fs_group
         ),
+        "waves": [
+            {
+                "name": wave_task_name(run.run_id, task.stage, wave),
+                "nodes": len(shards_of_wave(wave, task.parallel, task.shards)),
+                "envs": wave_envs(task, run, wave),
+            }
+            for wave in range(task.waves)
+        ],
     }
 
 
-def setup_script(fetch: dict[str, str]) -> str:
-    """The task's setup: fetch each URI of ``fetch`` (path -> URI) to its path in the pod."""
-    calls = [f"npa_fetch {shlex.quote(uri)} {shlex.quote(path)}" for path, uri in fetch.items()]
-    return _FETCH + "\n".join(calls) + "\n"
-
-
 def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
-    """Stage -> task YAML, in plan order. Every task's image must already be pinned."""
-    template = _environment(str(templates_dir())).get_template(TEMPLATE)
+    """Stage -> task YAML (one document per wave), in plan order. Every task's image must
+    already be pinned."""
+    root = str(templates_dir())
+    template = _environment(root).get_template(TEMPLATE)
+    library = _library(root)
     out: dict[str, str] = {}
     for task in run.tasks:
-        values = task_values(task, run, kube_context=kube_context)
+        values = task_values(task, run, kube_context=kube_context, library=library)
         text = template.render(**values)
         _check_structure(text, values)
         out[task.stage] = text
     return out
 
 
+def documents(text: str) -> list[str]:
+    """The wave tasks of one stage's file, each as its own YAML text, in wave order: split where
+    the encoder separates them (a value can never hold a line of its own: every one is quoted
+    or an indented block)."""
+    return [doc for doc in text.split("\n---\n") if doc.strip()]
+
+
 def _check_structure(text: str, values: dict[str, Any]) -> None:
     """Parse what was rendered and confirm the values came back exactly, so a template change
     that lets a value leak into the structure fails here rather than on the cluster."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    parsed = yaml.load(text, Loader=loader)  # a safe loader: plain data only
-    checks = {
-        "name": (parsed.get("name"), values["task_name"]),
-        "envs": (parsed.get("envs"), values["envs"]),
-        "run": (parsed.get("run"), values["command"]),
-        "setup": (parsed.get("setup"), values["setup"]),
-        "image_id": (parsed.get("resources", {}).get("image_id"), values["image_id"]),
-    }
-    for key, (got, want) in checks.items():
-        if got != want:
-            raise InvalidInput(
-                f"template bug: rendered {key} does not read back as written",
-                fix=f"check {templates_dir() / TEMPLATE}",
-            )
+    parsed = [yaml.load(doc, Loader=loader) for doc in documents(text)]  # plain data only
+    if len(parsed) != len(values["waves"]):
+        raise InvalidInput(
+            "template bug: the rendered file does not hold one task per wave",
+            fix=f"check {templates_dir() / TEMPLATE}",
+        )
+    for doc, wave in zip(parsed, values["waves"], strict=True):
+        checks = {
+            "name": (doc.get("name"), wave["name"]),
+            "num_nodes": (doc.get("num_nodes"), wave["nodes"]),
+            "envs": (doc.get("envs"), wave["envs"]),
+            "setup": (doc.get("setup"), values["setup"]),
+            "run": (doc.get("run"), values["run"]),
+            "image_id": (doc.get("resources", {}).get("image_id"), values["image_id"]),
+        }
+        for key, (got, want) in checks.items():
+            if got != want:
+                raise InvalidInput(
+                    f"template bug: rendered {key} does not read back as written",
+                    fix=f"check {templates_dir() / TEMPLATE}",
+                )

@@ -5,6 +5,10 @@ Templates never paste a spec value into YAML as-is: every value goes through
 printable ASCII (and the quote and backslash) escaped, and mappings and lists in flow style.
 So a value holding a newline, ``: ``, ``#``, ``{{ }}``, ``&anchor``/``*alias``, a tab or a YAML
 line separator (U+2028) stays one scalar and cannot add keys, comments or structure.
+
+A script a person reviews (a task's ``setup`` and ``run``) reads better as a literal block:
+:func:`yaml_script` writes one when the text is plain enough that a block holds it exactly, and
+the double-quoted scalar otherwise; either parses back to the same string.
 """
 
 from __future__ import annotations
@@ -35,6 +39,33 @@ def yaml_string(text: str) -> str:
                 out.append(f"\\U{code:08X}")
     out.append('"')
     return "".join(out)
+
+
+def yaml_script(text: str, indent: int = 2) -> str:
+    """``text`` as a literal block scalar (``|``) indented by ``indent``, for a mapping value at
+    the top level; the double-quoted scalar when a block does not hold it exactly (characters
+    outside printable ASCII, tabs, trailing spaces, blank edges...). The block is parsed back
+    before it is used, so the choice never changes the value."""
+    lines = text.split("\n")
+    body = text.rstrip("\n")
+    plain = all(ch in _PLAIN or ch in '"\\' for ch in text.replace("\n", ""))
+    if not body.strip() or not plain or any(line != line.rstrip(" ") for line in lines):
+        return yaml_string(text)
+    trailing = len(text) - len(body)
+    chomp = {0: "-", 1: ""}.get(trailing, "+")
+    pad = " " * indent
+    out = [f"|{indent}{chomp}"]
+    out += [pad + line if line else "" for line in body.split("\n")]
+    out += [""] * (trailing - 1)
+    block = "\n".join(out)
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    try:
+        back = yaml.load(f"k: {block}\nz: 0\n", Loader=loader)  # a safe loader: plain data
+    except yaml.YAMLError:
+        back = None
+    return block if back == {"k": text, "z": 0} else yaml_string(text)
 
 
 def yaml_value(value: Any) -> str:

@@ -1,0 +1,80 @@
+# npa's stage library: what every node of a SkyPilot wave task does around the stage's command,
+# so the command sees the stage contract (docs/spec.md): its source as files in /npa/source, its
+# inputs in /npa/inputs, an empty /npa/outputs, and NPA_WAVE, NPA_SHARD and NPA_ATTEMPT.
+# The store is reached with the AWS CLI and the credentials and endpoint in the pod's environment.
+npa_die() { echo "npa: $*" >&2; exit 1; }
+npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+npa_aws() { aws "$@" --only-show-errors; }
+
+# setup: /npa owned by the stage's user, empty, and the AWS CLI there.
+npa_begin() {
+  command -v aws >/dev/null 2>&1 \
+    || npa_die "the image has no aws CLI on PATH; a stage fetches its source and inputs with it"
+  { npa_as_root mkdir -p /npa && npa_as_root chown "$(id -u):$(id -g)" /npa; } \
+    || npa_die "cannot make /npa as $(id -u) (the image needs passwordless sudo)"
+  chmod -R u+w /npa 2>/dev/null || true
+  rm -rf /npa/source /npa/inputs /npa/outputs /tmp/npa-source
+  mkdir -p /npa/source /npa/inputs /npa/outputs /tmp/npa-source/blobs
+}
+
+# setup: the run's committed source as files. $1: the workflow's shared source (blobs and trees),
+# $2: the run's manifest. The tree's list (digest, mode, path with \0ooo escapes) names each file.
+npa_restore() {
+  c=/tmp/npa-source
+  npa_aws s3 cp "$2" "$c/manifest.json" || npa_die "cannot read the run's source manifest $2"
+  tree=$(sha256sum "$c/manifest.json" | cut -c1-64)
+  npa_aws s3 cp "$1/trees/$tree.list" "$c/files" || npa_die "cannot read $1/trees/$tree.list"
+  npa_aws s3 sync "$1/blobs/" "$c/blobs/" || npa_die "cannot fetch the source blobs from $1"
+  (cd "$c/blobs" && awk '{ print $1 "  " $1 }' "$c/files" | sha256sum -c - >/dev/null) \
+    || npa_die "a source blob does not match its digest"
+  while read -r sum mode path; do
+    p=$(printf '%bx' "$path") && p=${p%x}
+    case $p in */*) mkdir -p "/npa/source/${p%/*}" ;; esac
+    { cp "$c/blobs/$sum" "/npa/source/$p" && chmod "$mode" "/npa/source/$p"; } \
+      || npa_die "cannot restore source file $p"
+  done < "$c/files"
+}
+
+# setup: one input. $1: URI, $2: path, $3: file | prefix | auto (an external URI: a folder when
+# it ends in /, else the object with exactly that key, else the folder under it).
+npa_fetch() {
+  case "$3" in
+    file) npa_aws s3 cp "$1" "$2" ;;
+    prefix) mkdir -p "$2" && npa_aws s3 sync "${1%/}/" "$2" ;;
+    *) case "$1" in
+         */) mkdir -p "$2" && npa_aws s3 sync "$1" "$2" ;;
+         *) npa_aws s3 cp "$1" "$2" 2>/dev/null || { mkdir -p "$2" && npa_aws s3 sync "$1/" "$2"; } ;;
+       esac ;;
+  esac || npa_die "cannot fetch input $2 from $1"
+  [ -f "$2" ] || [ -n "$(find "$2" -type f | head -n 1)" ] || npa_die "input $2: nothing at $1"
+}
+
+# setup: the source and inputs are for reading.
+npa_seal() { chmod -R a-w /npa/source /npa/inputs; }
+
+# run: this node's shard of the wave, and its start counted in the store. $1: the stage's
+# attempts prefix.
+npa_shard() {
+  NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))
+  key="$1/wave-$NPA_WAVE-shard-$NPA_SHARD"
+  before=$(aws s3 cp "$key" - 2>/dev/null || echo 0)
+  NPA_ATTEMPT=$((${before:-0} + 1))
+  echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$key" || npa_die "cannot count this start at $key"
+  export NPA_SHARD NPA_ATTEMPT
+  rm -rf /npa/outputs && mkdir -p /npa/outputs
+}
+
+# run: an output's folder (prefix) or its parent folder (file). $1: kind, $2: path.
+npa_output() { if [ "$1" = file ]; then mkdir -p "${2%/*}"; else mkdir -p "$2"; fi; }
+
+# run: the stage's command, in the contract's working directory.
+npa_command() { (cd /npa/source && exec /bin/sh -c "$1"); }
+
+# run: what the shard left in one output. $1: kind, $2: path, $3: URI.
+npa_upload() {
+  if [ "$1" = file ]; then
+    [ ! -f "$2" ] || npa_aws s3 cp "$2" "$3"
+  else
+    [ ! -d "$2" ] || npa_aws s3 sync "$2/" "${3%/}/"
+  fi || npa_die "cannot upload output $2 to $3"
+}
