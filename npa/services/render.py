@@ -404,19 +404,22 @@ def render_spec(
     digests = load_digests(options.digests_file) if options.digests_file else DigestFile({})
     workflow = _chosen_images(workflow, options.image_overrides, options.image, digests)
     name = workflow.metadata.name
-    where = run_store(
-        name,
-        run_id,
-        project=options.project,
-        store_uri=options.store_uri,
-        spec_store=workflow.storage.uri if workflow.storage else None,
-        paths=paths,
-    )
-    notes: list[str] = [] if where.source == "reservation" else [where.detail]
     infra = options.infra
+    store = options.store_uri
     try:
         infra = _infra(options, workflow)
-        _check_names(infra_context(infra), options.store_uri and where.store)
+        # As given: the store's normal form would hide what is wrong with it.
+        _check_names(infra_context(infra), options.store_uri)
+        where = run_store(
+            name,
+            run_id,
+            project=options.project,
+            store_uri=options.store_uri,
+            spec_store=workflow.storage.uri if workflow.storage else None,
+            paths=paths,
+        )
+        store = where.store
+        notes: list[str] = [] if where.source == "reservation" else [where.detail]
         backend = backend_for_infra(infra, paths, runtime=options.runtime)
         images: dict[str, str] = {}
         if isinstance(backend, PullsPinnedImages):
@@ -429,9 +432,7 @@ def render_spec(
     except InvalidInput as error:
         if error.fix is None:
             context = infra_context(infra) if infra else options.kube_context
-            error.fix = _render_fix(
-                error, path, run_id, out, options.digests_file, context, where.store
-            )
+            error.fix = _render_fix(error, path, run_id, out, options.digests_file, context, store)
         raise
     previous = _read_render(options.diff_against) if options.diff_against is not None else None
     files = {t.filename: t.text for t in tasks}

@@ -79,7 +79,7 @@ def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
         store_uri="s3://npa-test/workflows",
     )
     square = [t for t in check_all(tiny, "kind-npa") if "-square-" in t.name]
-    assert [(t.name, t.num_nodes) for t in square] == [("tiny-1-square-w0", 2)]
+    assert [(t.name, t.num_nodes) for t in square] == [("npa-tiny-1-square-w0", 2)]
 
 
 def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> None:
