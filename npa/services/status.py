@@ -436,6 +436,9 @@ def _submit_again(located: Located, spec: str, *, resume: bool) -> str:
     if m is not None:
         argv += ["--infra", m.infra] if m.infra != "local" else []
         policy = m.policy
+        # The runtime asked for (a run of host processes is continued as host processes).
+        runtime = policy.get("runtime", "auto")
+        argv += ["--runtime", str(runtime)] if runtime != "auto" else []
         if policy.get("retries") is not None:
             argv += ["--retries", str(policy["retries"])]
         for flag, key in (

@@ -196,6 +196,7 @@ class SubmitOptions:
         argv += ["--project", self.project] if self.project else []
         argv += ["--resume-run" if resume else "--run-id", run_id]
         argv += ["--infra", self.infra] if self.infra != "local" else []
+        argv += ["--runtime", self.runtime] if self.runtime != "auto" else []
         for override in self.image_overrides:
             argv += ["--image-override", override]
         argv += ["--image", self.image] if self.image else []
@@ -415,6 +416,7 @@ def _new_manifest(run: _Run, digests: dict[str, str], now: str) -> RunManifest:
         accelerator_remap=run.admission.accelerators,
         policy={
             "retries": options.retries,
+            "runtime": options.runtime,
             "startup_failure_threshold": options.startup_failure_threshold,
             "max_infrastructure_recoveries": options.max_infrastructure_recoveries,
             "resolve_accelerators": options.resolve_accelerators,

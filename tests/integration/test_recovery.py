@@ -93,7 +93,7 @@ class World:
 
     def submit(self, *extra: str) -> CliResult:
         return self.npa(*WF, "submit", str(self.spec), "--project", "demo",
-                        "--run-id", self.run_id, *extra)  # fmt: skip
+                        "--run-id", self.run_id, "--runtime", "process", *extra)  # fmt: skip
 
     def launch(self, *held: str) -> int:
         """Reserve a run and submit it with the ``held`` waves waiting; the job id."""
@@ -193,7 +193,7 @@ def test_a_killed_executor_is_continued_by_the_command_status_prints(world: Worl
     assert "exited without recording a final state" in body["failure_reason"], body
     # What status prints first continues the job: the plain submit of this run.
     plain = shlex.join(["npa", *WF, "submit", str(w.spec), "--project", "demo",
-                        "--run-id", w.run_id])  # fmt: skip
+                        "--run-id", w.run_id, "--runtime", "process"])  # fmt: skip
     assert body["next"][0] == plain, body["next"]
 
     w.release()
@@ -252,7 +252,7 @@ def test_a_submit_killed_at_a_manifest_write_is_finished_by_its_rerun(
     contains, skip = KILL_POINTS[point]
     rule = proxy.rule("PUT", contains, "hold", skip=skip)
     argv = [sys.executable, "-m", "npa", *WF, "submit", str(w.spec), "--project", "demo",
-            "--run-id", w.run_id, "--json"]  # fmt: skip
+            "--run-id", w.run_id, "--runtime", "process", "--json"]  # fmt: skip
     proc = subprocess.Popen(argv, env={**os.environ, **w.env}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
     while not rule.hit.wait(0.05):
