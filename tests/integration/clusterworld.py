@@ -114,7 +114,15 @@ def follow(
 
 
 def terminal(answer: dict[str, Any]) -> bool:
-    return answer["state"] in {
+    """The run is over and its supervisor has recorded its verdict in the manifest. The backend
+    says a job ended a few seconds before that (and says CANCELLED for a job the supervisor
+    cancelled because the run FAILED), so a test that stopped at the first ended answer would
+    read the job's state, not the run's."""
+    return answer["state"] in TERMINAL and answer.get("last_known_state") == answer["state"]
+
+
+TERMINAL = frozenset(
+    {
         "SUCCEEDED",
         "CANCELLED",
         "FAILED",
@@ -125,6 +133,7 @@ def terminal(answer: dict[str, Any]) -> bool:
         "FAILED_STARTUP",
         "INFRASTRUCTURE_RECOVERY_EXHAUSTED",
     }
+)
 
 
 def diagnose(world: SkyCluster) -> str:

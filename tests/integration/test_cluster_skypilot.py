@@ -416,9 +416,13 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert "up" in checks["jobs controller"]["answer"]
     v = world.npa("skypilot", "verify", "--cluster", world.context, "--project", world.project,
                   "--output-format", "json")  # fmt: skip
-    assert v.code == 0, v.stdout + v.stderr
+    # verify answers "is this cluster ready for GPU stages": the node is fine, it has no GPU,
+    # and SkyPilot itself enables the context (its own check only warns about GPUs).
+    assert v.code == 1, v.stdout + v.stderr
     found = {c["name"]: c for c in v.json()["checks"]}
-    assert found["nodes"]["verdict"] == "ok" and found["sky check"]["verdict"] == "ok", found
+    assert found["nodes"]["verdict"] == "ok", found["nodes"]
+    assert found["GPUs"]["verdict"] == "failed", found["GPUs"]
+    assert found["sky check"]["facts"]["skypilot_ok"] is True, found["sky check"]
     gpus = world.npa(*WF, "gpus", "--cluster", world.context, "--json")
     assert gpus.code == 0, gpus.stdout + gpus.stderr
     [node] = gpus.json()["nodes"]
