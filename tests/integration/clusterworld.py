@@ -82,7 +82,9 @@ def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str) -> CliResult
 
 
 def status(world: SkyCluster, run_id: str) -> dict[str, Any]:
-    r = world.npa(*WF, "status", run_id, "--project", world.project, "--json", timeout=120)
+    # status asks the API server, the queue and the pods; on a loaded 2-core machine one answer
+    # took more than 120 s.
+    r = world.npa(*WF, "status", run_id, "--project", world.project, "--json", timeout=300)
     assert r.code in (0, 4), r.stdout + r.stderr
     data: dict[str, Any] = r.json()
     return data
