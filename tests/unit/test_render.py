@@ -278,7 +278,7 @@ def test_diff_against_a_previous_render(tmp_path: Path) -> None:
         ("--store-uri", "s3://bucket/../other", "'..' segment"),
         ("--store-uri", "s3://bucket/./x", "'..' segment"),
         ("--store-uri", "s3:///no-bucket", "names no bucket"),
-        ("--store-uri", "file:///tmp/store", "SkyPilot can mount"),
+        ("--store-uri", "file:///tmp/store", "a stage can fetch from"),
         ("--image-override", "ghost=registry.example.com/x:1", "unknown tool 'ghost'"),
         ("--image-override", "cur=Not A Ref", "malformed"),
         ("--image", "UPPER/Case:1", "malformed"),
