@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 from types import FrameType
 
@@ -31,6 +32,24 @@ def pytest_configure(config: pytest.Config) -> None:
     # A run stopped with SIGTERM (a CI timeout, `timeout`, kill) tears fixtures down as Ctrl-C
     # does, so the services it started are stopped rather than orphaned.
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+
+
+# Cluster tests that are not yet reliable (or too slow) for every `make test`: they run only when
+# asked for, by this variable or by naming the marker in -m (docs/development.md says why).
+OPT_IN_ENV = "NPA_CLUSTER_OPT_IN"
+OPT_IN_MARK = "cluster_opt_in"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(OPT_IN_ENV) == "1" or OPT_IN_MARK in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(
+        reason=f"opt-in cluster test: {OPT_IN_ENV}=1 or -m {OPT_IN_MARK} runs it "
+        "(docs/development.md: what is missing)"
+    )
+    for item in items:
+        if item.get_closest_marker(OPT_IN_MARK) is not None:
+            item.add_marker(skip)
 
 
 @pytest.hookimpl(trylast=True)

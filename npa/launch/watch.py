@@ -104,6 +104,9 @@ if TYPE_CHECKING:
 SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
 _TERMINAL = {s.value for s in TERMINAL_STATES}
+# The status a pod that could not start is counted under: the job's own state (PENDING or
+# STARTING) varies between the controller's attempts of one fault, so it is not part of it.
+_POD_START = "POD_START"
 # States in which the controller may be retrying a start that keeps failing.
 _STARTING = frozenset({JobState.PENDING, JobState.STARTING, JobState.RECOVERING})
 
@@ -500,7 +503,7 @@ class Watcher:
             count_startup_failure(
                 preview,
                 what=what,
-                failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
                 detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
                 policy=policy,
                 stage=stage,
@@ -528,7 +531,7 @@ class Watcher:
                 verdict = count_startup_failure(
                     mm.supervisor,
                     what=what,
-                    failure=failure_signature(job.state.value, f"{f.reason}: {f.message}"),
+                    failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
                     detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}"
                     + (cancelled if stopped is not None else ""),
                     policy=policy,

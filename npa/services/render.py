@@ -349,14 +349,10 @@ def _render_fix(
         if context is None:
             return "kubectl config get-contexts -o name  # a context for render --context"
         argv += ["--context", str(context)]
-    if (
-        store is None
-        or store_uri_problem(str(store))
-        or not str(store).startswith(("s3://", "gs://"))
-    ):
+    if store is None or store_uri_problem(str(store)) or not str(store).startswith("s3://"):
         configured = resolve_project(None).value("store") or ""
-        if not configured.startswith(("s3://", "gs://")):
-            return "npa configure --show  # render needs an s3:// or gs:// store (--store-uri)"
+        if not configured.startswith("s3://"):
+            return "npa configure --show  # render needs an s3:// store (--store-uri)"
         argv += ["--store-uri", configured]
     return shlex.join(argv)
 

@@ -173,6 +173,29 @@ def _bindable(port: int) -> bool:
         return True
 
 
+# GPU names SkyPilot's catalog knows (a subset of its common/accelerators.csv): enough for the
+# tests' requests, all on Kubernetes.
+CATALOG_GPUS = ("A100", "A100-80GB", "H100", "H200", "L4", "L40S", "T4")
+
+
+def seed_accelerator_catalog(home: Path) -> Path:
+    """SkyPilot's accelerator catalog, written where it keeps its downloaded copy.
+
+    Every task that asks for a GPU makes SkyPilot canonicalize the name against
+    ``common/accelerators.csv``, which it downloads from GitHub on first use; this machine
+    cannot reach GitHub, so the launch would fail before any pod exists. A catalog SkyPilot
+    finds in place is used as is (and shipped to the jobs controller, which has no internet
+    either), as on a site that mirrors SkyPilot's catalogs.
+    """
+    from sky.skylet import constants
+
+    path = home / ".sky" / "catalogs" / constants.CATALOG_SCHEMA_VERSION / "common"
+    path.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{gpu},['Kubernetes']\n" for gpu in CATALOG_GPUS)
+    (path / "accelerators.csv").write_text("AcceleratorName,Clouds\n" + rows)
+    return path / "accelerators.csv"
+
+
 @contextlib.contextmanager
 def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
     """Configure and provision project ``e2e`` on ``cluster``; see the module docstring."""
@@ -181,6 +204,7 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
     npa_home = home / ".npa"
     home.mkdir(parents=True)
     sky_config(cluster, home / ".sky" / "config.yaml")
+    seed_accelerator_catalog(home)
     kubectl_dir = str(cluster.tools.kubectl.parent)
     with gateway_moto(cluster.gateway) as s3:
         env = {

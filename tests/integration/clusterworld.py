@@ -82,7 +82,9 @@ def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str) -> CliResult
 
 
 def status(world: SkyCluster, run_id: str) -> dict[str, Any]:
-    r = world.npa(*WF, "status", run_id, "--project", world.project, "--json", timeout=120)
+    # status asks the API server, the queue and the pods; on a loaded 2-core machine one answer
+    # took more than 120 s.
+    r = world.npa(*WF, "status", run_id, "--project", world.project, "--json", timeout=300)
     assert r.code in (0, 4), r.stdout + r.stderr
     data: dict[str, Any] = r.json()
     return data
@@ -114,7 +116,15 @@ def follow(
 
 
 def terminal(answer: dict[str, Any]) -> bool:
-    return answer["state"] in {
+    """The run is over and its supervisor has recorded its verdict in the manifest. The backend
+    says a job ended a few seconds before that (and says CANCELLED for a job the supervisor
+    cancelled because the run FAILED), so a test that stopped at the first ended answer would
+    read the job's state, not the run's."""
+    return answer["state"] in TERMINAL and answer.get("last_known_state") == answer["state"]
+
+
+TERMINAL = frozenset(
+    {
         "SUCCEEDED",
         "CANCELLED",
         "FAILED",
@@ -125,6 +135,7 @@ def terminal(answer: dict[str, Any]) -> bool:
         "FAILED_STARTUP",
         "INFRASTRUCTURE_RECOVERY_EXHAUSTED",
     }
+)
 
 
 def diagnose(world: SkyCluster) -> str:

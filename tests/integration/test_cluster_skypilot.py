@@ -112,6 +112,7 @@ def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
     assert rerun.json()["outcome"] == "adopted" and rerun.json()["job_id"] == result["job_id"]
 
 
+@pytest.mark.cluster_opt_in
 def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -158,6 +159,7 @@ def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
     assert "CANCELLED" in row, queue
 
 
+@pytest.mark.cluster_opt_in
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -176,6 +178,7 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     assert "about to fail" in logs.stdout, logs.stdout + logs.stderr
 
 
+@pytest.mark.cluster_opt_in
 def test_a_stage_that_exits_0_without_its_outputs_fails(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -200,6 +203,7 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     assert [o["status"] for o in generate["outputs"]] == ["missing"], generate
 
 
+@pytest.mark.cluster_opt_in
 def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> None:
     world = sky_cluster
     spec = write_spec(tmp_path / "wf" / "long.yaml", "e2e-long",
@@ -232,6 +236,7 @@ def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> Non
     assert again.code == 0, again.stdout + again.stderr
 
 
+@pytest.mark.cluster_opt_in
 def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -268,6 +273,7 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
 
 
+@pytest.mark.cluster_opt_in
 def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -312,6 +318,7 @@ def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     assert world.store_keys(prefix).get(f"{prefix}/done.txt", 0) > 0
 
 
+@pytest.mark.cluster_opt_in
 def test_an_input_that_cannot_be_fetched_stops_as_configuration(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -331,6 +338,7 @@ def test_an_input_that_cannot_be_fetched_stops_as_configuration(
     assert supervisor["relaunches"] == 0, supervisor
 
 
+@pytest.mark.cluster_opt_in
 def test_a_resumed_run_relaunches_only_the_stage_that_failed(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -395,6 +403,7 @@ def test_the_capability_probe_runs_one_bounded_pod_in_the_projects_namespace(
     assert left.stdout.strip() == "", left.stdout
 
 
+@pytest.mark.cluster_opt_in
 def test_skypilot_status_and_verify_against_the_live_controller(
     sky_cluster: SkyCluster,
 ) -> None:
@@ -407,9 +416,13 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert "up" in checks["jobs controller"]["answer"]
     v = world.npa("skypilot", "verify", "--cluster", world.context, "--project", world.project,
                   "--output-format", "json")  # fmt: skip
-    assert v.code == 0, v.stdout + v.stderr
+    # verify answers "is this cluster ready for GPU stages": the node is fine, it has no GPU,
+    # and SkyPilot itself enables the context (its own check only warns about GPUs).
+    assert v.code == 1, v.stdout + v.stderr
     found = {c["name"]: c for c in v.json()["checks"]}
-    assert found["nodes"]["verdict"] == "ok" and found["sky check"]["verdict"] == "ok", found
+    assert found["nodes"]["verdict"] == "ok", found["nodes"]
+    assert found["GPUs"]["verdict"] == "failed", found["GPUs"]
+    assert found["sky check"]["facts"]["skypilot_ok"] is True, found["sky check"]
     gpus = world.npa(*WF, "gpus", "--cluster", world.context, "--json")
     assert gpus.code == 0, gpus.stdout + gpus.stderr
     [node] = gpus.json()["nodes"]
@@ -461,6 +474,7 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.cluster_opt_in
 def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
