@@ -210,8 +210,11 @@ def test_preflight_probes_an_unattested_image_once_then_caches(
     # Two tools share the image: it is probed once.
     spec = write_spec(tmp_path / "spec.yaml", {"one": {"image": ref}, "two": {"image": ref}})
     monkeypatch.setenv("REG", f"{registry.auth[0]}:{registry.auth[1]}")
-    target = select_target(kube_env.context, None)
+    # The probe runs in the project's namespace (``npa-default``: no project given), which
+    # provisioning creates.
+    target = select_target(kube_env.context, None, "npa-default")
     core = core_api(target)
+    core.create_namespace({"metadata": {"name": "npa-default"}})
     args = {
         "context": kube_env.context,
         "registry_auth": [f"{registry.host}=env:REG"],
