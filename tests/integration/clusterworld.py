@@ -16,17 +16,11 @@ from tests.harness.cli import CliResult
 from tests.harness.skypilot_cluster import SkyCluster
 
 WF = ("workbench", "workflow")
-# Stages write their outputs to the store themselves, through the AWS CLI the runtime image
-# carries (its credentials and endpoint come from the store Secret): npa's stage contract does
-# not yet copy local output folders to the store on SkyPilot.
-GENERATE = (
-    "set -e; echo generating; seq 1 10 > /tmp/numbers.txt; "
-    'aws s3 cp --only-show-errors /tmp/numbers.txt "${NPA_OUTPUT_NUMBERS}numbers.txt"'
-)
+# The stage contract of docs/spec.md: inputs and outputs are local paths on every backend.
+GENERATE = 'set -e; echo generating; seq 1 10 > "$NPA_OUTPUT_NUMBERS/numbers.txt"'
 TOTAL = (
     "set -e; echo summing; "
-    "awk '{ s += $1 } END { print s }' /npa/inputs/numbers/numbers.txt > /tmp/total.txt; "
-    'aws s3 cp --only-show-errors /tmp/total.txt "$NPA_OUTPUT_TOTAL"'
+    'awk \'{ s += $1 } END { print s }\' "$NPA_INPUT_NUMBERS/numbers.txt" > "$NPA_OUTPUT_TOTAL"'
 )
 
 
