@@ -214,7 +214,7 @@ def test_preflight_probes_an_unattested_image_once_then_caches(
     # provisioning creates.
     target = select_target(kube_env.context, None, "npa-default")
     core = core_api(target)
-    core.create_namespace({"metadata": {"name": "npa-default"}})
+    _ensure_namespace(core, target.namespace)
     args = {
         "context": kube_env.context,
         "registry_auth": [f"{registry.host}=env:REG"],
@@ -236,6 +236,17 @@ def test_preflight_probes_an_unattested_image_once_then_caches(
     assert [r.verified_by for r in again.images] == ["cache", "cache"]
 
 
+def _ensure_namespace(core: Any, name: str) -> None:
+    """Create ``name`` as provisioning would, unless an earlier test of the session did."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        core.create_namespace({"metadata": {"name": name}})
+    except ApiException as error:
+        if error.status != 409:
+            raise
+
+
 def test_preflight_reports_a_failed_probe_as_rejected(
     registry: Registry,
     kube_env: KubeCluster,
@@ -248,8 +259,10 @@ def test_preflight_reports_a_failed_probe_as_rejected(
         tmp_path / "spec.yaml", {"tool": {"image": f"{registry.host}/{img.repository}:v1"}}
     )
     monkeypatch.setenv("REG", f"{registry.auth[0]}:{registry.auth[1]}")
-    target = select_target(kube_env.context, None)
+    # The probe runs in the project's namespace (``npa-default``: no project given).
+    target = select_target(kube_env.context, None, "npa-default")
     core = core_api(target)
+    _ensure_namespace(core, target.namespace)
     with Kubelet(core, target.namespace, lambda c, p: terminate(c, p, 1, NO_PASSWD_REPORT)):
         result = preflight(
             spec,
