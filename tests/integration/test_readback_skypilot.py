@@ -199,6 +199,10 @@ def _fingerprint(root: Path) -> dict[str, tuple[int, int, str]]:
 
 def test_read_commands_are_read_only(world: dict[str, Any], tmp_path: Path) -> None:
     submit(world)
+    # The run's watcher mirrors the job into the manifest (a write npa means to make); stop it
+    # so that every write the proxy sees from here on would be a read command's.
+    assert wait_alive(world["home"], "team", world["run_id"]), "the run's watcher never started"
+    stop_all(world["home"])
     snapshot = tmp_path / "snapshot" / ".npa"
     shutil.copytree(world["home"], snapshot, symlinks=True)
     for p in [snapshot, *snapshot.rglob("*")]:
