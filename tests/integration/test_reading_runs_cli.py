@@ -35,7 +35,8 @@ def finished_run(env: dict[str, str], folder: Path, spec_doc: dict[str, Any]) ->
     spec = folder / "spec.yaml"
     spec.write_text(yaml.safe_dump(spec_doc, sort_keys=False))
     run_id = run_npa(*WF, "prepare-run", str(spec), "--project", "demo", env=env).stdout.strip()
-    sub = run_npa(*WF, "submit", str(spec), "--project", "demo", "--run-id", run_id, env=env)
+    sub = run_npa(*WF, "submit", str(spec), "--project", "demo", "--run-id", run_id,
+                "--runtime", "process", env=env)  # fmt: skip
     assert sub.code == 0, sub.stdout + sub.stderr
     watch = run_npa(*WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
                     env=env)  # fmt: skip

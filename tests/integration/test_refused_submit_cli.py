@@ -73,11 +73,12 @@ def test_an_invalid_spec_and_no_run_hide_no_other_gate_and_write_nothing(
             spec.write_text(text)
         before = snapshot(npa_home)
         res = run_npa(*WF, "submit", str(spec), "--project", "demo", "--infra", "local",
-                      *flags, "--json", env=env)  # fmt: skip
+                      "--runtime", "process", *flags, "--json", env=env)  # fmt: skip
         assert res.code == 1, f"{name}: {res.stdout}{res.stderr}"
         assert set(failing(res)) == expected, f"{name}: {failing(res)}"
         assert snapshot(npa_home) == before, f"{name}: the refused submit wrote under NPA_HOME"
-    text = run_npa(*WF, "submit", str(spec), "--project", "demo", "--infra", "local", env=env)
+    text = run_npa(*WF, "submit", str(spec), "--project", "demo", "--infra", "local",
+                   "--runtime", "process", env=env)  # fmt: skip
     assert text.code == 1
     # The text lists both failures, each with its fix.
     assert "- run:" in text.stderr and "- quota:" in text.stderr

@@ -51,7 +51,8 @@ def test_a_spec_in_home_with_the_default_npa_home_submits(npa_home: Path) -> Non
     run_id = prepare(spec, env)
     assert (npa_home / "runs").is_dir()  # the default root is in use, inside the tree
 
-    r = run_npa(*WF, "submit", str(spec), "--project", "demo", "--run-id", run_id, env=env)
+    r = run_npa(*WF, "submit", str(spec), "--project", "demo", "--run-id", run_id,
+                "--runtime", "process", env=env)  # fmt: skip
     assert r.code == 0, r.stdout + r.stderr
     assert f"source {home} staged: 2 files" in r.stdout
 
@@ -81,7 +82,7 @@ def test_credentials_are_refused_until_the_user_chooses(npa_home: Path, tmp_path
     assert ".env, keys/id_ed25519" in r.stderr and "Traceback" not in r.stderr
     assert f"printf '%s\\n' '.env' 'keys/id_ed25519' >> {tree / '.npaignore'}" in r.stderr
     refused = run_npa(*WF, "submit", str(spec), "--project", "demo", "--run-id", run_id,
-                      "--json", env=env)  # fmt: skip
+                      "--runtime", "process", "--json", env=env)  # fmt: skip
     assert refused.code == 2 and refused.json()["error"]["details"]["credentials"] == [
         ".env",
         "keys/id_ed25519",
