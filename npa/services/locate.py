@@ -265,7 +265,10 @@ def open_run_store(
         max_attempts=2,
         fix_hint=cmd("configure", "--show", "--project", settings.project),
         paths=paths,
-        timeout=seconds,
+        # The store spends its own budget in parts (a third per socket read for botocore, half
+        # for obstore); three times the bound keeps every part longer than the bound, so the
+        # BoundedStore answers first, naming the store and the time it was given.
+        timeout=3 * seconds,
     )
     return BoundedStore(store, seconds)
 
