@@ -24,15 +24,17 @@ $(BIN)/.installed: pyproject.toml constraints.txt
 setup: $(BIN)/.installed
 
 tools:
-	scripts/bootstrap-tools --profile test
+	scripts/bootstrap-tools --profile test --skip cluster-images
 
 tools-demo:
 	scripts/bootstrap-tools --profile demo
 
 # The venv and the tools do not depend on each other: on a fresh machine pip's downloads and the
-# Go builds overlap instead of running one after the other.
+# Go builds overlap instead of running one after the other. The one exception is the test
+# cluster's images, built for the venv's SkyPilot: that step runs alone once both are done.
 prepare-test:
 	$(MAKE) --no-print-directory -j2 setup tools
+	PATH="$(CURDIR)/$(BIN):$$PATH" scripts/bootstrap-tools --only cluster-images
 
 prepare-demo:
 	$(MAKE) --no-print-directory -j2 setup tools-demo

@@ -211,6 +211,19 @@ def test_demo_profile_needs_only_pulumi(tmp_path: Path) -> None:
     assert set(plan_lines(result.stdout)) == {"pulumi"}
 
 
+def test_skip_leaves_only_the_named_tools_out_of_the_profile(tmp_path: Path) -> None:
+    path = bare_path(tmp_path)
+    whole = run_script(tmp_path, path, "--plan", timeout=30)
+    skipped = run_script(
+        tmp_path, path, "--plan", "--skip", "cluster-images", "--skip", "podman", timeout=30
+    )
+    assert set(plan_lines(whole.stdout)) - set(plan_lines(skipped.stdout)) == {
+        "cluster-images",
+        "podman",
+    }
+    assert set(plan_lines(skipped.stdout)) < set(plan_lines(whole.stdout))
+
+
 def test_bad_arguments_fail_fast_with_the_choices(tmp_path: Path) -> None:
     path = bare_path(tmp_path)
     for args, needle in (
@@ -218,6 +231,9 @@ def test_bad_arguments_fail_fast_with_the_choices(tmp_path: Path) -> None:
         (("--profile", "everything"), "unknown profile: everything"),
         (("--bogus",), "unknown argument: --bogus"),
         (("--only",), "--only needs a tool name"),
+        (("--skip",), "--skip needs a tool name"),
+        (("--skip", "podmn"), "unknown tool: podmn"),
+        (("--profile", "demo", "--skip", "pulumi"), "--skip left no tool to provide"),
     ):
         result = run_script(tmp_path, path, *args, timeout=15)
         assert result.returncode != 0
@@ -298,6 +314,13 @@ def test_make_demo_bootstraps_only_the_demo_profile_and_make_test_everything() -
     assert "bootstrap-tools --profile demo" in demo.stdout
     assert "--profile test" not in demo.stdout
     assert "bootstrap-tools --profile test" in test.stdout
+    # The cluster images are built for the venv's SkyPilot: never beside the venv's install
+    # (make -j2), always after it, with the venv first on PATH.
+    lines = test.stdout.splitlines()
+    [parallel] = [i for i, line in enumerate(lines) if "--profile test" in line]
+    assert "--skip cluster-images" in lines[parallel]
+    [images] = [i for i, line in enumerate(lines) if "--only cluster-images" in line]
+    assert images > parallel and "/.venv/bin:" in lines[images]
     # Every script, also those in folders under scripts/ (shellcheck refuses a folder).
     [checked] = [line for line in test.stdout.splitlines() if line.startswith("shellcheck -x")]
     for script in (p for p in (REPO / "scripts").rglob("*") if p.is_file()):
