@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -29,9 +30,21 @@ PULL_TIMEOUT = 900.0
 # Label every container npa starts carries, with the run id as its value: what a later process
 # uses to find (and remove) containers a killed executor left behind.
 RUN_LABEL = "io.npa.run"
-# What podman says when the host forbids the resource limits it sets by default (a VM whose root
-# lacks CAP_SYS_RESOURCE, with an open-file limit below podman's default).
-_RLIMIT_MARK = "error setting rlimit"
+# What the OCI runtime says when the host forbids the resource limits podman sets by default (a
+# VM whose root lacks CAP_SYS_RESOURCE, with an open-file limit below podman's default): runc
+# "error setting rlimit type 7: operation not permitted", crun "setrlimit `RLIMIT_NOFILE`:
+# Operation not permitted".
+_RLIMIT_REFUSED = re.compile(
+    r"(error setting rlimit|setrlimit\b[^\n]*RLIMIT_[A-Z]+)[^\n]*(not permitted|permission denied)",
+    re.IGNORECASE,
+)
+# crun, podman's default OCI runtime, on a host with cgroup v1 hierarchies and a unified mount.
+_CRUN_HYBRID = "cgroups in hybrid mode not supported"
+RUNC_FIX = (
+    "apt-get install -y runc && printf '[engine]\\nruntime = \"runc\"\\n' > "
+    "/etc/containers/containers.conf.d/npa-runtime.conf  (or add those two lines to the file "
+    "CONTAINERS_CONF points at)"
+)
 RLIMIT_FIX = (
     "printf '[containers]\\ndefault_ulimits = []\\n' > /etc/containers/containers.conf.d/"
     "npa-ulimits.conf  (or point CONTAINERS_CONF at a file with those two lines)"
@@ -199,11 +212,17 @@ class ContainerEngine:
 
 def start_failure(engine: ContainerEngine, log_tail: str) -> NpaError | None:
     """The npa error for an engine that failed before the stage's command ran, if it did."""
-    if _RLIMIT_MARK in log_tail:
+    if _RLIMIT_REFUSED.search(log_tail):
         return ContainerEngineError(
             f"{engine.name} cannot set the container's resource limits on this host "
             "(the host forbids raising them)",
             fix=RLIMIT_FIX,
+        )
+    if _CRUN_HYBRID in log_tail:
+        return ContainerEngineError(
+            f"{engine.name}'s runtime crun cannot run containers on this host's mixed cgroup v1 "
+            "and v2 hierarchies; runc can",
+            fix=RUNC_FIX,
         )
     return None
 

@@ -160,12 +160,27 @@ def test_find_engine_never_takes_a_client_without_an_engine(tmp_path: Path) -> N
         find_engine("containerd", path=str(tmp_path))
 
 
-def test_rlimit_failure_is_named_with_its_fix(engine: ContainerEngine) -> None:
-    tail = (
+@pytest.mark.parametrize(
+    "tail",
+    [
         "Error: runc: runc create failed: unable to start container process: error during "
         "container init: error setting rlimits for ready process: error setting rlimit type 7: "
-        "operation not permitted: OCI permission denied"
-    )
+        "operation not permitted: OCI permission denied",
+        "Error: crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted: OCI permission denied",
+    ],
+    ids=["runc", "crun"],
+)
+def test_rlimit_failure_is_named_with_its_fix(engine: ContainerEngine, tail: str) -> None:
     error = start_failure(engine, tail)
     assert error is not None and error.fix and "default_ulimits = []" in error.fix
     assert start_failure(engine, "sh: missing: not found") is None
+    assert start_failure(engine, "setrlimit: invalid argument to ulimit in the stage") is None
+
+
+def test_crun_on_hybrid_cgroups_is_named_with_runc_as_its_fix(engine: ContainerEngine) -> None:
+    tail = (
+        "Error: OCI runtime error: crun: cgroups in hybrid mode not supported, drop all "
+        "controllers from cgroupv2"
+    )
+    error = start_failure(engine, tail)
+    assert error is not None and error.fix and 'runtime = "runc"' in error.fix
