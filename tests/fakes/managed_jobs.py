@@ -17,7 +17,10 @@ A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YA
 ``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
 (``dag_utils.maybe_infer_and_fill_dag_and_task_names``: the lone task of a one-task job is named
 after the job). Each entry of a job's ``tasks`` may carry its own ``status`` (else the job's
-``status`` applies), ``failure_reason`` and ``logs``. The queue answers one ``ManagedJobRecord``
+``status`` applies), ``failure_reason`` and ``logs``. A task that reaches SUCCEEDED has done what
+its rendered ``run`` does last: each ``npa_upload`` line's output is written to the store (one
+small object), once, as the stage library would upload it; a task scripted with
+``"outputs": false`` exits 0 without them. The queue answers one ``ManagedJobRecord``
 per task; ``tail_logs`` answers the way SkyPilot's log stream does (``task=`` a name or an id
 selects one task, with SkyPilot's header line; an unknown job or task streams SkyPilot's
 not-found message instead of log lines) and records every call in ``tail_calls``. Where
@@ -31,6 +34,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -38,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 STATE_ENV = "NPA_FAKE_JOBS_STATE"
+# The stage library's last step in a rendered run script: ``npa_upload KIND LOCAL URI``.
+_UPLOAD = re.compile(r"^\s*npa_upload (file|prefix) \S+ (s3://\S+)\s*$", re.MULTILINE)
 
 
 def initial_state() -> dict[str, Any]:
@@ -74,17 +80,27 @@ def task_status(job: dict[str, Any], task: dict[str, Any]) -> str:
     return str(task.get("status") or job["status"])
 
 
+@contextlib.contextmanager
+def locked_state(path: Path) -> Iterator[dict[str, Any]]:
+    """The state under the service's own lock, written back at the end: a test's change cannot
+    be lost to a poll of the run's watcher that read the state before it."""
+    with open(path.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = read_state(path)
+        yield state
+        write_state(path, state)
+
+
 def set_tasks(path: Path, job_id: int, **statuses: str) -> None:
     """Script the state of tasks of one job by task name (``name=STATUS``)."""
-    state = read_state(path)
-    job = next(j for j in state["jobs"] if j["job_id"] == job_id)
-    tasks = job_tasks(job)
-    for task in tasks:
-        if task["name"] in statuses:
-            task["status"] = statuses.pop(task["name"])
-    assert not statuses, f"job {job_id} has no tasks {sorted(statuses)}"
-    job["tasks"] = tasks
-    write_state(path, state)
+    with locked_state(path) as state:
+        job = next(j for j in state["jobs"] if j["job_id"] == job_id)
+        tasks = job_tasks(job)
+        for task in tasks:
+            if task["name"] in statuses:
+                task["status"] = statuses.pop(task["name"])
+        assert not statuses, f"job {job_id} has no tasks {sorted(statuses)}"
+        job["tasks"] = tasks
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
@@ -98,16 +114,12 @@ class FakeManagedJobs:
         self.path = Path(os.environ[STATE_ENV])
         self.kubeconfig = kubeconfig
 
-    @contextlib.contextmanager
-    def _state(self) -> Iterator[dict[str, Any]]:
-        with open(self.path.with_suffix(".lock"), "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            state = read_state(self.path)
-            yield state
-            write_state(self.path, state)
+    def _state(self) -> contextlib.AbstractContextManager[dict[str, Any]]:
+        return locked_state(self.path)
 
     def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         names = self._task_names(task_yamls, name)
+        uploads = [[list(m) for m in _UPLOAD.findall(text)] for text in task_yamls]
         with self._state() as state:
             state["launch_calls"] += 1
             state["kubeconfigs"].append(self.kubeconfig)
@@ -135,6 +147,7 @@ class FakeManagedJobs:
                         {
                             "name": task,
                             "logs": [f"log of job {job_id} task {i} {task}"],
+                            "uploads": uploads[i],
                             **({"failure_reason": reason} if reason else {}),
                             **({"status": per_task[i]} if i < len(per_task) else {}),
                         }
@@ -174,6 +187,8 @@ class FakeManagedJobs:
         with self._state() as state:
             state["queue_calls"] = state.get("queue_calls", 0) + 1
             error = state["queue_error"]
+            if not error:
+                self._upload_outputs(state)
             jobs = list(state["jobs"])
         if error:
             from sky import exceptions
@@ -198,6 +213,30 @@ class FakeManagedJobs:
                     )
                 )
         return records
+
+    @staticmethod
+    def _upload_outputs(state: dict[str, Any]) -> None:
+        """What a succeeded task's run script uploaded, written once per task: a ``file``
+        output is the object itself, a ``prefix`` output gets one object named after the task."""
+        client = None
+        for job in state["jobs"]:
+            tasks = job_tasks(job)
+            for task in tasks:
+                done = task_status(job, task) != "SUCCEEDED" or task.get("uploaded")
+                if done or not task.get("outputs", True):
+                    continue
+                for kind, uri in task.get("uploads", []):
+                    if client is None:
+                        import boto3
+
+                        client = boto3.client("s3")
+                    bucket, _, key = uri.removeprefix("s3://").partition("/")
+                    if kind == "prefix":
+                        key = f"{key.rstrip('/')}/{task['name']}.txt"
+                    body = f"output of job {job['job_id']} task {task['name']}\n".encode()
+                    client.put_object(Bucket=bucket, Key=key, Body=body)
+                task["uploaded"] = True
+            job["tasks"] = tasks
 
     def cancel(self, job_ids: list[int]) -> None:
         from sky.jobs import ManagedJobStatus

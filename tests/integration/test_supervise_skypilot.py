@@ -18,24 +18,13 @@ from typing import Any
 import pytest
 
 from tests.fakes.entry import WATCHER_MODULE
-from tests.fakes.managed_jobs import read_state, write_state
+from tests.fakes.managed_jobs import job_tasks, locked_state, read_state
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
 from tests.integration.skypilot_world import make_world, manifest, run_npa, wait_for
 
-pytestmark = [
-    pytest.mark.integration,
-    # Known failures after the merge, tracked and not hidden: each shows as XFAIL or XPASS.
-    pytest.mark.xfail(
-        reason=(
-            "issue 15 merged one SkyPilot task per wave (npa-<run>-<stage>-w<N>); the "
-            "SkyPilot supervision and per-stage views against the managed-jobs fake have "
-            "not all been brought to it yet (open in issue 15)"
-        ),
-        strict=False,
-    ),
-]
+pytestmark = [pytest.mark.integration]
 
 BUCKET = "npa-runs"
 
@@ -66,17 +55,37 @@ def submit(w: dict[str, Any], *extra: str) -> Any:
 
 
 def script(w: dict[str, Any], **changes: Any) -> None:
-    state = read_state(w["state"])
-    state.update(changes)
-    write_state(w["state"], state)
+    with locked_state(w["state"]) as state:
+        state.update(changes)
 
 
 def set_status(w: dict[str, Any], job_id: int, status: str) -> None:
-    state = read_state(w["state"])
-    for job in state["jobs"]:
-        if job["job_id"] == job_id:
-            job["status"] = status
-    write_state(w["state"], state)
+    with locked_state(w["state"]) as state:
+        for job in state["jobs"]:
+            if job["job_id"] == job_id:
+                job["status"] = status
+
+
+def test_a_stage_that_exits_0_without_its_outputs_fails_the_run(world: dict[str, Any]) -> None:
+    # The task's command ended well but uploaded nothing: the stage has not succeeded, the job
+    # is cancelled by id so no later stage runs on missing inputs.
+    script(world, outcomes=["RUNNING"])
+    submit(world)
+    wait_for(world, lambda m: m["state"] == "RUNNING")
+    with locked_state(world["state"]) as state:
+        [job] = state["jobs"]
+        tasks = job_tasks(job)
+        tasks[0].update(status="SUCCEEDED", outputs=False)
+        job["tasks"] = tasks
+    m = wait_for(world, lambda m: m["state"] == "FAILED")
+    assert exited(world)
+    generate = m["stages"]["generate"]
+    assert generate["state"] == "FAILED" and generate["classification"] == "payload"
+    assert "numbers (missing)" in generate["detail"]
+    [attempt] = m["supervisor"]["attempts"]
+    assert attempt["failure"] == "missing-outputs" and "job 1 cancelled" in attempt["detail"]
+    assert [j["status"] for j in jobs(world)] == ["CANCELLED"]
+    assert read_state(world["state"])["launch_calls"] == 1
 
 
 def jobs(w: dict[str, Any]) -> list[dict[str, Any]]:
