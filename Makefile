@@ -47,6 +47,7 @@ lint: setup lint-tools
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m tests.import_graph
+	$(BIN)/python -m tests.complexity
 	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 
 test: prepare-test lint

@@ -360,18 +360,16 @@ class RegistryClient:
         if challenge is None:
             return None, f"{host} answered 401 without saying how to authenticate", None
         if challenge.scheme == "basic":
-            if credential is None:
-                return None, None, None
-            if credential.identity_token:
-                why = (
-                    f"{host} asks for Basic authentication and {credential.source} holds an "
-                    "identity token, which only a token service accepts"
-                )
-                return None, why, credential
-            return _basic(credential), None, credential
+            return _basic_answer(host, credential)
         if challenge.scheme != "bearer":
             why = f"{host} asks for {challenge.scheme!r} authentication, which npa lacks"
             return None, why, None
+        return self._bearer(host, scope, challenge, credential)
+
+    def _bearer(
+        self, host: str, scope: str, challenge: _Challenge, credential: Credential | None
+    ) -> tuple[str | None, str | None, Credential | None]:
+        """A Bearer challenge: ask its token service (with the credential, where it may go)."""
         realm = challenge.params.get("realm", "")
         if not realm.startswith(("https://", "http://")):
             return None, f"{host} names no usable token service (realm {realm!r})", None
@@ -397,20 +395,7 @@ class RegistryClient:
             who = f"the credentials from {credential.source}" if credential else "anonymous access"
             why = f"the token service {realm_host} refused {who} (HTTP {resp.status_code})"
             return None, why, credential
-        if resp.status_code != 200:
-            resp.close()
-            raise RegistryProblem(
-                Status.UNREACHABLE,
-                f"token service {realm_host} answered HTTP {resp.status_code}{_retries(resp)}",
-            )
-        try:
-            body = json.loads(_read_limited(resp, 1024 * 1024) or b"")
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            body = None
-        token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
-        if not isinstance(token, str) or not token:
-            raise RegistryProblem(Status.UNREACHABLE, f"token service {realm_host} sent no token")
-        return f"Bearer {token}", None, credential
+        return f"Bearer {_token_of(resp, realm_host)}", None, credential
 
     def _cached_auth(self, host: str, scope: str) -> tuple[str, Credential | None] | None:
         with self._lock:
@@ -518,6 +503,40 @@ def _retries(resp: requests.Response) -> str:
 
 def _source(exchange: _Exchange) -> str | None:
     return exchange.credential.source if exchange.credential else None
+
+
+def _basic_answer(
+    host: str, credential: Credential | None
+) -> tuple[str | None, str | None, Credential | None]:
+    """A Basic challenge: the credential itself, unless it is an identity token."""
+    if credential is None:
+        return None, None, None
+    if credential.identity_token:
+        why = (
+            f"{host} asks for Basic authentication and {credential.source} holds an "
+            "identity token, which only a token service accepts"
+        )
+        return None, why, credential
+    return _basic(credential), None, credential
+
+
+def _token_of(resp: Any, realm_host: str) -> str:
+    """The token a token service answered with; anything but a 200 with a token is
+    UNREACHABLE (the registry's access cannot be judged)."""
+    if resp.status_code != 200:
+        resp.close()
+        raise RegistryProblem(
+            Status.UNREACHABLE,
+            f"token service {realm_host} answered HTTP {resp.status_code}{_retries(resp)}",
+        )
+    try:
+        body = json.loads(_read_limited(resp, 1024 * 1024) or b"")
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        body = None
+    token = (body.get("token") or body.get("access_token")) if isinstance(body, dict) else None
+    if not isinstance(token, str) or not token:
+        raise RegistryProblem(Status.UNREACHABLE, f"token service {realm_host} sent no token")
+    return token
 
 
 def _basic(credential: Credential) -> str:

@@ -599,45 +599,63 @@ def stage_source(
                 raise _differs(committed, local(), store, layout, refuse_fix)
             plan.already_committed = committed is not None
 
-        by_digest: dict[str, HashedFile] = {}
-        for h in plan.files:
-            by_digest.setdefault(h.sha256, h)
-        if tree_stored:
-            todo: list[HashedFile] = []
-        elif present is not None:
-            todo = [h for d, h in by_digest.items() if d not in present]
-        else:
-            plan.listed = True
-            held = {o.key: o for o in store.list(layout.blobs)}
-            todo = [
-                h
-                for d, h in by_digest.items()
-                if not _intact(held.get(layout.blob(d)), h.file.size, h.md5)
-            ]
-            plan.repaired = sum(1 for h in todo if layout.blob(h.sha256) in held)
+        todo = [] if tree_stored else _blobs_to_upload(store, layout, plan, present)
         _upload(pool, store, layout, todo, plan, report)
     finally:
         # On an error or Ctrl-C, queued uploads are cancelled rather than run to the end.
         pool.shutdown(wait=True, cancel_futures=True)
     note("blobs", {"uploaded": plan.uploaded, "repaired": plan.repaired, "listed": plan.listed})
 
-    # The tree (its restore list first) is stored once every blob it names is; the run's
-    # commit comes last, so a committed run always has both.
-    tree = layout.tree(digest)
-    listed = restore_list(manifest_rows(plan.files))
-    if not tree_stored and not (verify and _holds(store, layout.tree_list(digest), listed)):
-        store.put(layout.tree_list(digest), listed, content_md5=_b64md5(listed))
-    if not tree_stored and not (verify and _holds(store, tree, body)):
-        store.put(tree, body, content_md5=_b64md5(body))
-    if committed is None and not store.create_if_absent(layout.manifest, body):
-        # Someone committed between our look and our write: theirs stands if it differs.
-        theirs = load_committed(store, layout)
-        if theirs is None or theirs.digest() != digest:
-            raise _differs(theirs or SourceManifest(files=[]), local(), store, layout, refuse_fix)
-        plan.already_committed = True
+    if not tree_stored:
+        _store_tree(store, layout, plan, verify)
+    if committed is None:
+        _commit(store, layout, plan, refuse_fix)
     note("committed", {"source_digest": digest, "already": plan.already_committed})
     _remember_commit(known, index, location, digest)
     return plan
+
+
+def _blobs_to_upload(
+    store: ObjectStore, layout: SourceLayout, plan: StagingTally, present: set[str] | None
+) -> list[HashedFile]:
+    """One file per distinct digest the store lacks: those not in ``present`` when the blobs
+    the store holds are known, else what a listing shows missing or damaged (counted as
+    repairs when the blob was there)."""
+    by_digest: dict[str, HashedFile] = {}
+    for h in plan.files:
+        by_digest.setdefault(h.sha256, h)
+    if present is not None:
+        return [h for d, h in by_digest.items() if d not in present]
+    plan.listed = True
+    held = {o.key: o for o in store.list(layout.blobs)}
+    todo = [
+        h for d, h in by_digest.items() if not _intact(held.get(layout.blob(d)), h.file.size, h.md5)
+    ]
+    plan.repaired = sum(1 for h in todo if layout.blob(h.sha256) in held)
+    return todo
+
+
+def _store_tree(store: ObjectStore, layout: SourceLayout, plan: StagingTally, verify: bool) -> None:
+    """The tree (its restore list first), once every blob it names is stored; ``verify``
+    rewrites only what does not hold the expected bytes."""
+    digest, body = plan.digest, plan.body
+    listed = restore_list(manifest_rows(plan.files))
+    if not (verify and _holds(store, layout.tree_list(digest), listed)):
+        store.put(layout.tree_list(digest), listed, content_md5=_b64md5(listed))
+    if not (verify and _holds(store, layout.tree(digest), body)):
+        store.put(layout.tree(digest), body, content_md5=_b64md5(body))
+
+
+def _commit(store: ObjectStore, layout: SourceLayout, plan: StagingTally, refuse_fix: str) -> None:
+    """The run's commit, last, so a committed run always has its tree and blobs. Someone who
+    committed between our look and our write stands if theirs differs (an error here)."""
+    if store.create_if_absent(layout.manifest, plan.body):
+        return
+    theirs = load_committed(store, layout)
+    if theirs is None or theirs.digest() != plan.digest:
+        local = plan.manifest()
+        raise _differs(theirs or SourceManifest(files=[]), local, store, layout, refuse_fix)
+    plan.already_committed = True
 
 
 def _remember_commit(known: HashIndex, index: Path | None, location: str, digest: str) -> None:

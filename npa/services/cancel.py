@@ -13,13 +13,15 @@ it on its own time (CANCELLING), ``already_final`` when the job ended by itself 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pydantic import Field
 
-from npa.backends.base import JobState
+from npa.backends.base import ExecutionBackend, JobRecord, JobState
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
-from npa.services.locate import SourceAnswer, locate
+from npa.services.locate import Located, SourceAnswer, locate
 from npa.services.status import open_located_backend
 
 
@@ -45,6 +47,38 @@ class CancelResult(Result):
         return 1 if self.outcome == "still_running" else 0
 
 
+def _never_launched(located: Located) -> None:
+    """No manifest and no receipt: nothing was ever launched, unless a source is unknown
+    (Unavailable) or the run does not exist at all (NotFound)."""
+    for source in located.unavailable:
+        raise Unavailable(
+            f"run {located.run_id}: {source.source} could not be read ({source.error}); "
+            "npa cannot tell whether the run launched, so it cancels nothing",
+            fix=source.fix or located.status_command(),
+        )
+    if located.reservation is None and not located.partial:
+        raise NotFound(
+            f"run {located.run_id} does not exist in project {located.project}",
+            fix=f"npa workbench workflow list --project {located.project}",
+        )
+
+
+def _job_by_name(located: Located, backend: ExecutionBackend) -> int | None:
+    """The one job carrying the run's name (a launch whose id was never recorded); None when
+    there is none. Several are never guessed between."""
+    name = located.job_name
+    assert name is not None
+    answer = backend.queue(name)  # BackendUnavailable propagates: exit 4, nothing cancelled
+    ids = [r.job_id for r in answer.records]
+    if len(ids) > 1:
+        raise InvalidInput(
+            f"several jobs carry the run's name {name} ({', '.join(map(str, ids))}); npa "
+            "never cancels by name, so it cancels none of them",
+            fix=located.status_command("--json"),
+        )
+    return ids[0] if ids else None
+
+
 def cancel(
     run: str,
     project: str | None,
@@ -68,37 +102,15 @@ def cancel(
         )
 
     if located.backend_name is None:
-        # No manifest and no receipt: nothing was ever launched, unless a source is unknown.
-        for source in located.unavailable:
-            raise Unavailable(
-                f"run {located.run_id}: {source.source} could not be read ({source.error}); "
-                "npa cannot tell whether the run launched, so it cancels nothing",
-                fix=source.fix or located.status_command(),
-            )
-        if located.reservation is None and not located.partial:
-            raise NotFound(
-                f"run {located.run_id} does not exist in project {located.project}",
-                fix=f"npa workbench workflow list --project {located.project}",
-            )
+        _never_launched(located)
         return result(
             "never_launched", "the run was never submitted: nothing to cancel", None, None
         )
     backend = open_located_backend(located, paths)
-    job_id = located.job_id
+    job_id = located.job_id if located.job_id is not None else _job_by_name(located, backend)
     if job_id is None:
         name = located.job_name
-        assert name is not None
-        answer = backend.queue(name)  # BackendUnavailable propagates: exit 4, nothing cancelled
-        ids = [r.job_id for r in answer.records]
-        if len(ids) > 1:
-            raise InvalidInput(
-                f"several jobs carry the run's name {name} ({', '.join(map(str, ids))}); npa "
-                "never cancels by name, so it cancels none of them",
-                fix=located.status_command("--json"),
-            )
-        if not ids:
-            return result("no_job", f"no job named {name} exists: nothing to cancel", None, None)
-        job_id = ids[0]
+        return result("no_job", f"no job named {name} exists: nothing to cancel", None, None)
     try:
         before = backend.job(job_id)
     except NotFound as error:
@@ -119,8 +131,16 @@ def cancel(
             f"cancelling job {job_id} of run {located.run_id} failed: {error.message}",
             fix=error.fix or located.status_command(),
         ) from None
-    after = backend.job(job_id)
-    state = after.state
+    return _seen_after(located, backend.job(job_id), result)
+
+
+def _seen_after(
+    located: Located,
+    after: JobRecord,
+    result: Callable[[str, str, int | None, str | None], CancelResult],
+) -> CancelResult:
+    """What the backend shows once the cancel was sent: the outcome is what was seen."""
+    job_id, state = after.job_id, after.state
     if state is JobState.CANCELLED:
         return result("cancelled", "the job is seen CANCELLED", job_id, state.value)
     if state.terminal:

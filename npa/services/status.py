@@ -111,20 +111,8 @@ class StatusResult(Result):
             lines.append(f"  job: {self.backend} {self.job_id}{named}: {state}")
         if self.failure_reason:
             lines.append(f"  failure: {self.failure_reason}")
-        for p in self.pending:
-            image = f" image {p.image}" if p.image else ""
-            seen = (
-                f" ({p.count} pods failed to start so; pod events)" if p.source == "events" else ""
-            )
-            lines.append(f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}")
-        for name, stage in self.stages.items():
-            extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
-            if not stage.classification and stage.detail:
-                extra = f": {stage.detail}"
-            if stage.failure_reason:
-                extra += f" ({stage.failure_reason})"
-            origin = stage.task or stage.source
-            lines.append(f"  stage {name}: {stage.state} ({stage.waves}; {origin}){extra}")
+        lines += [_pod_line(p) for p in self.pending]
+        lines += [_stage_line(name, stage) for name, stage in self.stages.items()]
         if self.supervisor and self.supervisor.get("classification"):
             sup = self.supervisor
             lines.append(
@@ -149,40 +137,64 @@ class StatusResult(Result):
         return 0
 
 
+def _pod_line(p: PodReason) -> str:
+    image = f" image {p.image}" if p.image else ""
+    seen = f" ({p.count} pods failed to start so; pod events)" if p.source == "events" else ""
+    return f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}"
+
+
+def _stage_line(name: str, stage: StageView) -> str:
+    extra = f" [{stage.classification}] {stage.detail}" if stage.classification else ""
+    if not stage.classification and stage.detail:
+        extra = f": {stage.detail}"
+    if stage.failure_reason:
+        extra += f" ({stage.failure_reason})"
+    origin = stage.task or stage.source
+    return f"  stage {name}: {stage.state} ({stage.waves}; {origin}){extra}"
+
+
 # --- deciding ----------------------------------------------------------------------------------
 
 
 def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
     """The run's state and why, from the sources' answers alone."""
     m = located.manifest
+    if m is not None:
+        return _decide_recorded(m, job, cached=cached)
+    return _decide_unrecorded(located, job, cached=cached)
+
+
+def _decide_recorded(m: RunManifest, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
+    """The run's state when its manifest was read."""
+    if cached:
+        return CACHED, f"the manifest records {m.state}; the backend was not asked (--cached)"
+    if m.state in TERMINAL:
+        return m.state, "the manifest records a final state (final states never change)"
+    if job.answer == "found" and job.record is not None:
+        return (
+            job.record.state.value,
+            f"the {m.backend} backend reports job {job.record.job_id}",
+        )
+    if job.answer == "unavailable":
+        return VERIFICATION_UNAVAILABLE, (
+            f"the manifest says {m.state}, but the {m.backend} backend could not be asked"
+        )
+    if job.answer == "absent" and m.job_id is None:
+        return LAUNCH_INCOMPLETE, (
+            "the manifest was written but no job carries the run's name: the launch never completed"
+        )
+    if job.answer == "absent":
+        return VERIFICATION_UNAVAILABLE, (
+            f"the manifest names job {m.job_id}, which the backend does not know; npa "
+            "cannot tell what became of it"
+        )
+    return m.state, "the manifest's recorded state"
+
+
+def _decide_unrecorded(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
+    """The run's state when no manifest was read (none yet, or the store did not answer)."""
     manifest = located.answer("manifest")
     unavailable = [s.source for s in located.unavailable]
-    if m is not None:
-        if cached:
-            return CACHED, f"the manifest records {m.state}; the backend was not asked (--cached)"
-        if m.state in TERMINAL:
-            return m.state, "the manifest records a final state (final states never change)"
-        if job.answer == "found" and job.record is not None:
-            return (
-                job.record.state.value,
-                f"the {m.backend} backend reports job {job.record.job_id}",
-            )
-        if job.answer == "unavailable":
-            return VERIFICATION_UNAVAILABLE, (
-                f"the manifest says {m.state}, but the {m.backend} backend could not be asked"
-            )
-        if job.answer == "absent" and m.job_id is None:
-            return LAUNCH_INCOMPLETE, (
-                "the manifest was written but no job carries the run's name: the launch never "
-                "completed"
-            )
-        if job.answer == "absent":
-            return VERIFICATION_UNAVAILABLE, (
-                f"the manifest names job {m.job_id}, which the backend does not know; npa "
-                "cannot tell what became of it"
-            )
-        return m.state, "the manifest's recorded state"
-    # No manifest (yet).
     evidence = (located.receipt is not None) or job.answer == "found"
     if manifest is not None and manifest.answer == "unavailable":
         return VERIFICATION_UNAVAILABLE, "the store could not be asked for the manifest"
@@ -476,17 +488,24 @@ def _next(
         out += [controller_fix or logs, resume]
     elif state == "SUCCEEDED":
         out.append(artifacts)
-    elif state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
-        out.append(resume)
-    elif state == VERIFICATION_UNAVAILABLE:
-        out += [s.fix for s in located.unavailable if s.fix]
-        out.append(located.status_command("--cached"))
-    elif state == NOT_FOUND:
-        out += [s.fix for s in located.sources if s.answer == "absent" and s.fix]
-        out.append(cmd(*wf, "list", "--project", project, "--limit", "50"))
-    elif state not in TERMINAL and state != CACHED:
-        out.append(located.status_command("--watch"))
+    else:
+        out += _next_unfinished(located, state, resume)
     return list(dict.fromkeys(out))
+
+
+def _next_unfinished(located: Located, state: str, resume: str) -> list[str]:
+    """What to run next for a run that has not ended, or whose state npa cannot tell."""
+    if state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
+        return [resume]
+    if state == VERIFICATION_UNAVAILABLE:
+        return [s.fix for s in located.unavailable if s.fix] + [located.status_command("--cached")]
+    if state == NOT_FOUND:
+        fixes = [s.fix for s in located.sources if s.answer == "absent" and s.fix]
+        listing = ("workbench", "workflow", "list", "--project", located.project, "--limit", "50")
+        return [*fixes, cmd(*listing)]
+    if state not in TERMINAL and state != CACHED:
+        return [located.status_command("--watch")]
+    return []
 
 
 def status(

@@ -209,6 +209,24 @@ def _kind(diff: Any) -> str:
     return str(getattr(raw, "value", None) or raw or "update")
 
 
+def _detailed_change(
+    path: str, pdiff: Any, old_in: dict[str, Any], old_out: dict[str, Any], new_in: dict[str, Any]
+) -> list[PropertyChange]:
+    """One path of a provider's detailed diff: the old value from the recorded outputs (inputs
+    when the diff is of inputs), the new from the new inputs; a path whose values compare
+    equal still shows as the kind the provider gave."""
+    kind = _kind(pdiff)
+    before = _lookup(old_in if getattr(pdiff, "input_diff", False) else old_out, path)
+    after = _lookup(new_in, path)
+    changes = diff_values(before, after, path, kind.endswith("-replace"))
+    if changes:
+        return changes
+    base = kind.removesuffix("-replace")
+    side = {"add": {"new": _masked(after)}, "delete": {"old": _masked(before)}}
+    values = side.get(base, {"old": _masked(before), "new": _masked(after)})
+    return [PropertyChange(path=path, kind=kind, **values)]
+
+
 def step_properties(meta: Any, op: str) -> list[PropertyChange]:
     """The property diff of one engine step, chosen as ``pulumi preview --diff`` chooses it:
 
@@ -236,20 +254,17 @@ def step_properties(meta: Any, op: str) -> list[PropertyChange]:
     if meta.detailed_diff:
         out: list[PropertyChange] = []
         for path, pdiff in sorted(meta.detailed_diff.items()):
-            if _internal(path):
-                continue
-            kind = _kind(pdiff)
-            before = _lookup(old_in if getattr(pdiff, "input_diff", False) else old_out, path)
-            after = _lookup(new_in, path)
-            changes = diff_values(before, after, path, kind.endswith("-replace"))
-            if not changes:
-                base = kind.removesuffix("-replace")
-                side = {"add": {"new": _masked(after)}, "delete": {"old": _masked(before)}}
-                values = side.get(base, {"old": _masked(before), "new": _masked(after)})
-                changes = [PropertyChange(path=path, kind=kind, **values)]
-            out += changes
+            if not _internal(path):
+                out += _detailed_change(path, pdiff, old_in, old_out, new_in)
         return out
-    keys = set(meta.diffs or ())
+    return _input_changes(set(meta.diffs or ()), op, old_in, old_out, new_in)
+
+
+def _input_changes(
+    keys: set[str], op: str, old_in: dict[str, Any], old_out: dict[str, Any], new_in: dict[str, Any]
+) -> list[PropertyChange]:
+    """Old inputs against new, limited to ``keys`` when the engine named them; an update whose
+    inputs are equal shows the recorded outputs against the new inputs instead."""
     if keys:
         changes = diff_values(
             {k: v for k, v in old_in.items() if k in keys},

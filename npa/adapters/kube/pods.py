@@ -134,6 +134,38 @@ def _image_of(message: str) -> str | None:
     return rest[:end] if end > 0 else None
 
 
+# A pull failure outranks the back-off that follows it; any other reason ranks after both.
+_RANK = {"ErrImagePull": 0, "ImagePullBackOff": 1}
+
+
+def _failure_of(event: Any, namespace: str) -> PodReason | None:
+    """The start failure one pod event reports, or None when it reports none."""
+    reason = _event_reason(event)
+    if reason is None:
+        return None
+    obj = event.involved_object
+    return PodReason(
+        namespace=namespace,
+        pod=obj.name,
+        phase=None,
+        reason=reason,
+        message=(event.message or "").strip(),
+        image=_image_of(event.message or ""),
+        source="events",
+        uid=obj.uid,
+        count=int(event.count or 1),
+    )
+
+
+def _keep_worst(by_pod: dict[str, PodReason], uid: str, found: PodReason) -> None:
+    """Each pod reads as the failure that stopped it; repeats of that failure add up."""
+    current = by_pod.get(uid)
+    if current is None or _RANK.get(found.reason, 2) < _RANK.get(current.reason, 2):
+        by_pod[uid] = found
+    elif current.reason == found.reason:
+        current.count += found.count
+
+
 def startup_failures(
     kubeconfig: Path, context: str | None, namespace: str, clusters: set[str]
 ) -> list[PodReason]:
@@ -148,36 +180,20 @@ def startup_failures(
         namespace, field_selector="involvedObject.kind=Pod", _request_timeout=REQUEST_TIMEOUT
     ).items
     prefixes = tuple(f"{cluster}-" for cluster in clusters)
-    rank = {"ErrImagePull": 0, "ImagePullBackOff": 1}
     by_pod: dict[str, PodReason] = {}
     first_seen: dict[str, Any] = {}
     for event in events:
         obj = event.involved_object
         if not obj or not obj.name or not obj.name.startswith(prefixes):
             continue
-        reason = _event_reason(event)
-        if reason is None:
+        found = _failure_of(event, namespace)
+        if found is None:
             continue
         uid = obj.uid or obj.name
         seen = event.first_timestamp or event.event_time or event.metadata.creation_timestamp
         if uid not in first_seen or (seen and first_seen[uid] and seen < first_seen[uid]):
             first_seen[uid] = seen
-        found = PodReason(
-            namespace=namespace,
-            pod=obj.name,
-            phase=None,
-            reason=reason,
-            message=(event.message or "").strip(),
-            image=_image_of(event.message or ""),
-            source="events",
-            uid=obj.uid,
-            count=int(event.count or 1),
-        )
-        current = by_pod.get(uid)
-        if current is None or rank.get(reason, 2) < rank.get(current.reason, 2):
-            by_pod[uid] = found
-        elif current.reason == reason:
-            current.count += found.count
+        _keep_worst(by_pod, uid, found)
 
     def when(uid: str) -> float:
         seen = first_seen.get(uid)

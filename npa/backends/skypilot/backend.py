@@ -620,30 +620,41 @@ class SkyPilotBackend(
                 fix=cached,
             )
         ordered = [waves[w] for w in sorted(waves)]
-        select = [t.task_name if t.task_name else t.task_id for t in ordered]
         if record.state.terminal:
-            return select
-        running = [
-            sel for sel, t in zip(select, ordered, strict=True) if t.state is JobState.RUNNING
-        ]
+            return [_selector(t) for t in ordered]
+        running = [_selector(t) for t in ordered if t.state is JobState.RUNNING]
         if running:
             return running
-        waiting = next((t for t in ordered if not t.state.terminal), ordered[-1])
-        state = waiting.state
-        if follow and state in (JobState.PENDING, JobState.STARTING):
-            # --follow waits for the task to start, as SkyPilot's tail does
-            return [waiting.task_name if waiting.task_name else waiting.task_id]
-        if state is JobState.PENDING:
-            raise NotFound(
-                f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is PENDING: it has "
-                "not started, so it has no log yet"
-            )
-        raise BackendUnavailable(
-            f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is {state.value} while "
-            f"the job is {record.state.value}: SkyPilot serves that task's log only while it "
-            "runs or once the whole job has ended",
-            fix=cached,
+        return _waiting_selector(record, stage, ordered, follow, cached)
+
+
+def _selector(task: TaskRecord) -> str | int:
+    """SkyPilot's ``task=`` for one task: its name, or its id in the job when it has none."""
+    return task.task_name if task.task_name else task.task_id
+
+
+def _waiting_selector(
+    record: JobRecord, stage: str, ordered: list[TaskRecord], follow: bool, cached: str
+) -> list[str | int]:
+    """In a live job with none of the stage's tasks running: with ``follow`` the task about to
+    start (SkyPilot's tail waits for it), else why no log can be served now."""
+    job_id = record.job_id
+    waiting = next((t for t in ordered if not t.state.terminal), ordered[-1])
+    state = waiting.state
+    if follow and state in (JobState.PENDING, JobState.STARTING):
+        # --follow waits for the task to start, as SkyPilot's tail does
+        return [_selector(waiting)]
+    if state is JobState.PENDING:
+        raise NotFound(
+            f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is PENDING: it has "
+            "not started, so it has no log yet"
         )
+    raise BackendUnavailable(
+        f"stage {stage!r} (task {waiting.task_id} of job {job_id}) is {state.value} while "
+        f"the job is {record.state.value}: SkyPilot serves that task's log only while it "
+        "runs or once the whole job has ended",
+        fix=cached,
+    )
 
 
 def _stage_record(waves: dict[int, TaskRecord]) -> TaskRecord:
