@@ -37,10 +37,6 @@ from tests.integration.clusterworld import (
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
 
 
-# Opt-in since issue 15's stage contract (one task per wave, local input and output folders
-# the pod-side setup syncs) was merged: it passed on the cluster with the earlier contract and
-# has not yet been run with this one.
-@pytest.mark.cluster_opt_in
 def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
