@@ -112,7 +112,6 @@ def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
     assert rerun.json()["outcome"] == "adopted" and rerun.json()["job_id"] == result["job_id"]
 
 
-@pytest.mark.cluster_opt_in
 def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -159,7 +158,6 @@ def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
     assert "CANCELLED" in row, queue
 
 
-@pytest.mark.cluster_opt_in
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -178,7 +176,6 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     assert "about to fail" in logs.stdout, logs.stdout + logs.stderr
 
 
-@pytest.mark.cluster_opt_in
 def test_a_stage_that_exits_0_without_its_outputs_fails(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -403,7 +400,6 @@ def test_the_capability_probe_runs_one_bounded_pod_in_the_projects_namespace(
     assert left.stdout.strip() == "", left.stdout
 
 
-@pytest.mark.cluster_opt_in
 def test_skypilot_status_and_verify_against_the_live_controller(
     sky_cluster: SkyCluster,
 ) -> None:
