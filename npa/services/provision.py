@@ -817,7 +817,7 @@ def _recover(
             fix=f"wait for it to finish, then rerun: {resume}",
         )
     if locks:
-        runner.cancel(spec)
+        runner.clear_stale_locks(spec, locks)
         done.append(
             "removed the stale lock of "
             + ", ".join(f"pid {lock.pid}" for lock in locks)
@@ -921,7 +921,8 @@ def _recover_all(
         return recovery
     interrupted = _interrupted(journal)
     for spec in lay.stacks:
-        if runner.exists(spec.name):
+        # A stack whose first up was killed before its checkpoint exists may still hold a lock.
+        if runner.exists(spec.name) or runner.locks(spec.name):
             recovery[spec.name] = _recover(runner, spec, journal, resume)
             if spec.name in interrupted and not recovery[spec.name]:
                 recovery[spec.name].append(

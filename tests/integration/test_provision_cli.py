@@ -115,6 +115,29 @@ def test_local_target_lifecycle(npa_home: Path, pulumi_backend: PulumiBackend) -
     assert again.json()["mode"] == "nothing"
 
 
+def test_a_stale_lock_on_a_stack_never_written_is_removed(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    # A first up killed after pulumi took the stack's lock and before it wrote the stack's
+    # checkpoint leaves the lock alone: the rerun proves its holder is gone and goes on.
+    import socket
+    import uuid
+
+    lock_dir = (
+        pulumi_backend.state_dir / ".pulumi" / "locks" / "organization" / "npa" / "first.local"
+    )
+    lock_dir.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (lock_dir / f"{uuid.uuid4()}.json").write_text(
+        json.dumps({"pid": dead.pid, "username": "root", "hostname": socket.gethostname()})
+    )
+    r = run_npa("provision-if-absent", "--project", "first", "--target", "local", "--yes", "--json")
+    assert r.code == 0, r.stdout + r.stderr
+    assert any("stale lock" in line for line in r.json()["stacks"][0]["recovery"])
+    assert not any(lock_dir.glob("*.json"))
+
+
 def test_local_target_resumes_after_sigkill_during_up(
     npa_home: Path, pulumi_backend: PulumiBackend
 ) -> None:

@@ -474,6 +474,17 @@ class InfraRunner:
         changes = merge(events)
         return Outcome(changes=changes, summary=count(changes))
 
+    def clear_stale_locks(self, spec: StackSpec, locks: list[StackLock]) -> None:
+        """Remove locks proven stale. ``pulumi cancel`` needs the stack; a first ``up`` killed
+        after taking its lock and before writing the stack's checkpoint leaves only the lock
+        file, which is removed as ``pulumi cancel`` would."""
+        if self.exists(spec.name):
+            self.cancel(spec)
+            return
+        for lock in locks:
+            if lock.stale:
+                Path(lock.path).unlink(missing_ok=True)
+
     def cancel(self, spec: StackSpec) -> None:
         """Remove the stack's lock (``pulumi cancel``); only for locks proven stale."""
         from pulumi import automation as auto
