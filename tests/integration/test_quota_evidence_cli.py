@@ -4,13 +4,14 @@ backend for stack-output proofs, and a store on another filesystem for the local
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from npa.plan.quota_sources import LocalStoreSource
 from tests.harness.cli import run_npa
+from tests.harness.disks import tmpfs
 from tests.harness.pulumi import PulumiBackend, file_backend
 
 pytestmark = pytest.mark.integration
@@ -109,43 +110,55 @@ def test_an_unreadable_backend_is_unavailable_not_proof(npa_home: Path, tmp_path
     assert check["status"] in ("unavailable", "refuted") and "not deducted" in check["detail"]
 
 
-@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a tmpfs at /dev/shm")
+def _free(path: Path) -> int:
+    stats = os.statvfs(path)
+    return stats.f_bavail * stats.f_frsize
+
+
 def test_the_local_gate_measures_the_configured_store(npa_home: Path, tmp_path: Path) -> None:
-    shm = Path("/dev/shm")
-    free_shm = os.statvfs(shm).f_bavail * os.statvfs(shm).f_frsize
-    home_stats = os.statvfs(npa_home.parent)
-    if os.stat(shm).st_dev == os.stat(npa_home.parent).st_dev:
-        pytest.skip("/dev/shm is the same filesystem as NPA_HOME here")
-    need_gib = free_shm // GIB + 2  # more than the store's disk has
-    if home_stats.f_bavail * home_stats.f_frsize < (need_gib + 1) * GIB:
-        pytest.skip("NPA_HOME's disk is smaller than /dev/shm here")
-    spec = tmp_path / "tiny-local.yaml"
-    text = (EXAMPLES / "tiny-local.yaml").read_text()
-    # Only the last stage needs disk, more than the store's filesystem has free.
-    text = text.replace("      disk_gib: 1\n", "", 2)
-    spec.write_text(text.replace("disk_gib: 1", f"disk_gib: {need_gib}"))
-    env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
-    store = shm / f"npa-test-{os.getpid()}"
-    try:
+    # The project's store on a small disk of its own (a 64 MiB tmpfs): the quota is measured
+    # there, not on NPA_HOME's disk, which has the room.
+    with tmpfs(tmp_path / "small", "64m") as disk:
+        spec = tmp_path / "tiny-local.yaml"
+        text = (EXAMPLES / "tiny-local.yaml").read_text()
+        # Only the last stage needs disk, more than the store's filesystem has free.
+        text = text.replace("      disk_gib: 1\n", "", 2)
+        spec.write_text(text.replace("disk_gib: 1", "disk_gib: 2"))
+        env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+        store = disk / "store"
         assert (
-            run_npa("configure", "--project", "shm", "--store", store.as_uri(), env=env).code == 0
+            run_npa("configure", "--project", "small", "--store", store.as_uri(), env=env).code == 0
         )
         args = (*WF, "plan-spec", str(spec), "--run-id", "r1", "--target", "local", "--json")
-        res = run_npa(*args, "--project", "shm", env=env)
+        res = run_npa(*args, "--project", "small", env=env)
         assert res.code == 1, res.stdout + res.stderr
         line = res.json()["quota"]["lines"][0]
         assert line["verdict"] == "blocked"
-        assert abs(line["available"] - free_shm) < 256 << 20
+        assert abs(line["available"] - _free(disk)) < 8 << 20
         assert res.json()["store"] == store.as_uri()
         # The default project's store is under NPA_HOME, whose disk has the room.
         assert run_npa(*args, env=env).code == 0
 
-        run_id = run_npa(*WF, "prepare-run", str(spec), "--project", "shm", env=env).stdout.strip()
-        refused = run_npa(*WF, "submit", str(spec), "--project", "shm", "--run-id", run_id,
-                          "--json", env=env)  # fmt: skip
+        run_id = run_npa(*WF, "prepare-run", str(spec), "--project", "small", env=env)
+        refused = run_npa(*WF, "submit", str(spec), "--project", "small", "--run-id",
+                          run_id.stdout.strip(), "--json", env=env)  # fmt: skip
         assert refused.code == 1, refused.stdout + refused.stderr
         gates = {g["name"]: g for g in refused.json()["error"]["details"]["gates"]}
         assert gates["quota"]["status"] == "failed"
-        assert "--project shm" in gates["quota"]["fix"]
-    finally:
-        shutil.rmtree(store, ignore_errors=True)
+        assert "--project small" in gates["quota"]["fix"]
+
+
+def test_the_local_gate_measures_the_store_where_it_is_not_npa_home(tmp_path: Path) -> None:
+    with tmpfs(tmp_path / "small", "64m") as small:
+        home = tmp_path / "home"
+        home.mkdir()
+        store_only = LocalStoreSource(small / "npa-store-that-does-not-exist")
+        (reading,) = store_only.read(["local.store.size"])
+        assert reading.limit is not None and reading.usage is not None
+        assert abs((reading.limit - reading.usage) - _free(small)) < 8 << 20
+        # With the executor's work directory elsewhere, the tighter of the two disks counts.
+        both = LocalStoreSource(small / "store", home / "local-jobs")
+        (reading,) = both.read(["local.store.size"])
+        assert reading.limit is not None and reading.usage is not None
+        assert abs((reading.limit - reading.usage) - min(_free(small), _free(home))) < 8 << 20
+        assert not (small / "npa-store-that-does-not-exist").exists()

@@ -7,7 +7,6 @@ existing-resource claims nobody can check are each a class: every member of it m
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from npa.plan.quota import (
     QuotaScope,
     assess,
 )
-from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, load_existing
+from npa.plan.quota_sources import FileQuotaSource, load_existing
 from npa.spec.model import Infrastructure
 
 pytestmark = pytest.mark.unit
@@ -344,28 +343,3 @@ def test_every_problem_of_an_evidence_file_is_reported(tmp_path: Path) -> None:
     assert any(p.startswith("existing[0].size_gib") for p in problems)
     assert any(p.startswith("existing[1].role") for p in problems)
     assert any(p.startswith("existing[1].evidence.pulumi.stack") for p in problems)
-
-
-# --- the local store's disk ------------------------------------------------------------------
-
-
-def _free(path: Path) -> int:
-    stats = os.statvfs(path)
-    return stats.f_bavail * stats.f_frsize
-
-
-@pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="needs a tmpfs at /dev/shm")
-def test_the_local_gate_measures_the_store_where_it_is_not_npa_home(tmp_path: Path) -> None:
-    shm, home = Path("/dev/shm"), tmp_path
-    if os.stat(shm).st_dev == os.stat(home).st_dev:
-        pytest.skip("/dev/shm and the temp dir are one filesystem here")
-    store_only = LocalStoreSource(shm / "npa-store-that-does-not-exist")
-    (reading,) = store_only.read(["local.store.size"])
-    assert reading.limit is not None and reading.usage is not None
-    assert abs((reading.limit - reading.usage) - _free(shm)) < 64 << 20
-    # With the executor's work directory elsewhere, the tighter of the two disks counts.
-    both = LocalStoreSource(shm / "store", home / "local-jobs")
-    (reading,) = both.read(["local.store.size"])
-    assert reading.limit is not None and reading.usage is not None
-    assert abs((reading.limit - reading.usage) - min(_free(shm), _free(home))) < 64 << 20
-    assert not (shm / "npa-store-that-does-not-exist").exists()
