@@ -402,12 +402,19 @@ def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> N
     assert all(w.marks_of(s)["done"] >= 1 for s in SHARDS)
 
 
-def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
-    w = world
+def _executor_killed_in_generate(w: World) -> int:
+    """Launch the run, SIGKILL its executor while generate's first shard runs, and wait until
+    nothing of the run is left; the job's id."""
     job_id = w.launch("generate-0")
     wait_until(lambda: w.started("generate-0-0"), "generate started")
     os.kill(executor_of(w, job_id), signal.SIGKILL)
     wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+    return job_id
+
+
+def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
+    w = world
+    job_id = _executor_killed_in_generate(w)
     # The plain submit continues the job under a new executor, which runs generate again.
     again = w.submit("--json")
     assert again.code == 0 and again.json()["job_id"] == job_id, again.stdout + again.stderr
@@ -432,10 +439,7 @@ def test_cancel_stops_what_runs_and_reports_what_it_saw(world: World) -> None:
 
 def test_cancel_of_a_job_whose_executor_died_records_it_cancelled(world: World) -> None:
     w = world
-    job_id = w.launch("generate-0")
-    wait_until(lambda: w.started("generate-0-0"), "generate started")
-    os.kill(executor_of(w, job_id), signal.SIGKILL)
-    wait_until(lambda: not run_processes(w.run_id), "no process of the run is left")
+    job_id = _executor_killed_in_generate(w)
     c = w.npa(*WF, "cancel", w.run_id, "--project", "demo", "--json")
     assert c.code == 0, c.stdout + c.stderr
     assert (c.json()["outcome"], c.json()["job_state"]) == ("cancelled", "CANCELLED"), c.stdout
