@@ -84,6 +84,22 @@ class TaskRecord(BaseModel):
     ended_at: float | None = None
     recovery_count: int | None = None
     infra: str | None = None
+    # What the backend says the task waits on while it is not running (SkyPilot's ``details``
+    # column: "Job is in backoff", "Waiting for other jobs to launch", ...).
+    details: str | None = None
+    waiting: bool = False  # the backend's launch of this task failed and it retries later
+
+
+class LaunchFailure(BaseModel):
+    """One failed attempt of a live job's controller to start one of its tasks (SkyPilot logs
+    each, then waits and tries again, for ever): the job itself stays PENDING or STARTING with
+    no failure reason and creates no pod, so only the controller's own record says why."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: int  # 1 for the job's first failed launch, in the controller's order
+    task: str | None  # the task it was launching, when the record says
+    error: str
 
 
 class JobRecord(BaseModel):
@@ -479,6 +495,21 @@ class ReportsPodReasons(abc.ABC):
     @abc.abstractmethod
     def pods_source(self, project: str) -> PodSource:
         """Where the answer comes from, and whether it can be asked."""
+
+
+class ReportsLaunchFailures(abc.ABC):
+    """A job's controller keeps a record of the launches it tried and failed (a task that
+    cannot be placed, a catalog it cannot read): status shows the latest, the run watcher
+    counts them."""
+
+    @abc.abstractmethod
+    def launch_failures(self, record: JobRecord) -> list[LaunchFailure]:
+        """Every failed launch of ``record``'s tasks so far, oldest first; [] when none failed.
+        Raises what its client raises (the caller reports "unavailable")."""
+
+    @abc.abstractmethod
+    def launch_failures_source(self, record: JobRecord) -> tuple[str, str]:
+        """Where :meth:`launch_failures` reads, and the command a person runs to read it."""
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
@@ -55,6 +55,7 @@ from npa.backends.base import (
     JobState,
     JobSubmission,
     PolledByWatcher,
+    ReportsLaunchFailures,
     ReportsPodReasons,
     TaskRecord,
 )
@@ -98,17 +99,27 @@ from npa.runs.manifest import (
     update_manifest,
 )
 
-if TYPE_CHECKING:
-    from npa.adapters.kube.pods import PodReason
-
 SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
 _TERMINAL = {s.value for s in TERMINAL_STATES}
 # The status a pod that could not start is counted under: the job's own state (PENDING or
 # STARTING) varies between the controller's attempts of one fault, so it is not part of it.
 _POD_START = "POD_START"
+# The status a launch the jobs controller tried and failed is counted under.
+_LAUNCH = "LAUNCH_FAILED"
 # States in which the controller may be retrying a start that keeps failing.
 _STARTING = frozenset({JobState.PENDING, JobState.STARTING, JobState.RECOVERING})
+
+
+@dataclass(frozen=True)
+class _Startup:
+    """One thing of a live job that could not start, as the watcher counts it."""
+
+    what: str  # unique per failure: a pod (name and uid) or a launch attempt of the job
+    stage: str | None
+    failure: str  # its signature (identical failures compare equal)
+    detail: str  # for the supervisor's record
+    reason: str  # for the stage's record
 
 
 class ReadinessWindow(BaseModel):
@@ -466,12 +477,10 @@ class Watcher:
         self.update(mutate)
         return True
 
-    def _pod_failures(
-        self, job: JobRecord, tasks: dict[str, TaskRecord]
-    ) -> list[tuple[str | None, PodReason]]:
-        """(stage, failure) for every pod of the job that could not start, from what outlives
-        the pods the controller deletes and recreates; [] when the backend has no pods or they
-        cannot be read now."""
+    def _pod_failures(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> list[_Startup]:
+        """Every pod of the job that could not start, from what outlives the pods the
+        controller deletes and recreates; [] when the backend has no pods or they cannot be read
+        now."""
         if not isinstance(self.backend, ReportsPodReasons):
             return []
         if self.backend.pods_source(self.submission.project).missing is not None:
@@ -482,19 +491,50 @@ class Watcher:
         except Exception as exc:  # the API answers nothing: counting waits for the next poll
             self.log(f"pod events of job {job.job_id} unreadable: {type(exc).__name__}: {exc}")
             return []
-        return [(stage_of.get(task), failure) for task, failure in failures]
+        return [
+            _Startup(
+                what=f"job {job.job_id} pod {f.pod} ({(f.uid or '-')[:8]})",
+                stage=stage_of.get(task),
+                failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
+                detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
+                reason=f"{f.reason}: {f.message}",
+            )
+            for task, f in failures
+        ]
+
+    def _launch_failures(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> list[_Startup]:
+        """Every launch of the job's tasks that its controller tried and failed, while a task
+        waits to try again (no pod exists then, so only the controller's log says why); []
+        when no task waits or the log cannot be read now."""
+        waiting = [st for st, t in sorted(tasks.items(), key=lambda i: i[1].task_id) if t.waiting]
+        if not waiting or not isinstance(self.backend, ReportsLaunchFailures):
+            return []
+        stage_of = {t.task_name: st for st, t in tasks.items() if t.task_name}
+        try:
+            failures = self.backend.launch_failures(job)
+        except NpaError as error:  # counting waits for the next poll
+            self.log(f"launch failures of job {job.job_id} unreadable: {error.message}")
+            return []
+        return [
+            _Startup(
+                what=f"job {job.job_id} launch {f.attempt}",
+                stage=stage_of.get(f.task or "", waiting[0]),
+                failure=failure_signature(_LAUNCH, f.error),
+                detail=f"the controller could not launch job {job.job_id}: {f.error}",
+                reason=f"launch failed: {f.error}",
+            )
+            for f in failures
+        ]
 
     def startup_failed(self, m: RunManifest, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
-        """Count the pods of a live job that could not start (SkyPilot deletes each and tries
-        again, so the job itself stays PENDING/STARTING with no failure reason). The same
-        failure ``--startup-failure-threshold`` times in a row ends the run FAILED_STARTUP and
-        cancels the job by id. True when the run became terminal."""
+        """Count what could not start in a live job: its pods that could not start, and the
+        launches its controller failed (SkyPilot tries both again by itself, so the job stays
+        PENDING/STARTING with no failure reason). The same failure
+        ``--startup-failure-threshold`` times in a row ends the run FAILED_STARTUP and cancels
+        the job by id. True when the run became terminal."""
         seen = {a.what for a in m.supervisor.attempts}
-        new = []
-        for stage, failure in self._pod_failures(job, tasks):
-            what = f"job {job.job_id} pod {failure.pod} ({(failure.uid or '-')[:8]})"
-            if what not in seen:
-                new.append((what, stage, failure))
+        found = self._pod_failures(job, tasks) + self._launch_failures(job, tasks)
+        new = [f for f in found if f.what not in seen]
         if not new:
             return False
         policy = self.policy
@@ -502,13 +542,13 @@ class Watcher:
         verdicts = [
             count_startup_failure(
                 preview,
-                what=what,
-                failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
-                detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
+                what=f.what,
+                failure=f.failure,
+                detail=f.detail,
                 policy=policy,
-                stage=stage,
+                stage=f.stage,
             )
-            for what, stage, f in new
+            for f in new
         ]
         stopped = next((v for v in verdicts if v.terminal_state is not None), None)
         cancelled = ""
@@ -518,34 +558,33 @@ class Watcher:
                 cancelled = f"; job {job.job_id} cancelled"
             except NpaError as error:
                 cancelled = f"; cancelling job {job.job_id} failed: {error.message}"
-        for what, _, f in new:
-            self.log(f"startup failure {what}: {f.reason}: {f.message}")
+        for f in new:
+            self.log(f"startup failure {f.what}: {f.reason}")
 
         def mutate(mm: RunManifest) -> None:
             if mm.job_id != job.job_id or mm.state in _TERMINAL:
                 return
             known = {a.what for a in mm.supervisor.attempts}
-            for what, stage, f in new:
-                if what in known:
+            for f in new:
+                if f.what in known:
                     continue
                 verdict = count_startup_failure(
                     mm.supervisor,
-                    what=what,
-                    failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
-                    detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}"
-                    + (cancelled if stopped is not None else ""),
+                    what=f.what,
+                    failure=f.failure,
+                    detail=f.detail + (cancelled if stopped is not None else ""),
                     policy=policy,
-                    stage=stage,
+                    stage=f.stage,
                 )
                 if verdict.terminal_state is not None and stopped is not None:
                     if job.job_id not in mm.supervisor.job_ids:
                         mm.supervisor.job_ids.append(job.job_id)
                     self._record_stages(mm, tasks)
-                    if stage is not None:
-                        rec = mm.stages.setdefault(stage, StageRecord())
+                    if f.stage is not None:
+                        rec = mm.stages.setdefault(f.stage, StageRecord())
                         rec.state, rec.ended_at = verdict.terminal_state.value, now_iso()
                         rec.classification = verdict.classification.value
-                        rec.detail = f"{f.reason}: {f.message}"
+                        rec.detail = f.reason
                     mm.state = verdict.terminal_state.value
                     return
 

@@ -8,11 +8,14 @@ ambiguous name).
 What it reports is what it saw after asking, never the request it made: ``cancelled`` when the
 backend then reports the job CANCELLED, ``cancelling`` when the backend acknowledged and stops
 it on its own time (CANCELLING), ``already_final`` when the job ended by itself meanwhile, and
-``still_running`` (exit 1) when the job is seen running on.
+``still_running`` (exit 1) when the job is still seen running once the backend had a while
+(``NPA_CANCEL_SETTLE_SECONDS``, 20 s) to act on the cancel.
 """
 
 from __future__ import annotations
 
+import os
+import time
 from collections.abc import Callable
 
 from pydantic import Field
@@ -131,7 +134,25 @@ def cancel(
             f"cancelling job {job_id} of run {located.run_id} failed: {error.message}",
             fix=error.fix or located.status_command(),
         ) from None
-    return _seen_after(located, backend.job(job_id), result)
+    return _seen_after(located, _settled(backend, job_id), result)
+
+
+# How long cancel re-asks a job that still shows the state it had, before it says so: a
+# controller acts on a cancel on its own time (SkyPilot's within seconds).
+SETTLE_ENV = "NPA_CANCEL_SETTLE_SECONDS"
+_SETTLE_SECONDS = 20.0
+
+
+def _settled(backend: ExecutionBackend, job_id: int) -> JobRecord:
+    """The job as the backend shows it once the cancel took effect, or after the settle time."""
+    deadline = time.monotonic() + float(os.environ.get(SETTLE_ENV, _SETTLE_SECONDS))
+    after = backend.job(job_id)
+    while not (after.state.terminal or after.state is JobState.CANCELLING):
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(1.0)
+        after = backend.job(job_id)
+    return after
 
 
 def _seen_after(

@@ -13,6 +13,7 @@ says so: CACHED is evidence, not truth. Both commands only read.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,15 @@ from pydantic import BaseModel, Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
-from npa.backends.base import ExecutionBackend, JobRecord, JobState, ReportsPodReasons, TaskRecord
+from npa.backends.base import (
+    ExecutionBackend,
+    JobRecord,
+    JobState,
+    LaunchFailure,
+    ReportsLaunchFailures,
+    ReportsPodReasons,
+    TaskRecord,
+)
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
 from npa.core.layout import plan_key, run_prefix
 from npa.core.output import Result
@@ -49,6 +58,11 @@ LAUNCH_INCOMPLETE = "LAUNCH_INCOMPLETE"
 TERMINAL = frozenset(s.value for s in JobState if s.terminal)
 FAILED_STATES = frozenset(s.value for s in JobState if s.failed)
 WAITING = frozenset({"PENDING", "STARTING", "RECOVERING"})
+# How a launch error says the cluster has no room for what the task asks.
+_NO_ROOM = re.compile(
+    r"ResourcesUnavailable|[Ii]nsufficient|No launchable resource|not enough|does not fit|"
+    r"[Ff]ailed to acquire resources"
+)
 
 
 class JobAnswer(BaseModel):
@@ -93,6 +107,8 @@ class StatusResult(Result):
     failure_reason: str | None = None
     run_prefix: str | None
     pending: list[PodReason] = Field(default_factory=list)
+    # The launches the job's controller tried and failed while a task still waits to try again.
+    launch_failures: list[LaunchFailure] = Field(default_factory=list)
     stages: dict[str, StageView] = Field(default_factory=dict)
     supervisor: dict[str, Any] | None = None
     sources: list[SourceAnswer]
@@ -112,6 +128,12 @@ class StatusResult(Result):
         if self.failure_reason:
             lines.append(f"  failure: {self.failure_reason}")
         lines += [_pod_line(p) for p in self.pending]
+        if self.launch_failures:
+            last = self.launch_failures[-1]
+            lines.append(
+                f"  launch: {plural(len(self.launch_failures), 'failed launch', 'failed launches')}"
+                f" so far, the controller retries; the latest: {last.error}"
+            )
         lines += [_stage_line(name, stage) for name, stage in self.stages.items()]
         if self.supervisor and self.supervisor.get("classification"):
             sup = self.supervisor
@@ -341,6 +363,32 @@ def ask_pods(
     )
 
 
+def ask_launches(
+    backend: ReportsLaunchFailures, record: JobRecord
+) -> tuple[list[LaunchFailure], SourceAnswer]:
+    """The launches a waiting job's controller tried and failed (no pod exists to say why)."""
+    where, fix = backend.launch_failures_source(record)
+    try:
+        failures = backend.launch_failures(record)
+    except NpaError as error:
+        return [], SourceAnswer(
+            source="launch-attempts", where=where, answer="unavailable", error=error.message,
+            fix=fix,
+        )  # fmt: skip
+    detail = (
+        f"{plural(len(failures), 'failed launch', 'failed launches')}; latest: {failures[-1].error}"
+        if failures
+        else "no failed launch recorded yet"
+    )
+    return failures, SourceAnswer(
+        source="launch-attempts",
+        where=where,
+        answer="found" if failures else "absent",
+        detail=detail,
+        fix=fix if failures else None,
+    )
+
+
 # --- the result --------------------------------------------------------------------------------
 
 
@@ -397,6 +445,8 @@ def _stage_view(
         view.task = f"{record.backend} job {record.job_id} task {task.task_id} {task.task_name}"
         view.recorded_state = recorded if recorded != view.state else None
         view.failure_reason = task.failure_reason
+        if task.details and not task.state.terminal and not view.classification:
+            view.detail = task.details
     elif record is not None and record.tasks:
         unknown = f"job {record.job_id} has no task npa can tell runs this stage"
     elif state == VERIFICATION_UNAVAILABLE and recorded not in TERMINAL:
@@ -428,6 +478,37 @@ def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[st
         elif reason.reason == "Unschedulable":
             context = located.kube_context or "CONTEXT"
             out.append(cmd(*wf, "gpus", "--cluster", context, "--spec", spec))
+    return out
+
+
+def _why_waiting(
+    located: Located, backend: ExecutionBackend | None, record: JobRecord
+) -> tuple[list[PodReason], list[LaunchFailure], list[str]]:
+    """Why a waiting job waits, from what its backend can tell: its pods, and the launches its
+    controller failed while a task waits to try again (with what to run about those)."""
+    pending: list[PodReason] = []
+    if isinstance(backend, ReportsPodReasons):
+        pending, pods = ask_pods(backend, record, located.project)
+        located.sources.append(pods)
+    launches: list[LaunchFailure] = []
+    fixes: list[str] = []
+    if isinstance(backend, ReportsLaunchFailures) and any(t.waiting for t in record.tasks):
+        launches, attempts = ask_launches(backend, record)
+        located.sources.append(attempts)
+        fixes = _launch_fixes(located, launches, attempts.fix)
+    return pending, launches, fixes
+
+
+def _launch_fixes(located: Located, launches: list[LaunchFailure], log: str | None) -> list[str]:
+    """What to run about launches the controller keeps failing: read its log, and when the
+    cluster has no room for what a stage asks, compare the two."""
+    if not launches:
+        return []
+    out = [log] if log else []
+    if _NO_ROOM.search(launches[-1].error):
+        spec = located.reservation.spec if located.reservation else "SPEC"
+        context = located.kube_context or "CONTEXT"
+        out.append(cmd("workbench", "workflow", "gpus", "--cluster", context, "--spec", spec))
     return out
 
 
@@ -523,12 +604,11 @@ def status(
     job, job_source = ask_job(located, backend, cached=cached)
     located.sources.append(job_source)
     state, reason = decide(located, job, cached=cached)
-    pending: list[PodReason] = []
     record = job.record
     waiting = record is not None and state in WAITING and not cached
-    if waiting and record is not None and isinstance(backend, ReportsPodReasons):
-        pending, pods = ask_pods(backend, record, located.project)
-        located.sources.append(pods)
+    pending, launches, launch_fixes = (
+        _why_waiting(located, backend, record) if waiting and record else ([], [], [])
+    )
     m = located.manifest
     stages = _stages(m, job, state, plan_order(m, located)) if m else {}
     return StatusResult(
@@ -546,10 +626,12 @@ def status(
         failure_reason=(record.failure_reason if record else None) or _recorded_failure(m),
         run_prefix=located.prefix_uri,
         pending=pending,
+        launch_failures=launches,
         stages=stages,
         supervisor=m.supervisor.model_dump(mode="json") if m else None,
         sources=located.sources,
-        next=_next(
+        next=launch_fixes
+        + _next(
             located,
             state,
             pending,

@@ -11,7 +11,9 @@ with; ``queue_error`` - the queue raises this; ``kill_at`` - SIGKILL the calling
 the launch transaction reaches this step (cleared first, so the rerun goes through);
 ``outcomes`` - the status each next launched job takes at once (``PENDING`` when none is left),
 a ``[status, failure_reason]`` pair, or ``{"status", "failure_reason", "tasks"}`` where
-``tasks`` gives the launched tasks' own statuses in order.
+``tasks`` gives the launched tasks' own statuses in order; ``cancel_mode`` - ``at_once`` (the
+default: the job is CANCELLED when ``cancel`` returns), ``requested`` (as SkyPilot's controller
+before it acts: the status stays, the details column names the request) or ``ignored``.
 
 A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YAML with
 ``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
@@ -21,7 +23,9 @@ after the job). Each entry of a job's ``tasks`` may carry its own ``status`` (el
 its rendered ``run`` does last: each ``npa_upload`` line's output is written to the store (one
 small object), once, as the stage library would upload it; a task scripted with
 ``"outputs": false`` exits 0 without them. The queue answers one ``ManagedJobRecord``
-per task; ``tail_logs`` answers the way SkyPilot's log stream does (``task=`` a name or an id
+per task; a job given failed launches (:func:`fail_launch`) has its current task in
+SkyPilot's launch backoff, and ``controller_log`` answers with the controller's lines for each;
+``tail_logs`` answers the way SkyPilot's log stream does (``task=`` a name or an id
 selects one task, with SkyPilot's header line; an unknown job or task streams SkyPilot's
 not-found message instead of log lines) and records every call in ``tail_calls``. Where
 SkyPilot's tail would wait (a task that is not running in a live job, without ``follow``), it
@@ -101,6 +105,31 @@ def set_tasks(path: Path, job_id: int, **statuses: str) -> None:
                 task["status"] = statuses.pop(task["name"])
         assert not statuses, f"job {job_id} has no tasks {sorted(statuses)}"
         job["tasks"] = tasks
+
+
+def fail_launch(path: Path, job_id: int, error: str) -> None:
+    """One more failed launch of the job's current task, as SkyPilot's jobs controller logs it
+    before it waits and tries again: the task stays where it was, in backoff."""
+    with locked_state(path) as state:
+        job = next(j for j in state["jobs"] if j["job_id"] == job_id)
+        job.setdefault("launch_failures", []).append(error)
+
+
+def _backoff(job: dict[str, Any], tasks: list[dict[str, Any]]) -> int | None:
+    """The task a job with failed launches waits to launch again (its first unfinished one)."""
+    if not job.get("launch_failures"):
+        return None
+    from sky.jobs import ManagedJobStatus
+
+    return next(
+        (
+            i
+            for i, t in enumerate(tasks)
+            if ManagedJobStatus(task_status(job, t))
+            in (ManagedJobStatus.PENDING, ManagedJobStatus.STARTING)
+        ),
+        None,
+    )
 
 
 def write_state(path: Path, state: dict[str, Any]) -> None:
@@ -198,7 +227,12 @@ class FakeManagedJobs:
         for job in jobs:
             if name not in job["job_name"]:
                 continue
-            for task_id, task in enumerate(job_tasks(job)):
+            tasks = job_tasks(job)
+            waiting = _backoff(job, tasks)
+            for task_id, task in enumerate(tasks):
+                # SkyPilot's record of a job in launch backoff: the schedule state says so, the
+                # details column holds the job's latest PENDING event, and no failure reason.
+                backoff = task_id == waiting
                 records.append(
                     ManagedJobRecord(
                         job_id=job["job_id"],
@@ -210,6 +244,9 @@ class FakeManagedJobs:
                         submitted_at=job["submitted_at"],
                         recovery_count=0,
                         infra="Kubernetes/fake",
+                        schedule_state="ALIVE_BACKOFF" if backoff else None,
+                        details=job.get("cancel_requested")
+                        or ("Job is in backoff" if backoff else None),
                     )
                 )
         return records
@@ -242,7 +279,17 @@ class FakeManagedJobs:
         from sky.jobs import ManagedJobStatus
 
         with self._state() as state:
+            mode = state.get("cancel_mode", "at_once")
             for job in state["jobs"]:
+                if job["job_id"] not in job_ids:
+                    continue
+                if mode == "ignored":
+                    continue
+                if mode == "requested":  # recorded; the controller has not acted on it yet
+                    job["cancel_requested"] = (
+                        f"Cancellation requested by user root (request ID: req-{job['job_id']})"
+                    )
+                    continue
                 if job["job_id"] in job_ids:
                     job["status"] = "CANCELLED"
                     tasks = job_tasks(job)
@@ -288,6 +335,23 @@ class FakeManagedJobs:
             if len(chosen) > 1 or task is not None:
                 yield f"=== Task {t['name']}({i}) ==="
             yield from t.get("logs", [])
+
+    def controller_log(self, job_id: int) -> list[str]:
+        """The jobs controller's log of the job as SkyPilot's words it: each task it starts, and
+        each launch that failed before it waits and tries again."""
+        with self._state() as state:
+            state.setdefault("controller_log_calls", []).append(job_id)
+            job = next((j for j in state["jobs"] if j["job_id"] == job_id), None)
+        if job is None:
+            return [f"Job {job_id} not found."]
+        tasks = job_tasks(job)
+        current = _backoff(job, tasks) or 0
+        lines = [f"Starting job {job_id}"]
+        lines.append(f"Starting task {current} ({tasks[current]['name']}) for job {job_id}")
+        for error in job.get("launch_failures", []):
+            lines.append(f"Failed to launch a cluster with error: {error})")
+            lines.append("Retrying to launch the cluster in 61.3 seconds.")
+        return lines
 
     def observe(self, step: str) -> None:
         with self._state() as state:

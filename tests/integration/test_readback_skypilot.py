@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,32 @@ def test_cancel_by_id_then_repeat(world: dict[str, Any]) -> None:
     again = run_npa(*argv, env=world["env"])
     assert again.code == 0 and again.json()["outcome"] == "already_final"
     assert status(world).json()["state"] == "CANCELLED"
+
+
+def test_a_cancel_the_controller_has_not_acted_on_yet_is_cancelling(
+    world: dict[str, Any],
+) -> None:
+    """SkyPilot records a cancel (its details column names the request) before its controller
+    changes the job's status: that is the backend's acknowledgement, not a job running on."""
+    script(world, outcomes=["RUNNING"], cancel_mode="requested")
+    submit(world)
+    r = run_npa(*WF, "cancel", world["run_id"], "--project", "team", "--json", env=world["env"])
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["outcome"] == "cancelling" and r.json()["job_state"] == "CANCELLING"
+    assert status(world).json()["job_state"] == "CANCELLING"
+
+
+def test_a_cancel_the_backend_never_acts_on_is_still_running(world: dict[str, Any]) -> None:
+    script(world, outcomes=["RUNNING"], cancel_mode="ignored")
+    submit(world)
+    started = time.monotonic()
+    r = run_npa(*WF, "cancel", world["run_id"], "--project", "team", "--json",
+                env={**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"})  # fmt: skip
+    waited = time.monotonic() - started
+    assert r.code == 1, r.stdout + r.stderr
+    assert r.json()["outcome"] == "still_running" and r.json()["job_state"] == "RUNNING"
+    assert waited >= 2  # it gave the backend the settle time before saying so
+    assert any(n.endswith("--project team") and " cancel " in n for n in r.json()["next"])
 
 
 @pytest.mark.parametrize("failure", ["server-error", "hang-up", "closed-port"])

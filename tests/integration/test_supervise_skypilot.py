@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.fakes.entry import WATCHER_MODULE
-from tests.fakes.managed_jobs import job_tasks, locked_state, read_state
+from tests.fakes.managed_jobs import fail_launch, job_tasks, locked_state, read_state
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
@@ -169,6 +169,78 @@ def test_identical_controller_failures_end_the_run_failed_startup(world: dict[st
         env=world["env"],
     )
     assert status.json()["state"] == "FAILED_STARTUP", status.stdout + status.stderr
+
+
+NO_ROOM = (
+    "sky.exceptions.ResourcesUnavailableError: Failed to acquire resources in all zones in "
+    "kubernetes/ctx-{}. Insufficient CPU capacity: 1 node lacks 3.0 CPUs"
+)
+
+
+def test_launches_the_controller_keeps_failing_are_shown_then_end_the_run_failed_startup(
+    world: dict[str, Any],
+) -> None:
+    """A task the cluster has no room for: SkyPilot's controller fails the launch, waits and
+    tries again for ever, with the job PENDING, no failure reason and no pod. Status shows the
+    controller's reason while it retries; the identical failure at the threshold ends the run
+    FAILED_STARTUP and cancels the job by id."""
+    submit(world, "--startup-failure-threshold", "3")
+    started(world)
+    fail_launch(world["state"], 1, NO_ROOM.format(1))
+    fail_launch(world["state"], 1, NO_ROOM.format(2))
+    m = wait_for(world, lambda m: m["supervisor"]["startup_failures"] == 2)
+    assert m["state"] == "PENDING" and [j["status"] for j in jobs(world)] == ["PENDING"]
+    status = run_npa(
+        *("workbench", "workflow", "status", world["run_id"], "--project", "team", "--json"),
+        env=world["env"],
+    )
+    answer = status.json()
+    assert status.code == 0 and answer["state"] == "PENDING", status.stdout + status.stderr
+    assert [f["attempt"] for f in answer["launch_failures"]] == [1, 2]
+    assert answer["launch_failures"][-1]["error"] == NO_ROOM.format(2)  # no stray parenthesis
+    [source] = [s for s in answer["sources"] if s["source"] == "launch-attempts"]
+    assert source["answer"] == "found" and "2 failed launches" in source["detail"]
+    assert answer["next"][0] == source["fix"] and "--controller 1" in source["fix"]
+    assert any("gpus --cluster" in n for n in answer["next"]), answer["next"]
+    generate = answer["stages"]["generate"]
+    assert generate["state"] == "PENDING" and generate["detail"] == "Job is in backoff"
+    text = run_npa(
+        *("workbench", "workflow", "status", world["run_id"], "--project", "team"),
+        env=world["env"],
+    )
+    assert "launch: 2 failed launches so far" in text.stdout, text.stdout
+
+    fail_launch(world["state"], 1, NO_ROOM.format(3))
+    m = wait_for(world, lambda m: m["state"] == "FAILED_STARTUP")
+    assert exited(world)
+    assert [j["status"] for j in jobs(world)] == ["CANCELLED"]
+    assert read_state(world["state"])["launch_calls"] == 1
+    sup = m["supervisor"]
+    assert [a["what"] for a in sup["attempts"]] == [f"job 1 launch {i}" for i in (1, 2, 3)]
+    assert [a["recovery"] for a in sup["attempts"]] == ["adopted", "adopted", "stopped"]
+    assert len({a["failure"] for a in sup["attempts"]}) == 1
+    assert "job 1 cancelled" in sup["attempts"][-1]["detail"]
+    generate = m["stages"]["generate"]
+    assert generate["state"] == "FAILED_STARTUP" and "Insufficient CPU" in generate["detail"]
+
+
+def test_different_launch_failures_do_not_reach_the_threshold(world: dict[str, Any]) -> None:
+    submit(world, "--startup-failure-threshold", "2")
+    started(world)
+    for error in ("CloudError: catalog unreachable", NO_ROOM.format(1), "CloudError: quota"):
+        fail_launch(world["state"], 1, error)
+    m = wait_for(world, lambda m: m["supervisor"]["startup_failures"] == 3)
+    assert m["state"] == "PENDING" and [j["status"] for j in jobs(world)] == ["PENDING"]
+    assert pid(world) is not None  # still watching a job that may yet start
+
+
+def test_a_job_in_no_backoff_never_reads_the_controller_log(world: dict[str, Any]) -> None:
+    script(world, outcomes=["STARTING"])
+    submit(world)
+    started(world)
+    polls = read_state(world["state"])["queue_calls"]
+    wait_for(world, lambda m: read_state(world["state"])["queue_calls"] > polls + 5)
+    assert read_state(world["state"]).get("controller_log_calls", []) == []
 
 
 def test_different_controller_failures_are_not_identical(world: dict[str, Any]) -> None:

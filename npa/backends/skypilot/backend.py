@@ -32,6 +32,7 @@ from npa.backends.base import (
     JobStages,
     JobState,
     JobSubmission,
+    LaunchFailure,
     NeedsReadinessCheck,
     PodSource,
     PolledByWatcher,
@@ -40,6 +41,7 @@ from npa.backends.base import (
     PullsPinnedImages,
     QueueAnswer,
     ReadinessTarget,
+    ReportsLaunchFailures,
     ReportsPodReasons,
     ResolvesAccelerators,
     RunTasks,
@@ -113,6 +115,46 @@ _NO_TASK = re.compile(
 )
 
 
+# What the jobs controller logs each time a launch of a task fails and it will try again later
+# (sky/jobs/recovery_strategy.py), and each time it starts a task of a pipeline (controller.py).
+_LAUNCH_FAILED = re.compile(r"Failed to launch a cluster with error: (?P<error>.*)$")
+_TASK_STARTED = re.compile(r"Starting task (?P<id>\d+) \((?P<name>[^)]*)\) for job \d+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# SkyPilot's schedule state of a job whose launch failed and that waits before the next one.
+_BACKOFF_STATE = "ALIVE_BACKOFF"
+
+
+def launch_failures_in(lines: list[str]) -> list[LaunchFailure]:
+    """The failed launches a jobs controller's log records, oldest first."""
+    found: list[LaunchFailure] = []
+    task: str | None = None
+    for raw in lines:
+        line = _ANSI.sub("", raw).strip()
+        started = _TASK_STARTED.search(line)
+        if started:
+            task = started["name"]
+            continue
+        failed = _LAUNCH_FAILED.search(line)
+        if failed:
+            error = failed["error"].strip()
+            # SkyPilot closes the message with a stray parenthesis.
+            if error.endswith(")") and error.count(")") > error.count("("):
+                error = error[:-1].rstrip()
+            found.append(LaunchFailure(attempt=len(found) + 1, task=task, error=error))
+    return found
+
+
+def _cancel_requested(details: str | None) -> bool:
+    """Whether SkyPilot's details column names a cancel request (sky/jobs/state.py
+    CANCEL_REQUESTED_EVENT_REASON_PREFIX)."""
+    return (details or "").startswith("Cancellation requested")
+
+
+def in_backoff(schedule_state: str | None, details: str | None) -> bool:
+    """Whether SkyPilot's record says the task's launch failed and it waits to try again."""
+    return schedule_state == _BACKOFF_STATE or "backoff" in (details or "").lower()
+
+
 def _kinds(exc: BaseException) -> set[str]:
     return {cls.__name__ for cls in type(exc).__mro__}
 
@@ -154,6 +196,7 @@ class SkyPilotBackend(
     NeedsReadinessCheck,
     ResolvesAccelerators,
     ReportsPodReasons,
+    ReportsLaunchFailures,
     PolledByWatcher,
     PreparesLaunch,
 ):
@@ -396,6 +439,28 @@ class SkyPilotBackend(
             found.append((task_of[cluster] if cluster else record.job_name, failure))
         return found
 
+    def launch_failures(self, record: JobRecord) -> list[LaunchFailure]:
+        """From the jobs controller's log of the job: SkyPilot keeps no count of the launches a
+        live job failed, and its record says only that the job is in backoff."""
+        try:
+            lines = self.service.controller_log(record.job_id)
+        except Exception as exc:
+            if isinstance(exc, ApiServerDown):
+                raise BackendUnavailable(str(exc), fix=exc.fix) from None
+            raise BackendUnavailable(
+                f"the jobs controller's log of job {record.job_id} did not answer: "
+                f"{type(exc).__name__}: {exc}",
+                fix=self._queue_fix(),
+            ) from None
+        return launch_failures_in(lines)
+
+    def launch_failures_source(self, record: JobRecord) -> tuple[str, str]:
+        where = f"KUBECONFIG={shlex.quote(self.kubeconfig)} " if self.kubeconfig else ""
+        return (
+            f"skypilot: jobs controller log of job {record.job_id}",
+            f"{where}sky jobs logs --controller {record.job_id} --no-follow",
+        )
+
     @property
     def poll_seconds(self) -> float:
         return float(os.environ.get(POLL_ENV, DEFAULT_POLL))
@@ -485,6 +550,10 @@ class SkyPilotBackend(
         state = job_state((failed or current).status)
         if all(job_state(r.status) is JobState.SUCCEEDED for r in rows):
             state = JobState.SUCCEEDED
+        if not state.terminal and any(_cancel_requested(r.details) for r in rows):
+            # SkyPilot recorded the cancel (a CANCELLING event, shown in the details column)
+            # before its controller acts on it and changes the status.
+            state = JobState.CANCELLING
         return JobRecord(
             backend=BACKEND,
             job_id=first.job_id,
@@ -503,6 +572,8 @@ class SkyPilotBackend(
                     ended_at=r.end_at,
                     recovery_count=r.recovery_count,
                     infra=r.infra,
+                    details=r.details,
+                    waiting=in_backoff(r.schedule_state, r.details),
                 )
                 for r in rows
             ],
@@ -682,4 +753,6 @@ def _stage_record(waves: dict[int, TaskRecord]) -> TaskRecord:
         ended_at=ordered[-1].ended_at if state.terminal else None,
         recovery_count=sum(t.recovery_count or 0 for t in ordered),
         infra=first.infra,
+        details=current.details if current is not None else None,
+        waiting=current is not None and current.waiting,
     )

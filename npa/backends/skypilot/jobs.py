@@ -56,6 +56,11 @@ class ManagedJobsService(Protocol):
         """``sky.jobs.tail_logs(job_id=..., task=...)`` as lines: ``task`` (a task name, or its
         id in the job) selects one task of a pipeline; None tails every task."""
 
+    def controller_log(self, job_id: int) -> list[str]:
+        """``sky.jobs.tail_logs(job_id=..., controller=True, follow=False)`` as lines: what the
+        jobs controller logged while it ran the job (each launch it tried, and why one
+        failed)."""
+
 
 def build_dag(task_yamls: list[str], name: str) -> Any:
     """The pipeline a run launches: one ``sky.Task`` per rendered stage, chained in order."""
@@ -144,3 +149,12 @@ class SkyManagedJobs:
             for chunk in chunks:
                 if chunk:
                     yield from chunk.splitlines()
+
+    def controller_log(self, job_id: int) -> list[str]:
+        with self._sdk():
+            import sky
+
+            chunks = sky.jobs.tail_logs(
+                job_id=job_id, follow=False, controller=True, preload_content=False
+            )
+            return [line for chunk in chunks if chunk for line in chunk.splitlines()]
