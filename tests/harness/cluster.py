@@ -440,6 +440,9 @@ def _kubelet_config(
         "resolvConf": "/etc/resolv.conf",
         "failSwapOn": False,
         "clusterDomain": "cluster.local",
+        # tests.harness.clusterdns answers there: a multi-node task's workers find its head
+        # by the name of the head's Service.
+        "clusterDNS": [gateway],
         "evictionHard": {
             "memory.available": "200Mi",
             "nodefs.available": "2%",
@@ -457,16 +460,52 @@ def _kubelet_config(
     return path
 
 
+# The ConfigMap holding SkyPilot's accelerator catalog (tests.harness.skypilot_cluster creates
+# it in the project's namespace), and where SkyPilot, running as root in its pods, looks for it.
+CATALOG_CONFIGMAP = "npa-test-sky-catalog"
+POD_CATALOG = "/root/.sky/catalogs/{version}/common/accelerators.csv"
+
+
 def sky_config(cluster: Cluster, path: Path) -> Path:
     """A SkyPilot configuration for this cluster: Kubernetes only, this context only, and a
     jobs controller that fits the node (SkyPilot's default asks for 4+ CPUs) on the runtime
-    image (SkyPilot's default image is on a registry this machine cannot reach)."""
+    image (SkyPilot's default image is on a registry this machine cannot reach).
+
+    Every SkyPilot pod mounts the accelerator catalog from a ConfigMap, as a site without
+    internet mirrors it: the jobs controller canonicalizes a task's GPU name against the
+    catalog before it launches anything, and would otherwise try to download it from GitHub
+    and retry for ever. The volume is optional, so a pod starts before the ConfigMap exists."""
+    from sky.skylet import constants
+
+    mount = POD_CATALOG.format(version=constants.CATALOG_SCHEMA_VERSION)
+    catalog_pods = {
+        "spec": {
+            "volumes": [
+                {
+                    "name": "npa-sky-catalog",
+                    "configMap": {"name": CATALOG_CONFIGMAP, "optional": True},
+                }
+            ],
+            "containers": [
+                {
+                    "volumeMounts": [
+                        {
+                            "name": "npa-sky-catalog",
+                            "mountPath": mount,
+                            "subPath": "accelerators.csv",
+                            "readOnly": True,
+                        }
+                    ]
+                }
+            ],
+        }
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         yaml.safe_dump(
             {
                 "allowed_clouds": ["kubernetes"],
-                "kubernetes": {"allowed_contexts": [cluster.context]},
+                "kubernetes": {"allowed_contexts": [cluster.context], "pod_config": catalog_pods},
                 "jobs": {
                     "controller": {
                         "resources": {
@@ -745,6 +784,22 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
                 return int(resp.status) == 200
 
         _wait("API server /readyz", readyz, 120, [apiserver])
+
+        # --- the cluster's DNS (Service names; the rest goes to the host's resolver) -------
+        dns = start(
+            ManagedProcess(
+                name="cluster-dns",
+                argv=[
+                    sys.executable, "-m", "tests.harness.clusterdns", gateway, "53",
+                    str(tools.kubectl), str(admin),
+                ],
+                log_path=logs / "cluster-dns.log",
+                cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+            ),
+            stack,
+        )  # fmt: skip
+        dns.wait_until(lambda: "cluster DNS on" in dns.log_tail(5), 30, "listening")
 
         # --- controllers -----------------------------------------------------------------
         start(

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness.cli import CliResult, run_npa
-from tests.harness.cluster import Cluster, free_port_on, sky_config
+from tests.harness.cluster import CATALOG_CONFIGMAP, Cluster, free_port_on, sky_config
 from tests.harness.procs import pid_alive, stop_lock_holders
 from tests.harness.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
 from tests.harness.skypilot import SKY
@@ -184,8 +184,9 @@ def seed_accelerator_catalog(home: Path) -> Path:
     Every task that asks for a GPU makes SkyPilot canonicalize the name against
     ``common/accelerators.csv``, which it downloads from GitHub on first use; this machine
     cannot reach GitHub, so the launch would fail before any pod exists. A catalog SkyPilot
-    finds in place is used as is (and shipped to the jobs controller, which has no internet
-    either), as on a site that mirrors SkyPilot's catalogs.
+    finds in place is used as is, as on a site that mirrors SkyPilot's catalogs. The jobs
+    controller, which has no internet either and is sent no catalog, mounts the same file
+    from a ConfigMap (:func:`tests.harness.cluster.sky_config`).
     """
     from sky.skylet import constants
 
@@ -204,7 +205,7 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
     npa_home = home / ".npa"
     home.mkdir(parents=True)
     sky_config(cluster, home / ".sky" / "config.yaml")
-    seed_accelerator_catalog(home)
+    catalog = seed_accelerator_catalog(home)
     kubectl_dir = str(cluster.tools.kubectl.parent)
     with gateway_moto(cluster.gateway) as s3:
         env = {
@@ -240,6 +241,11 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
             )  # fmt: skip
             assert provisioned.code == 0, provisioned.stdout + provisioned.stderr
             timings["provision_seconds"] = round(time.monotonic() - started, 1)
+            mirrored = cluster.kubectl(
+                "create", "configmap", CATALOG_CONFIGMAP, "-n", world.namespace,
+                f"--from-file=accelerators.csv={catalog}",
+            )  # fmt: skip
+            assert mirrored.returncode == 0, mirrored.stderr
             started = time.monotonic()
             api = world.start_api_server()
             for _ in range(2):  # a queue port taken between the check and the start: once more
