@@ -148,14 +148,74 @@ def test_a_missing_image_shows_the_kubelets_reason_and_ends_failed_startup(
     assert len(pulls) >= 2 and all(absent in a["detail"] for a in pulls), supervisor
     # The job was cancelled by id, so SkyPilot stops retrying.
     job = str(submitted.json()["job_id"])
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        queue = world.sky("jobs", "queue", "--all").stdout
-        row = next((ln for ln in queue.splitlines() if ln.split()[:1] == [job]), "")
-        if "CANCELLED" in row:
-            break
-        time.sleep(5)
-    assert "CANCELLED" in row, queue
+    assert_cancelled_in_queue(world, job)
+
+
+def test_a_stage_the_node_has_no_room_for_now_shows_why_and_ends_failed_startup(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """1.5 CPUs: the node has 2, but the jobs controller holds 1 of them. SkyPilot's prechecks
+    pass (a stage no node could ever hold ends FAILED_PRECHECKS at once), its controller fails
+    the launch, waits and tries again for ever, with the job PENDING, no failure reason and no
+    pod left. status shows the controller's reason from its log; the run watcher counts each
+    failed launch and stops at the threshold."""
+    world = sky_cluster
+    big = stage("big", "echo never runs")
+    big["resources"]["cpus"] = 1.5
+    spec = write_spec(tmp_path / "wf" / "big.yaml", "e2e-big",
+                      world.cluster.images["sky-runtime"], [big])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id, "--startup-failure-threshold", "2")
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    job = str(submitted.json()["job_id"])
+
+    def failed_launch(a: dict[str, Any]) -> bool:
+        return terminal(a) or bool(a["launch_failures"])
+
+    answer, _ = follow(world, run_id, failed_launch, timeout=600)
+    if not terminal(answer):  # seen while the controller retries
+        assert answer["state"] in ("PENDING", "STARTING"), json.dumps(answer, indent=1)
+        [source] = [s for s in answer["sources"] if s["source"] == "launch-attempts"]
+        assert source["answer"] == "found" and f"--controller {job}" in source["fix"], source
+        assert answer["next"][0] == source["fix"], answer["next"]
+        assert answer["pending"] == []  # no pod says anything: the controller's log does
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "FAILED_STARTUP", json.dumps(final, indent=1)
+    attempts = final["supervisor"]["attempts"]
+    assert [a["what"] for a in attempts] == [f"job {job} launch 1", f"job {job} launch 2"]
+    assert attempts[0]["failure"] == attempts[1]["failure"]
+    assert f"job {job} cancelled" in attempts[-1]["detail"], attempts
+    view = final["stages"]["big"]
+    assert view["state"] == "FAILED_STARTUP" and view["detail"].startswith("launch failed: ")
+    assert_cancelled_in_queue(world, job)
+
+
+def test_a_wave_of_two_shards_runs_as_one_two_node_task(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """Two shards at once: one SkyPilot task of two nodes (two pods, Ray across them, the
+    workers finding the head by its Service name through the cluster's DNS); each node runs its
+    own shard and both shards' outputs reach the store under the one output."""
+    world = sky_cluster
+    split = stage("split", 'set -e; echo "shard $NPA_SHARD of $NPA_SHARDS"; '
+                  'echo "$NPA_SHARD" > "$NPA_OUTPUT_PARTS/part-$NPA_SHARD.txt"',
+                  outputs=[{"name": "parts", "path": "parts/"}],
+                  waves={"shards": 2, "parallel": 2})  # fmt: skip
+    split["resources"]["cpus"] = 0.25
+    spec = write_spec(tmp_path / "wf" / "wave.yaml", "e2e-wave",
+                      world.cluster.images["sky-runtime"], [split])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    prefix = f"runs/e2e-wave/{run_id}/npa-workflow/stages/split/outputs/parts"
+    keys = world.store_keys(prefix)
+    for shard in (0, 1):
+        body = world.s3.client().get_object(Bucket=world.bucket, Key=f"{prefix}/part-{shard}.txt")
+        assert body["Body"].read().decode().strip() == str(shard), keys
+    logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "split")
+    assert "shard 0 of 2" in logs.stdout and "shard 1 of 2" in logs.stdout, logs.stdout
 
 
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
@@ -200,7 +260,6 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     assert [o["status"] for o in generate["outputs"]] == ["missing"], generate
 
 
-@pytest.mark.cluster_opt_in
 def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> None:
     world = sky_cluster
     spec = write_spec(tmp_path / "wf" / "long.yaml", "e2e-long",
@@ -233,7 +292,6 @@ def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> Non
     assert again.code == 0, again.stdout + again.stderr
 
 
-@pytest.mark.cluster_opt_in
 def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -270,7 +328,6 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
 
 
-@pytest.mark.cluster_opt_in
 def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -279,10 +336,8 @@ def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     under the same run; either way the run ends SUCCEEDED with its output."""
     world = sky_cluster
     out = {"name": "done", "path": "done.txt", "kind": "file"}
-    command = (
-        "set -e; echo working; sleep 45; echo done > /tmp/done.txt; "
-        'aws s3 cp --only-show-errors /tmp/done.txt "$NPA_OUTPUT_DONE"'
-    )
+    # Under the stage contract an output is a local path; npa uploads it once the command ends.
+    command = 'set -e; echo working; sleep 45; echo done > "$NPA_OUTPUT_DONE"'
     spec = write_spec(tmp_path / "wf" / "lost.yaml", "e2e-lost",
                       world.cluster.images["sky-runtime"],
                       [stage("works", command, outputs=[out])])  # fmt: skip
@@ -425,6 +480,18 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert node["node"] == world.cluster.node and node["ready"] and node["allocatable"] == 0
 
 
+def assert_cancelled_in_queue(world: SkyCluster, job: str) -> None:
+    """SkyPilot's own queue shows the job CANCELLED within five minutes (it stops retrying)."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        queue = world.sky("jobs", "queue", "--all").stdout
+        row = next((ln for ln in queue.splitlines() if ln.split()[:1] == [job]), "")
+        if "CANCELLED" in row:
+            return
+        time.sleep(5)
+    raise AssertionError(f"job {job} is not CANCELLED in SkyPilot's queue:\n{queue}")
+
+
 def stop_lock_holders_alive(lock: Path) -> bool:
     """Whether someone holds ``lock`` (a supervisor holds its run's lock for its whole life)."""
     import fcntl
@@ -440,8 +507,9 @@ def stop_lock_holders_alive(lock: Path) -> bool:
         return False
 
 
-def _server_processes(port: str) -> list[tuple[int, int]]:
-    """(pid, process group) of the local API server on ``port`` and of its keeper."""
+def _server_processes(port: str) -> list[tuple[int, int, str]]:
+    """(pid, process group, "server" or "keeper") of the local API server on ``port`` and of
+    its keeper (each leads its own process group)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -454,7 +522,7 @@ def _server_processes(port: str) -> list[tuple[int, int]]:
         server = b"sky.server.server" in argv and f"--port={port}".encode() in argv
         keeper = b"npa.adapters.skypilot.keeper" in argv
         if server or keeper:
-            found.append((int(proc.name), int(stat[2])))
+            found.append((int(proc.name), int(stat[2]), "server" if server else "keeper"))
     return found
 
 
@@ -470,7 +538,6 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.cluster_opt_in
 def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -528,7 +595,8 @@ def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
     assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
     processes = _server_processes(port)
-    [(server, group)] = [(pid, pgid) for pid, pgid in processes if pid == pgid]
+    [(server, group)] = [(pid, pgid) for pid, pgid, kind in processes if kind == "server"]
+    assert server == group, processes  # the server leads its own group of request workers
     assert len(_group_members(group)) > 1  # the server and its request workers
     os.kill(server, signal.SIGTERM)
     deadline = time.monotonic() + 60
