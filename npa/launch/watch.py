@@ -533,7 +533,10 @@ class Watcher:
         ``--startup-failure-threshold`` times in a row ends the run FAILED_STARTUP and cancels
         the job by id. True when the run became terminal."""
         seen = {a.what for a in m.supervisor.attempts}
-        found = self._pod_failures(job, tasks) + self._launch_failures(job, tasks)
+        # A pod that cannot start also fails the controller's launch: one fault seen from both
+        # sides. Counted twice, with two signatures, the alternation would reset the run of
+        # identical failures and never reach the threshold; the pods' reason is the precise one.
+        found = self._pod_failures(job, tasks) or self._launch_failures(job, tasks)
         new = [f for f in found if f.what not in seen]
         if not new:
             return False
