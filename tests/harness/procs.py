@@ -63,6 +63,55 @@ def pid_alive(pid: int) -> bool:
     return state != "Z"
 
 
+def process_start(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot (None once it is gone or a zombie).
+
+    A pid alone names a process only while it lives: the kernel hands it out again (here pids
+    wrap at 32768, many times in one test run), so a leftover check compares (pid, start).
+    """
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None if fields[0] in ("Z", "X") else int(fields[19])
+
+
+def ticks_now() -> int:
+    """Now, in the clock ticks of :func:`process_start`."""
+    return int(float(Path("/proc/uptime").read_text().split()[0]) * os.sysconf("SC_CLK_TCK"))
+
+
+def identities(pids: Sequence[int]) -> list[list[int]]:
+    """[pid, start] of each live pid: what a later leftover check compares."""
+    return [[pid, start] for pid in pids if (start := process_start(pid)) is not None]
+
+
+def still_running(identity: Sequence[int]) -> bool:
+    """True while the very process of ``identity`` ([pid, start]) lives, not a pid's reuse."""
+    pid, start = identity
+    return process_start(pid) == start
+
+
+def listeners(port: int) -> list[int]:
+    """The pids of every process with a listening TCP socket on ``port``, any address."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{cols[9]}]")
+    owners = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or not inodes:
+            continue
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                owners.append(int(entry.name))
+    return owners
+
+
 def run_processes(run_id: str) -> list[int]:
     """The live processes of one npa run (found by the NPA_RUN_ID their environment carries):
     what must be gone once the run is stopped."""

@@ -9,13 +9,14 @@ from pathlib import Path
 
 from tests.harness.cluster import Cluster
 from tests.harness.kube import KubeCluster
+from tests.harness.procs import identities
 from tests.harness.registry import Registry
 from tests.harness.s3 import S3Server
 
 
 def test_use_every_service_then_fail(s3: S3Server, registry: Registry, kube: KubeCluster) -> None:
     record = {
-        "pids": [registry.process.pid, kube.etcd.pid, kube.apiserver.pid],
+        "pids": identities([registry.process.pid, kube.etcd.pid, kube.apiserver.pid]),
         "ports": [s3.port, *registry.process.ports, *kube.etcd.ports, *kube.apiserver.ports],
     }
     Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps(record))
@@ -79,7 +80,8 @@ def test_start_a_long_local_run_then_fail(npa_home: Path, tmp_path: Path) -> Non
                 pids = [int(holder[0]), *_children(int(holder[0]))]
         time.sleep(0.1)
     assert len(pids) >= 2, "the supervisor never started its stage"
-    Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps({"pids": pids, "ports": []}))
+    record = {"pids": identities(pids), "ports": []}
+    Path(os.environ["NPA_LEFTOVER_RECORD"]).write_text(json.dumps(record))
     raise AssertionError("deliberate failure: teardown must still stop the supervisor")
 
 
@@ -100,7 +102,9 @@ def test_run_a_pod_on_the_cluster_then_fail(cluster: Cluster) -> None:
     pods = cluster.pod_pids()
     assert pods, "the pod's processes are not in the cluster's cgroups"
     record = {
-        "pids": [p.pid for p in cluster.processes] + _shims(host.containerd_socket) + pods,
+        "pids": identities(
+            [p.pid for p in cluster.processes] + _shims(host.containerd_socket) + pods
+        ),
         "ports": [port for p in cluster.processes for port in p.ports],
         "cluster": {
             "workdir": host.workdir,

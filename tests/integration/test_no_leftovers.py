@@ -9,10 +9,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.harness.procs import pid_alive, port_is_open
+from tests.harness.procs import listeners, process_start, still_running, ticks_now
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +34,51 @@ def _child_argv(tmp_path: Path, test: str = "test_use_every_service_then_fail") 
     ]
 
 
-def _assert_nothing_left(seen: dict[str, list[int]]) -> None:
+def _assert_nothing_left(seen: dict[str, Any], since: int) -> None:
+    """No recorded process lives and nothing of the child's listens on a recorded port.
+
+    Processes are compared by (pid, start), never by pid: pids wrap many times in one test run.
+    A port counts as left when its listener is a recorded process, or a process that started
+    after the child pytest did and is not this test's own (a child's service forking before
+    it died); a port that another service of this session listens on, on another address, is
+    that service's, not a leftover.
+    """
+    recorded = {tuple(identity) for identity in seen["pids"]}
     deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(pid_alive(p) for p in seen["pids"]):
+    while time.monotonic() < deadline and any(still_running(i) for i in seen["pids"]):
         time.sleep(0.1)
-    alive = [pid for pid in seen["pids"] if pid_alive(pid)]
+    alive = [pid for pid, start in seen["pids"] if still_running([pid, start])]
     assert alive == [], f"processes left running: {alive}"
+
+    def ours(pid: int) -> bool:
+        start = process_start(pid)
+        if start is None:
+            return False
+        return (pid, start) in recorded or (start >= since and not _descends_from_me(pid))
+
+    def left() -> dict[int, list[int]]:
+        owners = {port: [p for p in listeners(port) if ours(p)] for port in seen["ports"]}
+        return {port: pids for port, pids in owners.items() if pids}
+
     # A killed process's listening socket can outlive its pid by a moment while the kernel
     # finishes the exit; give the ports the same bounded wait as the processes.
-    while time.monotonic() < deadline and any(port_is_open(p) for p in seen["ports"]):
+    while time.monotonic() < deadline and left():
         time.sleep(0.1)
-    open_ports = [port for port in seen["ports"] if port_is_open(port)]
-    assert open_ports == [], f"ports still listening: {open_ports}\n{_listeners(open_ports)}"
+    open_ports = left()
+    assert open_ports == {}, f"ports still listening: {open_ports}\n{_listeners(list(open_ports))}"
+
+
+def _descends_from_me(pid: int) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        if pid == me:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            return False
+    return False
 
 
 def _listeners(ports: list[int]) -> str:
@@ -58,6 +92,7 @@ def _listeners(ports: list[int]) -> str:
 
 def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
     record = tmp_path / "record.json"
+    since = ticks_now()
     child = subprocess.run(
         _child_argv(tmp_path),
         cwd=ROOT,
@@ -72,12 +107,13 @@ def test_failed_test_still_stops_every_service(tmp_path: Path) -> None:
     assert "1 failed" in child.stdout, child.stdout
     seen = json.loads(record.read_text())
     assert len(seen["pids"]) == 3 and len(seen["ports"]) >= 5
-    _assert_nothing_left(seen)
+    _assert_nothing_left(seen, since)
 
 
 def test_teardown_stops_the_supervisors_a_test_started(tmp_path: Path) -> None:
     """npa's local supervisor outlives its shell by design; the npa_home fixture stops it."""
     record = tmp_path / "record.json"
+    since = ticks_now()
     child = subprocess.run(
         _child_argv(tmp_path, "test_start_a_long_local_run_then_fail"),
         cwd=ROOT,
@@ -90,13 +126,14 @@ def test_teardown_stops_the_supervisors_a_test_started(tmp_path: Path) -> None:
     assert child.returncode == 1 and "1 failed" in child.stdout, child.stdout + child.stderr
     seen = json.loads(record.read_text())
     assert len(seen["pids"]) >= 2  # the supervisor and the stage's process
-    _assert_nothing_left(seen)
+    _assert_nothing_left(seen, since)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_killed_test_run_still_stops_every_service(tmp_path: Path, sig: signal.Signals) -> None:
     """SIGTERM tears fixtures down; SIGKILL (no teardown at all) is caught by parent-death."""
     record = tmp_path / "record.json"
+    since = ticks_now()
     child = subprocess.Popen(
         _child_argv(tmp_path),
         cwd=ROOT,
@@ -117,7 +154,7 @@ def test_killed_test_run_still_stops_every_service(tmp_path: Path, sig: signal.S
         if child.poll() is None:
             child.kill()
             child.wait()
-    _assert_nothing_left(seen)
+    _assert_nothing_left(seen, since)
 
 
 def _assert_host_restored(seen: dict[str, dict[str, str]], ip_forward_before: str) -> None:
@@ -156,6 +193,7 @@ def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> No
     """A failing test, or a test run killed with no teardown at all (its guardian then undoes
     the host changes), leaves no process, port, mount, network, rule or cgroup behind."""
     record = tmp_path / "record.json"
+    since = ticks_now()
     ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
     env = {**os.environ, "NPA_LEFTOVER_RECORD": str(record)}
     argv = _child_argv(tmp_path, "test_run_a_pod_on_the_cluster_then_fail")
@@ -185,5 +223,5 @@ def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> No
     while not undone.exists() and time.monotonic() < deadline:
         time.sleep(0.2)
     assert undone.exists(), "the cluster's guardian never undid the host changes"
-    _assert_nothing_left(seen)
+    _assert_nothing_left(seen, since)
     _assert_host_restored(seen, ip_forward)
