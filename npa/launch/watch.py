@@ -536,7 +536,11 @@ class Watcher:
         # A pod that cannot start also fails the controller's launch: one fault seen from both
         # sides. Counted twice, with two signatures, the alternation would reset the run of
         # identical failures and never reach the threshold; the pods' reason is the precise one.
-        found = self._pod_failures(job, tasks) or self._launch_failures(job, tasks)
+        # Once a pod of the job has failed, its launches are never counted: a poll that cannot
+        # read the pods (or reads them between two pods) must not start the alternation either.
+        pods = self._pod_failures(job, tasks)
+        pod_seen = any(w.startswith(f"job {job.job_id} pod ") for w in seen)
+        found = pods or ([] if pod_seen else self._launch_failures(job, tasks))
         new = [f for f in found if f.what not in seen]
         if not new:
             return False

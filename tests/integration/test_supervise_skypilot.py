@@ -234,6 +234,70 @@ def test_different_launch_failures_do_not_reach_the_threshold(world: dict[str, A
     assert pid(world) is not None  # still watching a job that may yet start
 
 
+def pull_failure_event(kube: KubeCluster, pod: str, image: str) -> str:
+    """The event a kubelet records for a pod that cannot pull its image; the pod itself may be
+    gone (SkyPilot deletes it), its events stay. Returns the event's name."""
+    import datetime
+    import uuid
+
+    from kubernetes import client
+
+    name = f"{pod}.{uuid.uuid4().hex[:8]}"
+    now = datetime.datetime.now(datetime.UTC)
+    kube.core().create_namespaced_event(
+        "npa-team",
+        client.CoreV1Event(
+            metadata=client.V1ObjectMeta(name=name, namespace="npa-team"),
+            involved_object=client.V1ObjectReference(
+                kind="Pod", name=pod, namespace="npa-team", uid=str(uuid.uuid4())
+            ),
+            reason="Failed",
+            message=f'Failed to pull image "{image}": manifest unknown',
+            type="Warning",
+            count=1,
+            first_timestamp=now,
+            last_timestamp=now,
+        ),
+    )
+    return name
+
+
+def test_a_pod_that_cannot_start_is_counted_once_not_again_as_a_failed_launch(
+    world: dict[str, Any],
+) -> None:
+    """SkyPilot's controller fails the launch of a task whose pod cannot pull its image: one
+    fault, seen in the pod's events and in the controller's log. Counted from both sides (two
+    signatures) the run of identical failures would restart at each alternation and never reach
+    the threshold; the pods' reason is counted, the launches never are, even on a poll that
+    reads no pod event."""
+    from sky.jobs.utils import generate_managed_job_cluster_name
+
+    submit(world, "--startup-failure-threshold", "2")
+    started(world)
+    [job] = jobs(world)
+    task = job_tasks(job)[0]["name"]
+    cluster = generate_managed_job_cluster_name(task, 1)
+    image = "registry.example/npa/absent@sha256:" + "0" * 64
+    kube = world["kube"]
+    first = pull_failure_event(kube, f"{cluster}-head-aaaaa", image)
+    wait_for(world, lambda m: m["supervisor"]["startup_failures"] == 1)
+    fail_launch(world["state"], 1, f"sky.exceptions.ResourcesUnavailableError: {image}: pull")
+    # The event expires (or a poll cannot read it): the launch failure stays uncounted.
+    kube.core().delete_namespaced_event(first, "npa-team")
+    polls = read_state(world["state"])["queue_calls"]
+    wait_for(world, lambda m: read_state(world["state"])["queue_calls"] > polls + 10)
+    assert manifest(world)["supervisor"]["startup_failures"] == 1
+    pull_failure_event(kube, f"{cluster}-head-bbbbb", image)
+    m = wait_for(world, lambda m: m["state"] == "FAILED_STARTUP")
+    assert exited(world)
+    sup = m["supervisor"]
+    assert [a["what"].split(" (")[0] for a in sup["attempts"]] == [
+        f"job 1 pod {cluster}-head-aaaaa",
+        f"job 1 pod {cluster}-head-bbbbb",
+    ]
+    assert [j["status"] for j in jobs(world)] == ["CANCELLED"]
+
+
 def test_a_job_in_no_backoff_never_reads_the_controller_log(world: dict[str, Any]) -> None:
     script(world, outcomes=["STARTING"])
     submit(world)
