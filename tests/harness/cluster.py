@@ -466,7 +466,7 @@ CATALOG_CONFIGMAP = "npa-test-sky-catalog"
 POD_CATALOG = "/root/.sky/catalogs/{version}/common/accelerators.csv"
 
 
-def sky_config(cluster: Cluster, path: Path) -> Path:
+def sky_config(cluster: Cluster, path: Path, *, cpu_request: str | None = None) -> Path:
     """A SkyPilot configuration for this cluster: Kubernetes only, this context only, and a
     jobs controller that fits the node (SkyPilot's default asks for 4+ CPUs) on the runtime
     image (SkyPilot's default image is on a registry this machine cannot reach).
@@ -474,7 +474,13 @@ def sky_config(cluster: Cluster, path: Path) -> Path:
     Every SkyPilot pod mounts the accelerator catalog from a ConfigMap, as a site without
     internet mirrors it: the jobs controller canonicalizes a task's GPU name against the
     catalog before it launches anything, and would otherwise try to download it from GitHub
-    and retry for ever. The volume is optional, so a pod starts before the ConfigMap exists."""
+    and retry for ever. The volume is optional, so a pod starts before the ConfigMap exists.
+
+    ``cpu_request`` (``make demo-cluster`` only) overcommits the node as a cluster's admin may:
+    every SkyPilot pod then asks the scheduler for that much CPU, whatever its task's ``cpus``
+    (which SkyPilot still checks against the node), so tiny-local's two-pod wave fits beside the
+    jobs controller on one 2-core node. The tests keep the real requests: one of them needs a
+    node with no room."""
     from sky.skylet import constants
 
     mount = POD_CATALOG.format(version=constants.CATALOG_SCHEMA_VERSION)
@@ -500,6 +506,8 @@ def sky_config(cluster: Cluster, path: Path) -> Path:
             ],
         }
     }
+    if cpu_request is not None:
+        catalog_pods["spec"]["containers"][0]["resources"] = {"requests": {"cpu": cpu_request}}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(
         yaml.safe_dump(

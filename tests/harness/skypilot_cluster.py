@@ -198,13 +198,16 @@ def seed_accelerator_catalog(home: Path) -> Path:
 
 
 @contextlib.contextmanager
-def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
-    """Configure and provision project ``e2e`` on ``cluster``; see the module docstring."""
+def sky_cluster_world(
+    cluster: Cluster, workdir: Path, *, cpu_request: str | None = None
+) -> Iterator[SkyCluster]:
+    """Configure and provision project ``e2e`` on ``cluster``; see the module docstring
+    (``cpu_request``: :func:`tests.harness.cluster.sky_config`)."""
     timings: dict[str, float] = {}
     home = workdir / "home"
     npa_home = home / ".npa"
     home.mkdir(parents=True)
-    sky_config(cluster, home / ".sky" / "config.yaml")
+    sky_config(cluster, home / ".sky" / "config.yaml", cpu_request=cpu_request)
     catalog = seed_accelerator_catalog(home)
     kubectl_dir = str(cluster.tools.kubectl.parent)
     with gateway_moto(cluster.gateway) as s3:
@@ -262,16 +265,23 @@ def sky_cluster_world(cluster: Cluster, workdir: Path) -> Iterator[SkyCluster]:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m tests.harness.skypilot_cluster up WORKDIR``: the cluster and project ``e2e``
-    (as the tests get them) until SIGTERM or SIGINT; ``WORKDIR/world.json`` holds what a shell
-    needs (the environment for npa, the context, the images). Used by ``make demo-cluster``."""
+    """``python -m tests.harness.skypilot_cluster up WORKDIR [--pod-cpu-request QUANTITY]``:
+    the cluster and project ``e2e`` (as the tests get them) until SIGTERM or SIGINT;
+    ``WORKDIR/world.json`` holds what a shell needs (the environment for npa, the context, the
+    images). Used by ``make demo-cluster``."""
     import json
     import sys
 
     from tests.harness.cluster import single_node_cluster, tools_from_env
 
+    cpu_request = None
+    if len(argv) == 4 and argv[2] == "--pod-cpu-request":
+        cpu_request, argv = argv[3], argv[:2]
     if len(argv) != 2 or argv[0] != "up":
-        sys.stderr.write("usage: python -m tests.harness.skypilot_cluster up WORKDIR\n")
+        sys.stderr.write(
+            "usage: python -m tests.harness.skypilot_cluster up WORKDIR"
+            " [--pod-cpu-request QUANTITY]\n"
+        )
         return 2
     tools = tools_from_env()
     if isinstance(tools, str):
@@ -288,7 +298,7 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     with (
         single_node_cluster(tools, workdir / "cluster") as cluster,
-        sky_cluster_world(cluster, workdir / "world") as world,
+        sky_cluster_world(cluster, workdir / "world", cpu_request=cpu_request) as world,
     ):
         info = {
             "context": cluster.context,
