@@ -55,12 +55,7 @@ def port_is_open(port: int, host: str = "127.0.0.1") -> bool:
 
 def pid_alive(pid: int) -> bool:
     """True while ``pid`` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            state = f.read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
+    return process_start(pid) is not None
 
 
 def process_start(pid: int) -> int | None:
@@ -102,9 +97,11 @@ def listeners(port: int) -> list[int]:
                 cols = line.split()
                 if cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
                     inodes.add(f"socket:[{cols[9]}]")
-    owners = []
+    owners: list[int] = []
+    if not inodes:
+        return owners
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or not inodes:
+        if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
             if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
