@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 from types import FrameType
+from typing import Any
 
 import pytest
 
@@ -40,7 +41,23 @@ OPT_IN_ENV = "NPA_CLUSTER_OPT_IN"
 OPT_IN_MARK = "cluster_opt_in"
 
 
+# make test runs whole files per xdist worker (--dist loadfile); the cluster tests share one
+# session cluster and the jobs controller its first launch creates, so they live in one file.
+CLUSTER_MODULE = "tests/integration/test_cluster_skypilot.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    strays = [
+        item.nodeid
+        for item in items
+        if item.get_closest_marker("cluster") is not None
+        and item.nodeid.split("::")[0] != CLUSTER_MODULE
+    ]
+    if strays:
+        raise pytest.UsageError(
+            f"cluster tests outside {CLUSTER_MODULE} would run beside it on another xdist "
+            f"worker, on a second cluster: {strays}"
+        )
     if os.environ.get(OPT_IN_ENV) == "1" or OPT_IN_MARK in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(
@@ -52,9 +69,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+# Under pytest-xdist (make test) each worker runs its own fixtures: a worker reports what its
+# harness left running to the controller, which fails the run (a worker's own exit status is
+# not the run's).
+WORKER_LEFTOVERS: list[str] = []
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    WORKER_LEFTOVERS.extend(getattr(node, "workeroutput", {}).get("npa_leftovers", []))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leftovers = [f"{p.name} (pid {pid})" for pid, p in LIVE.items() if pid_alive(pid)]
+    worker_output = getattr(session.config, "workeroutput", None)
+    if worker_output is not None:
+        worker_output["npa_leftovers"] = leftovers
+    leftovers += WORKER_LEFTOVERS
     if leftovers:
         session.config.get_terminal_writer().line(
             "harness left processes running: " + ", ".join(leftovers), red=True

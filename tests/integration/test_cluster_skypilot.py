@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness.procs import stop_lock_holders
+from tests.harness.procs import stop_lock_holders, ticks_now
 from tests.harness.s3 import SECRET_KEY
 from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import (
@@ -32,6 +33,12 @@ from tests.integration.clusterworld import (
     submit,
     terminal,
     write_spec,
+)
+from tests.integration.leftovers import (
+    ROOT,
+    assert_host_restored,
+    assert_nothing_left,
+    child_argv,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.cluster]
@@ -626,3 +633,43 @@ def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     assert _server_processes(port) == []
     restarted = world.start_api_server()
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
+
+
+# Last in the module: a cluster of its own beside the session's, in a child pytest.
+@pytest.mark.parametrize("mode", ["fail", "sigkill"])
+def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> None:
+    """A failing test, or a test run killed with no teardown at all (its guardian then undoes
+    the host changes), leaves no process, port, mount, network, rule or cgroup behind."""
+    record = tmp_path / "record.json"
+    since = ticks_now()
+    ip_forward = Path("/proc/sys/net/ipv4/ip_forward").read_text().strip()
+    env = {**os.environ, "NPA_LEFTOVER_RECORD": str(record)}
+    argv = child_argv(tmp_path, "test_run_a_pod_on_the_cluster_then_fail")
+    if mode == "fail":
+        child = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
+                               timeout=600, check=False)  # fmt: skip
+        assert child.returncode == 1 and "1 failed" in child.stdout, child.stdout + child.stderr
+    else:
+        proc = subprocess.Popen(argv, cwd=ROOT, env={**env, "NPA_LEFTOVER_MODE": "hang"},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        try:
+            deadline = time.monotonic() + 600
+            while not record.exists() and time.monotonic() < deadline:
+                assert proc.poll() is None, "the child pytest ended before using the cluster"
+                time.sleep(0.5)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    seen = json.loads(record.read_text())
+    assert len(seen["pids"]) >= 8  # control plane, node, netcheck, a shim, the pod's processes
+    # Undoing is the guardian's work after a SIGKILL: give it the same bounded wait.
+    deadline = time.monotonic() + 60
+    undone = Path(seen["cluster"]["workdir"]) / "undone.json"
+    while not undone.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert undone.exists(), "the cluster's guardian never undid the host changes"
+    assert_nothing_left(seen, since)
+    assert_host_restored(seen, ip_forward)

@@ -35,3 +35,25 @@ def test_listeners_are_found_on_any_address_and_only_while_listening() -> None:
         server.listen()
         assert listeners(port) == [os.getpid()]
     assert listeners(port) == []
+
+
+def test_the_suites_own_processes_are_told_from_a_childs_orphans() -> None:
+    """A process under this pytest (a service another worker started meanwhile) is the suite's;
+    one whose parent died and that now hangs from init (a child's orphan) is not."""
+    from tests.integration.leftovers import _descends_from, _suite_root
+
+    suite = _suite_root()
+    assert _descends_from(os.getpid(), suite)
+    own = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    # The shell starts a sleeper in the background, prints its pid and exits: an orphan.
+    shell = subprocess.run(
+        ["sh", "-c", "sleep 30 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True
+    )
+    orphan = int(shell.stdout.strip())
+    try:
+        assert _descends_from(own.pid, suite)
+        assert not _descends_from(orphan, suite)
+    finally:
+        own.kill()
+        own.wait()
+        os.kill(orphan, 9)
