@@ -562,7 +562,6 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
-@pytest.mark.cluster_opt_in  # failed once in a full-module run (2026-12-01); see docs
 def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
