@@ -15,7 +15,8 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for make test, each given whole test files (--dist loadfile): every
 # cluster test is in tests/integration/test_cluster_skypilot.py, which one worker runs in order
 # (its first launch creates the jobs controller the rest share) while the other files run
-# beside it. PYTEST_WORKERS=0 runs one process, in collection order.
+# beside it. Files go out in collection order (not largest first), so the cluster file, second
+# in that order, starts at once. PYTEST_WORKERS=0 runs one process, in collection order.
 PYTEST_WORKERS ?= 2
 
 .PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint test demo demo-cluster bench clean
@@ -56,7 +57,7 @@ lint: setup lint-tools
 	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 
 test: prepare-test lint
-	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: prepare-demo
 	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
