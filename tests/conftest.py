@@ -8,6 +8,7 @@ from types import FrameType
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     cluster,
@@ -23,6 +24,12 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     sky_server,
 )
 from tests.harness.procs import LIVE, pid_alive
+
+# make test runs two workers side by side on a machine that may have two cores: time is not
+# what a property test checks, so no example fails for taking long, and no test is refused
+# because generating its data was slow.
+settings.register_profile("npa", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("npa")
 
 
 def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -16,7 +16,7 @@ def live_pid(npa_home: Path, project: str, run_id: str) -> int | None:
     return alive(NpaPaths(root=npa_home), project, run_id)
 
 
-def wait_gone(npa_home: Path, project: str, run_id: str, timeout: float = 20.0) -> bool:
+def wait_gone(npa_home: Path, project: str, run_id: str, timeout: float = 60.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if live_pid(npa_home, project, run_id) is None:

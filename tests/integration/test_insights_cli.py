@@ -33,7 +33,7 @@ def _run(npa_home: Path, spec_text: str, folder: Path, *extra: str) -> tuple[str
     )  # fmt: skip
     assert sub.code == 0, sub.stdout + sub.stderr
     prefix = npa_home / "store" / "tiny-local" / run_id / "npa-workflow"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         state = json.loads((prefix / "manifest.json").read_text())["state"]
         if state in TERMINAL:

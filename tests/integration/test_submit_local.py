@@ -50,7 +50,7 @@ def run_dir(npa_home: Path, workflow: str, run_id: str) -> Path:
     return npa_home / "store" / workflow / run_id / "npa-workflow"
 
 
-def wait_manifest(prefix: Path, timeout: float = 60) -> dict[str, Any]:
+def wait_manifest(prefix: Path, timeout: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         manifest = json.loads((prefix / "manifest.json").read_text())

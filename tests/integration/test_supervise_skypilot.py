@@ -96,7 +96,7 @@ def pid(w: dict[str, Any]) -> int | None:
     return supervisors.live_pid(w["home"], "team", w["run_id"])
 
 
-def started(w: dict[str, Any], timeout: float = 20.0) -> int:
+def started(w: dict[str, Any], timeout: float = 120.0) -> int:
     """The supervisor's pid once it holds the run's lock (submit does not wait for that)."""
     deadline = time.monotonic() + timeout
     while (found := pid(w)) is None:
@@ -379,7 +379,7 @@ def test_an_unavailable_queue_is_unknown_and_blocks_relaunch(world: dict[str, An
     assert m["supervisor"]["recovery"] == "blocked"
     assert m["state"] == "RUNNING" and m["job_id"] == 1  # unknown is never "absent"
     polled = read_state(world["state"]).get("queue_calls", 0)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 120
     while read_state(world["state"]).get("queue_calls", 0) < polled + 3:  # three polls, queue down
         assert time.monotonic() < deadline, "the supervisor stopped polling the queue"
         time.sleep(0.05)
