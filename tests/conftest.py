@@ -40,6 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # A run stopped with SIGTERM (a CI timeout, `timeout`, kill) tears fixtures down as Ctrl-C
     # does, so the services it started are stopped rather than orphaned.
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    # Text output is as wide as $COLUMNS says (npa.core.table). pytest-xdist's workers start
+    # with COLUMNS=80 and LINES=24, and a shell may export its own: a test's CLI child must see
+    # what a pipe sees (rows that never wrap) whoever runs the suite, unless the test sets one.
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 # Cluster tests that are not yet reliable (or too slow) for every `make test`: they run only when
