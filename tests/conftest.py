@@ -40,6 +40,11 @@ def pytest_configure(config: pytest.Config) -> None:
     # A run stopped with SIGTERM (a CI timeout, `timeout`, kill) tears fixtures down as Ctrl-C
     # does, so the services it started are stopped rather than orphaned.
     signal.signal(signal.SIGTERM, _interrupt_on_sigterm)
+    # Tests press Ctrl-C on CLI children (SIGINT). A suite started in the background by a
+    # non-interactive shell, or under nohup, inherits SIGINT ignored, and an ignored signal
+    # stays ignored across exec: the child would never see it. Handled here, it is reset to
+    # its default in every child.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # Text output is as wide as $COLUMNS says (npa.core.table). pytest-xdist's workers start
     # with COLUMNS=80 and LINES=24, and a shell may export its own: a test's CLI child must see
     # what a pipe sees (rows that never wrap) whoever runs the suite, unless the test sets one.
