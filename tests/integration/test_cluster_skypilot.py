@@ -634,6 +634,52 @@ def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
 
+@pytest.mark.cluster_opt_in  # 491 s more on the cluster worker; passed for real 2026-12-02
+def test_a_killed_jobs_controller_ends_the_job_failed_controller_and_npa_relaunches_it(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The jobs controller's process dies under a running job (SIGKILL, as an OOM kill does):
+    SkyPilot ends the job FAILED_CONTROLLER, npa's supervisor counts it as transient
+    infrastructure, relaunches the run under its next name, and the run ends SUCCEEDED."""
+    world = sky_cluster
+    out = {"name": "done", "path": "done.txt", "kind": "file"}
+    command = 'set -e; echo working; sleep 60; echo done > "$NPA_OUTPUT_DONE"'
+    spec = write_spec(tmp_path / "wf" / "orphaned.yaml", "e2e-orphaned",
+                      world.cluster.images["sky-runtime"],
+                      [stage("works", command, outputs=[out])])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    job = str(submitted.json()["job_id"])
+    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
+    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    pods = json.loads(
+        world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
+    )["items"]
+    [controller] = [
+        p["metadata"]["name"]
+        for p in pods
+        if p["metadata"]["name"].startswith("sky-jobs-controller-")
+    ]
+    killed = world.cluster.kubectl(
+        "exec", "-n", world.namespace, controller, "--",
+        "pkill", "-KILL", "-f", "sky.jobs.controller",
+    )  # fmt: skip
+    assert killed.returncode == 0, killed.stdout + killed.stderr
+    final, _ = follow(world, run_id, terminal, timeout=1200)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    supervisor = final["supervisor"]
+    assert supervisor["relaunches"] == 1, supervisor
+    [ended] = [a for a in supervisor["attempts"] if a["what"] == f"job {job}"]
+    assert "FAILED_CONTROLLER" in ended["detail"], ended
+    assert ended["classification"] == "transient_infrastructure", ended
+    queue = world.sky("jobs", "queue", "--all").stdout
+    row = next((ln for ln in queue.splitlines() if ln.split()[:1] == [job]), "")
+    assert "FAILED_CONTROLLER" in row, queue
+    prefix = f"runs/e2e-orphaned/{run_id}/npa-workflow/stages/works/outputs"
+    assert world.store_keys(prefix).get(f"{prefix}/done.txt", 0) > 0
+
+
 # Last in the module: a cluster of its own beside the session's, in a child pytest.
 @pytest.mark.parametrize("mode", ["fail", "sigkill"])
 def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> None:
