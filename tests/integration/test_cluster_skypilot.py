@@ -342,18 +342,7 @@ def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     cluster gone and brings the task back, or ends the job and npa's supervisor relaunches it
     under the same run; either way the run ends SUCCEEDED with its output."""
     world = sky_cluster
-    out = {"name": "done", "path": "done.txt", "kind": "file"}
-    # Under the stage contract an output is a local path; npa uploads it once the command ends.
-    command = 'set -e; echo working; sleep 45; echo done > "$NPA_OUTPUT_DONE"'
-    spec = write_spec(tmp_path / "wf" / "lost.yaml", "e2e-lost",
-                      world.cluster.images["sky-runtime"],
-                      [stage("works", command, outputs=[out])])  # fmt: skip
-    run_id = prepare(world, spec)
-    submitted = submit(world, spec, run_id)
-    assert submitted.code == 0, submitted.stdout + submitted.stderr
-    job = submitted.json()["job_id"]
-    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
-    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    run_id, job = running_run_with_one_output(world, tmp_path, "e2e-lost", seconds=45)
     pods = json.loads(
         world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
     )["items"]
@@ -485,6 +474,25 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert gpus.code == 0, gpus.stdout + gpus.stderr
     [node] = gpus.json()["nodes"]
     assert node["node"] == world.cluster.node and node["ready"] and node["allocatable"] == 0
+
+
+def running_run_with_one_output(
+    world: SkyCluster, tmp_path: Path, workflow: str, *, seconds: int
+) -> tuple[str, str]:
+    """A one-stage run that works for ``seconds`` then writes its output ``done``, submitted
+    and followed until RUNNING; returns its run id and its job id."""
+    out = {"name": "done", "path": "done.txt", "kind": "file"}
+    # Under the stage contract an output is a local path; npa uploads it once the command ends.
+    command = f'set -e; echo working; sleep {seconds}; echo done > "$NPA_OUTPUT_DONE"'
+    spec = write_spec(tmp_path / "wf" / f"{workflow}.yaml", workflow,
+                      world.cluster.images["sky-runtime"],
+                      [stage("works", command, outputs=[out])])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
+    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    return run_id, str(submitted.json()["job_id"])
 
 
 def assert_cancelled_in_queue(world: SkyCluster, job: str) -> None:
@@ -642,17 +650,7 @@ def test_a_killed_jobs_controller_ends_the_job_failed_controller_and_npa_relaunc
     SkyPilot ends the job FAILED_CONTROLLER, npa's supervisor counts it as transient
     infrastructure, relaunches the run under its next name, and the run ends SUCCEEDED."""
     world = sky_cluster
-    out = {"name": "done", "path": "done.txt", "kind": "file"}
-    command = 'set -e; echo working; sleep 60; echo done > "$NPA_OUTPUT_DONE"'
-    spec = write_spec(tmp_path / "wf" / "orphaned.yaml", "e2e-orphaned",
-                      world.cluster.images["sky-runtime"],
-                      [stage("works", command, outputs=[out])])  # fmt: skip
-    run_id = prepare(world, spec)
-    submitted = submit(world, spec, run_id)
-    assert submitted.code == 0, submitted.stdout + submitted.stderr
-    job = str(submitted.json()["job_id"])
-    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
-    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    run_id, job = running_run_with_one_output(world, tmp_path, "e2e-orphaned", seconds=60)
     pods = json.loads(
         world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
     )["items"]
