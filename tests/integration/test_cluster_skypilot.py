@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -343,14 +344,12 @@ def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     under the same run; either way the run ends SUCCEEDED with its output."""
     world = sky_cluster
     run_id, job = running_run_with_one_output(world, tmp_path, "e2e-lost", seconds=45)
-    pods = json.loads(
-        world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
-    )["items"]
-    [task_pod] = [
-        p["metadata"]["name"]
-        for p in pods
-        if p["metadata"].get("annotations", {}).get("skypilot-cluster-name", "").endswith(f"-{job}")
-    ]
+    [task_pod] = project_pods(
+        world,
+        lambda meta: (
+            meta.get("annotations", {}).get("skypilot-cluster-name", "").endswith(f"-{job}")
+        ),
+    )
     deleted = world.cluster.kubectl(
         "delete", "pod", task_pod, "-n", world.namespace, "--grace-period=0", "--force"
     )
@@ -493,6 +492,14 @@ def running_run_with_one_output(
     running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
     assert running["state"] == "RUNNING", json.dumps(running, indent=1)
     return run_id, str(submitted.json()["job_id"])
+
+
+def project_pods(world: SkyCluster, keep: Callable[[dict[str, Any]], bool]) -> list[str]:
+    """The names of the pods in the project's namespace whose metadata ``keep`` accepts."""
+    listed = world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    metas = [p["metadata"] for p in json.loads(listed.stdout)["items"]]
+    return [meta["name"] for meta in metas if keep(meta)]
 
 
 def assert_cancelled_in_queue(world: SkyCluster, job: str) -> None:
@@ -651,14 +658,7 @@ def test_a_killed_jobs_controller_ends_the_job_failed_controller_and_npa_relaunc
     infrastructure, relaunches the run under its next name, and the run ends SUCCEEDED."""
     world = sky_cluster
     run_id, job = running_run_with_one_output(world, tmp_path, "e2e-orphaned", seconds=60)
-    pods = json.loads(
-        world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json").stdout
-    )["items"]
-    [controller] = [
-        p["metadata"]["name"]
-        for p in pods
-        if p["metadata"]["name"].startswith("sky-jobs-controller-")
-    ]
+    [controller] = project_pods(world, lambda meta: meta["name"].startswith("sky-jobs-controller-"))
     killed = world.cluster.kubectl(
         "exec", "-n", world.namespace, controller, "--",
         "pkill", "-KILL", "-f", "sky.jobs.controller",
