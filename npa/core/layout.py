@@ -32,7 +32,6 @@ SHARED_SOURCE = "npa-source"
 MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
 
-_RELAUNCH = re.compile(r"-a(\d+)$")
 _WAVE_TASK = re.compile(r"(?P<base>.+)-w(?P<wave>0|[1-9][0-9]*)")
 
 
@@ -110,10 +109,11 @@ def watcher_dir(project: str, run_id: str) -> str:
     return f"{project}.{run_id}"
 
 
-def launch_name(project: str, run_id: str, *, resumes: int, job_name: str) -> str:
-    """The lock and journal name of one launch: each resume and each relaunch is its own."""
+def launch_name(project: str, run_id: str, *, resumes: int, job_name: str, base: str) -> str:
+    """The lock and journal name of one launch: each resume and each relaunch is its own.
+    ``base`` is the run's current job name before any relaunch (see :func:`relaunch_suffix`)."""
     name = f"launch.{project}.{run_id}" + (f".r{resumes}" if resumes else "")
-    return name + relaunch_suffix(job_name)
+    return name + relaunch_suffix(job_name, base)
 
 
 # --- job and task names -------------------------------------------------------------------------
@@ -127,20 +127,24 @@ def resume_job_name(workflow: str, run_id: str, attempt: int) -> str:
     return f"{job_name(workflow, run_id)}-r{attempt}"
 
 
-def relaunch_job_name(name: str, attempt: int) -> str:
-    """The job name of the watcher's ``attempt``-th relaunch of the job called ``name``."""
-    return f"{base_job_name(name)}-a{attempt}"
+def relaunch_job_name(base: str, attempt: int) -> str:
+    """The job name of the watcher's ``attempt``-th relaunch of the job called ``base``."""
+    return f"{base}-a{attempt}"
 
 
-def relaunch_suffix(name: str) -> str:
-    """``.a<N>`` for a relaunch's job name, else ``""`` (journal names carry it)."""
-    match = _RELAUNCH.search(name)
-    return f".a{match.group(1)}" if match else ""
+def relaunch_suffix(name: str, base: str) -> str:
+    """``""`` when ``name`` is ``base`` itself, ``.a<N>`` when it is the ``N``-th relaunch of the
+    job called ``base``: journal and lock names carry it, so each attempt launches once.
 
-
-def base_job_name(name: str) -> str:
-    """The job name without a relaunch's ``-a<N>``."""
-    return _RELAUNCH.sub("", name)
+    Read against the base, never from the name's tail alone: a run id ends in six hex digits,
+    and one in 160 of them (``a`` and five digits, as in ``-a94508``) looks like a relaunch.
+    Any other name (one an earlier npa derived that way) gets ``.<name>``: its own journal."""
+    if name == base:
+        return ""
+    attempt = name.removeprefix(f"{base}-a")
+    if attempt != name and attempt.isascii() and attempt.isdigit():
+        return f".a{attempt}"
+    return f".{name}"
 
 
 def task_name(run_id: str, stage: str) -> str:

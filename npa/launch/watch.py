@@ -63,7 +63,6 @@ from npa.core.commands import npa_command
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
-    base_job_name,
     manifest_lock,
     relaunch_job_name,
     relaunch_suffix,
@@ -92,6 +91,7 @@ from npa.runs.manifest import (
     RunManifest,
     StageRecord,
     WaveRecord,
+    base_job_name,
     job_stages,
     now_iso,
     read_manifest,
@@ -169,10 +169,12 @@ def ensure_watcher(
     *,
     job_id: int,
     launch_name: str,
+    base_name: str,
     readiness: ReadinessCheck | None,
 ) -> int | None:
     """Start the run's watcher unless one is already at work; returns its pid (None when the
-    backend needs none, or it was switched off, or the job needs no executor any more)."""
+    backend needs none, or it was switched off, or the job needs no executor any more).
+    ``base_name`` is the run's job name before any relaunch (``base_job_name``)."""
     hosted = isinstance(backend, HostsExecutor)
     if isinstance(backend, HostsExecutor):
         if not backend.needs_executor(job_id):
@@ -185,8 +187,8 @@ def ensure_watcher(
     ensure_private_dir(directory)
     spec = WatcherSpec(
         backend=backend.name,
-        submission=submission.model_copy(update={"job_name": base_job_name(submission.job_name)}),
-        launch_base=launch_name.removesuffix(relaunch_suffix(submission.job_name)),
+        submission=submission.model_copy(update={"job_name": base_name}),
+        launch_base=launch_name.removesuffix(relaunch_suffix(submission.job_name, base_name)),
         job_id=job_id if hosted else None,
         readiness=None
         if readiness is None
@@ -317,7 +319,7 @@ class Watcher:
             self.log(f"run is {m.state}; exiting")
             return True
         if m.job_id is None:
-            if m.state == "LAUNCHING" and relaunch_suffix(m.job_name):
+            if m.state == "LAUNCHING" and relaunch_suffix(m.job_name, base_job_name(m)):
                 return self.relaunch(m)
             return False  # submit is still launching
         try:
@@ -671,7 +673,7 @@ class Watcher:
                 rec.classification, rec.detail = classification.value, detail
             if verdict.recovery is Recovery.RETRIED:
                 m.supervisor.relaunches += 1
-                m.job_name = relaunch_job_name(m.job_name, m.supervisor.relaunches)
+                m.job_name = relaunch_job_name(base_job_name(m), m.supervisor.relaunches)
                 m.job_id, m.state = None, "LAUNCHING"
                 outcome.append("relaunch")
                 return
@@ -697,7 +699,7 @@ class Watcher:
     def relaunch(self, m: RunManifest) -> bool:
         """Launch (or adopt) the attempt the manifest names; True when the run became terminal."""
         name = m.job_name
-        journal = f"{self.spec.launch_base}{relaunch_suffix(name)}"
+        journal = f"{self.spec.launch_base}{relaunch_suffix(name, base_job_name(m))}"
         submission = self.submission.model_copy(update={"job_name": name})
         supervisor = m.supervisor.model_copy(deep=True)
         transaction = Transaction(

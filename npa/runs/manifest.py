@@ -23,7 +23,7 @@ from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.backends.base import JobStages
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
-from npa.core.layout import manifest_key, plan_key
+from npa.core.layout import job_name, manifest_key, plan_key
 from npa.plan.model import WorkflowPlan
 from npa.runs.secrets import ensure_secret_free
 
@@ -123,6 +123,16 @@ class RunManifest(_Model):
     supervisor: SupervisorRecord = Field(default_factory=SupervisorRecord)
     stages: dict[str, StageRecord] = Field(default_factory=dict)
     resumes: list[ResumeRecord] = Field(default_factory=list)
+
+
+def base_job_name(manifest: RunManifest) -> str:
+    """The name of the run's current job before any watcher relaunch: the last resume's job
+    name, else the run's own. A relaunch's name is this plus ``-a<N>``."""
+    return (
+        manifest.resumes[-1].job_name
+        if manifest.resumes
+        else job_name(manifest.workflow, manifest.run_id)
+    )
 
 
 def job_stages(manifest: RunManifest) -> JobStages:

@@ -76,6 +76,7 @@ from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (
     ResumeRecord,
     RunManifest,
+    base_job_name,
     read_manifest,
     update_manifest,
     write_manifest,
@@ -724,7 +725,11 @@ def _record_and_launch(
         # Each resume is its own launch (its own job name and journal), so rerunning the same
         # resume adopts its job rather than launching another; so is a watcher's relaunch (-a<N>).
         launch_name = run_launch_name(
-            run.project, run.run_id, resumes=len(manifest.resumes), job_name=manifest.job_name
+            run.project,
+            run.run_id,
+            resumes=len(manifest.resumes),
+            job_name=manifest.job_name,
+            base=base_job_name(manifest),
         )
         submission = _submission(run, manifest)
         if isinstance(backend, PreparesLaunch):
@@ -765,7 +770,13 @@ def _record_and_launch(
         # Follow the job from now on: keep a live watcher, or start one (which, for a job whose
         # executor died, continues the job).
         pid = ensure_watcher(
-            paths, backend, submission, job_id=job_id, launch_name=launch_name, readiness=readiness
+            paths,
+            backend,
+            submission,
+            job_id=job_id,
+            launch_name=launch_name,
+            base_name=base_job_name(manifest),
+            readiness=readiness,
         )
         watcher = _watcher_note(job, pid)
     status = _cmd("workbench", "workflow", "status", run.run_id, "--project", run.project)

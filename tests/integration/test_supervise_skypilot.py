@@ -113,7 +113,28 @@ def base(w: dict[str, Any]) -> str:
     return f"npa-tiny-local-{w['run_id']}"
 
 
-def test_a_failed_controller_is_relaunched_under_the_same_run(world: dict[str, Any]) -> None:
+def rename_reserved_run(w: dict[str, Any], tail: str) -> None:
+    """Give the reserved run id the random tail ``tail``, as if the reservation had drawn it."""
+    from npa.core.paths import NpaPaths
+
+    record_path = NpaPaths(w["home"]).run_reservation("team", "tiny-local")
+    record = json.loads(record_path.read_text())
+    [entry] = record["runs"]
+    renamed = w["run_id"].rsplit("-", 1)[0] + "-" + tail
+    entry["run_id"] = renamed
+    record_path.write_text(json.dumps(record))
+    w["key"] = w["key"].replace(w["run_id"], renamed)
+    w["run_id"] = renamed
+
+
+# A drawn tail like "a94508" (one run in 160) ends like a relaunch's "-a<N>": the relaunch must
+# still be named after the whole run id, and its launch journal must be its own.
+@pytest.mark.parametrize("tail", ["drawn", "a94508", "a00001"])
+def test_a_failed_controller_is_relaunched_under_the_same_run(
+    world: dict[str, Any], tail: str
+) -> None:
+    if tail != "drawn":
+        rename_reserved_run(world, tail)
     script(world, outcomes=["FAILED_CONTROLLER", "SUCCEEDED"])
     out = submit(world)
     assert out["job_id"] == 1
