@@ -31,6 +31,8 @@ LOCAL_PORT_ENV = "SKYPILOT_API_SERVER_LOCAL_PORT"
 GLOBAL_CONFIG_ENV = "SKYPILOT_GLOBAL_CONFIG"
 NO_LOCAL_SERVER_ENV = "SKYPILOT_DISABLE_LOCAL_API_SERVER"
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]")
+# Seconds a server that took the connection is given to answer before npa says it does not.
+PATIENCE = 20.0
 
 
 class ApiServerDown(Exception):
@@ -76,9 +78,13 @@ def is_local(url: str) -> bool:
     return (urllib.parse.urlsplit(url).hostname or "") in {h.strip("[]") for h in LOCAL_HOSTS}
 
 
-def server_reachable(url: str, timeout: float = 3.0) -> bool:
+def server_reachable(url: str, timeout: float = PATIENCE) -> bool:
     """Whether anything answers HTTP at the server's health endpoint (any status: a server
-    that wants authentication is up)."""
+    that wants authentication is up).
+
+    A refused connection is an answer at once: nothing listens. A server that takes the
+    connection but is slow to answer (busy with a launch on a loaded machine) is given
+    ``timeout`` seconds, because busy is not down."""
     try:
         with urllib.request.urlopen(f"{url}/api/health", timeout=timeout):
             return True
