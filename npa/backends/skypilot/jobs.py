@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from npa.adapters.skypilot import layer
 from npa.adapters.skypilot.api import (
@@ -35,6 +35,8 @@ from npa.adapters.skypilot.api import (
 
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
+
+T = TypeVar("T")
 
 
 class ManagedJobsService(Protocol):
@@ -78,6 +80,20 @@ def build_dag(task_yamls: list[str], name: str) -> Any:
     return dag
 
 
+# How many times a request is asked when only SkyPilot's health check in front of it failed.
+HEALTH_TRIES = 3
+# What SkyPilot's SDK raises when its health check found no server and it may not start one.
+_NO_LOCAL_START = "starting a local API server on this machine is disabled"
+
+
+def _health_check_failed(exc: RuntimeError) -> bool:
+    """Whether ``exc`` is SkyPilot's SDK giving up on the server's health before any request
+    was sent: no healthy answer in time, and no local server it may start instead."""
+    from sky import exceptions
+
+    return isinstance(exc, exceptions.ApiServerConnectionError) or _NO_LOCAL_START in str(exc)
+
+
 class SkyManagedJobs:
     """The real service, through SkyPilot's Python SDK."""
 
@@ -111,11 +127,39 @@ class SkyManagedJobs:
             else:
                 os.environ[NO_LOCAL_SERVER_ENV] = before
 
+    def _request(self, call: Callable[[], T]) -> T:
+        """One SDK request, asked again when only SkyPilot's health check in front of it
+        failed.
+
+        Each SDK request first asks the server's health, giving it three tries of 2.5 s; a
+        server that has not answered by then counts as down, and the SDK would start one, which
+        npa forbids, so it raises before sending the request. A server busy with a launch on a
+        loaded machine stalls that long (3 to 4.5 s stalls of its event loop were logged). When
+        npa's own check (:data:`~npa.adapters.skypilot.api.PATIENCE`) finds it answering, it is
+        busy, not down, and the request is asked again: at most :data:`HEALTH_TRIES` times."""
+        from sky.server import common
+
+        for attempt in range(1, HEALTH_TRIES + 1):
+            try:
+                return call()
+            except RuntimeError as exc:
+                if not _health_check_failed(exc):
+                    raise
+                url = configured_server_url()
+                if attempt == HEALTH_TRIES or not server_reachable(url):
+                    raise ApiServerDown(
+                        url, f"it did not answer SkyPilot's health check {attempt} times"
+                    ) from None
+                # The SDK keeps a health answer (here: none) for 5 s; ask afresh.
+                common.get_api_server_status_response.cache_clear()
+        raise AssertionError("unreachable")  # pragma: no cover
+
     def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         with self._sdk(), layer.applied(config):
             import sky
 
-            return str(sky.jobs.launch(build_dag(task_yamls, name), name=name))
+            dag = build_dag(task_yamls, name)
+            return str(self._request(lambda: sky.jobs.launch(dag, name=name)))
 
     def get(self, request_id: str) -> Any:
         with self._sdk():
@@ -127,8 +171,10 @@ class SkyManagedJobs:
         with self._sdk():
             import sky
 
-            request = sky.jobs.queue_v2(
-                refresh=False, skip_finished=False, name_match=name, fields=None
+            request = self._request(
+                lambda: sky.jobs.queue_v2(
+                    refresh=False, skip_finished=False, name_match=name, fields=None
+                )
             )
             records, _total, _counts, _unfiltered = sky.get(request)
             return list(records)
@@ -137,14 +183,16 @@ class SkyManagedJobs:
         with self._sdk():
             import sky
 
-            sky.get(sky.jobs.cancel(job_ids=job_ids))
+            sky.get(self._request(lambda: sky.jobs.cancel(job_ids=job_ids)))
 
     def tail_logs(self, job_id: int, follow: bool, task: str | int | None = None) -> Iterator[str]:
         with self._sdk():
             import sky
 
-            chunks = sky.jobs.tail_logs(
-                job_id=job_id, follow=follow, task=task, preload_content=False
+            chunks = self._request(
+                lambda: sky.jobs.tail_logs(
+                    job_id=job_id, follow=follow, task=task, preload_content=False
+                )
             )
             for chunk in chunks:
                 if chunk:
@@ -154,7 +202,9 @@ class SkyManagedJobs:
         with self._sdk():
             import sky
 
-            chunks = sky.jobs.tail_logs(
-                job_id=job_id, follow=False, controller=True, preload_content=False
+            chunks = self._request(
+                lambda: sky.jobs.tail_logs(
+                    job_id=job_id, follow=False, controller=True, preload_content=False
+                )
             )
             return [line for chunk in chunks if chunk for line in chunk.splitlines()]
