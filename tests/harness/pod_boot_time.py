@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 from collections.abc import Callable
 
 PATH = "/tmp/.npa-pod-boot-time"
@@ -39,11 +40,15 @@ def stable(read: Callable[[], float], path: str = PATH) -> Callable[[], float]:
         if found is not None:
             return found
         value = read()
-        partial = f"{path}.{os.getpid()}"
+        # A file of this writer's own (threads of one process share a pid): a name shared by
+        # two writers could be truncated by one while the other links it, and a reader of the
+        # linked file would find it empty.
+        fd, partial = tempfile.mkstemp(prefix=os.path.basename(path) + ".",
+                                       dir=os.path.dirname(path) or ".")  # fmt: skip
         try:
-            with open(partial, "w") as f:
+            with os.fdopen(fd, "w") as f:
                 f.write(repr(value))
-            os.link(partial, path)  # fails when another process recorded it first
+            os.link(partial, path)  # fails when another writer recorded it first
         except OSError:
             pass
         finally:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -21,12 +22,19 @@ def test_every_reader_of_a_pod_keeps_the_first_boot_time_it_recorded(tmp_path: P
 
 
 def test_readers_racing_to_record_agree_on_one_value(tmp_path: Path) -> None:
-    path = str(tmp_path / "boot-time")
-    readers = [stable(lambda v=float(v): v, path) for v in range(16)]
-    with ThreadPoolExecutor(8) as pool:
-        answers = list(pool.map(lambda read: read(), readers))
-    assert len(set(answers)) == 1 and Path(path).read_text() == repr(answers[0])
-    assert not list(tmp_path.glob("boot-time.*"))  # no partial file left
+    # Threads of one process (one pid), as in SkyPilot's controller, released at once.
+    for round_ in range(40):
+        path = str(tmp_path / f"boot-time-{round_}")
+        start = threading.Barrier(8)
+
+        def first_read(v: float, path: str = path, start: threading.Barrier = start) -> float:
+            start.wait()
+            return stable(lambda: v, path)()
+
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(pool.map(first_read, [float(v) for v in range(8)]))
+        assert len(set(answers)) == 1 and Path(path).read_text() == repr(answers[0]), answers
+        assert not list(tmp_path.glob(f"boot-time-{round_}.*"))  # no partial file left
 
 
 def test_psutil_create_time_stays_put_when_the_kernels_boot_time_moves(tmp_path: Path) -> None:
