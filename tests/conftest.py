@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 from types import FrameType
 from typing import Any
@@ -23,13 +24,16 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     sky_cluster,
     sky_server,
 )
-from tests.harness.procs import LIVE, pid_alive
+from tests.harness.procs import LIVE, pid_alive, stop_marked
 
 # make test runs two workers side by side on a machine that may have two cores: time is not
 # what a property test checks, so no example fails for taking long, and no test is refused
 # because generating its data was slow.
 settings.register_profile("npa", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("npa")
+
+
+SESSION_MARK = "NPA_TEST_SESSION"
 
 
 def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -50,6 +54,10 @@ def pytest_configure(config: pytest.Config) -> None:
     # what a pipe sees (rows that never wrap) whoever runs the suite, unless the test sets one.
     for name in ("COLUMNS", "LINES"):
         os.environ.pop(name, None)
+    # Every process this session starts, however detached (a daemon SkyPilot's CLI forks, a
+    # server a failed start left running), inherits this mark: what still carries it when the
+    # session ends was left behind. A fresh mark per process, so each xdist worker has its own.
+    os.environ[SESSION_MARK] = secrets.token_hex(8)
 
 
 # Cluster tests that are not yet reliable (or too slow) for every `make test`: they run only when
@@ -100,6 +108,9 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     leftovers = [f"{p.name} (pid {pid})" for pid, p in LIVE.items() if pid_alive(pid)]
+    leftovers += [
+        f"{name} (pid {pid}, killed)" for pid, name in stop_marked(SESSION_MARK, os.environ)
+    ]
     worker_output = getattr(session.config, "workeroutput", None)
     if worker_output is not None:
         worker_output["npa_leftovers"] = leftovers

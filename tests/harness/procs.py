@@ -16,7 +16,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -273,3 +273,37 @@ def stop_lock_holders(root: Path, patterns: Sequence[str]) -> list[int]:
         while time.monotonic() < deadline and any(pid_alive(p) for p in holders):
             time.sleep(0.05)
     return holders
+
+
+def marked_processes(name: str, value: str) -> dict[int, str]:
+    """pid -> command of the live processes (this one excluded) whose environment holds
+    ``name=value``."""
+    wanted = f"{name}={value}".encode()
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            if wanted in (proc / "environ").read_bytes().split(b"\0"):
+                command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").strip()
+                found[int(proc.name)] = command.decode(errors="replace")[:120]
+        except OSError:  # gone, or a zombie
+            continue
+    return found
+
+
+def stop_marked(name: str, env: Mapping[str, str], grace: float = 15.0) -> list[tuple[int, str]]:
+    """The processes still marked with ``env[name]`` once ``grace`` seconds have let those
+    already stopping finish; each is SIGKILLed, so a failing run leaves the machine clean."""
+    value = env.get(name)
+    if not value:
+        return []
+    deadline = time.monotonic() + grace
+    left = marked_processes(name, value)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = marked_processes(name, value)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return sorted(left.items())

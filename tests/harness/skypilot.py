@@ -9,32 +9,39 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.harness.procs import free_port
+from tests.harness.procs import free_port, pid_alive, port_is_open
 
 SKY = Path(sys.executable).with_name("sky")
 
 
 def _start(home: Path) -> tuple[dict[str, str], str]:
-    env = {**os.environ, "HOME": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": str(free_port())}
+    port = str(api_server_port())
+    env = {**os.environ, "HOME": str(home), "SKYPILOT_API_SERVER_LOCAL_PORT": port}
     env.pop("SKYPILOT_API_SERVER_ENDPOINT", None)
-    started = subprocess.run(
-        [str(SKY), "api", "start", "--host", "127.0.0.1"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
-    )
-    if started.returncode == 0:
-        return env, ""
+    try:
+        started = subprocess.run(
+            [str(SKY), "api", "start", "--host", "127.0.0.1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            check=False,
+        )
+        if started.returncode == 0:
+            return env, ""
+        said = f"{started.stdout}{started.stderr}"
+    except subprocess.TimeoutExpired:
+        said = "sky api start did not return within 240 s"
     log = home / ".sky" / "api_server" / "server.log"
     tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:]) if log.exists() else ""
-    return env, f"{started.stdout}{started.stderr}\nserver.log:\n{tail}"
+    return env, f"{said}\nserver.log:\n{tail}"
 
 
 @contextlib.contextmanager
@@ -49,6 +56,8 @@ def sky_api_server(workdir: Path) -> Iterator[dict[str, str]]:
         if not failure:
             break
         failures.append(failure)
+        # `sky api start` can give up on a server that comes up later: stop what it started.
+        stop_sky_processes(home, env)
     else:
         raise RuntimeError("sky api start failed twice:\n" + "\n----\n".join(failures))
     try:
@@ -57,6 +66,73 @@ def sky_api_server(workdir: Path) -> Iterator[dict[str, str]]:
             "SKYPILOT_API_SERVER_LOCAL_PORT": env["SKYPILOT_API_SERVER_LOCAL_PORT"],
         }
     finally:
-        subprocess.run(
-            [str(SKY), "api", "stop"], env=env, capture_output=True, timeout=120, check=False
-        )
+        stop_sky_processes(home, env)
+
+
+def _processes_with_home(home: Path) -> list[int]:
+    """Processes whose environment has this HOME: what SkyPilot started for this world."""
+    wanted = f"HOME={home}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if wanted in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> list[int]:
+    """``sky api stop``, then SIGKILL whatever of SkyPilot's is still running with ``home``."""
+    subprocess.run(
+        [str(SKY), "api", "stop"],
+        env={**os.environ, **env},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    deadline = time.monotonic() + grace
+    left = _processes_with_home(home)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = [p for p in _processes_with_home(home) if pid_alive(p)]
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return left
+
+
+def api_server_port() -> int:
+    """A free port for SkyPilot's local API server whose request-queue port (which SkyPilot
+    derives from it, in 50000-59999 where this machine's client sockets also live) is free too."""
+    from sky.server.requests.queues import mp_queue
+
+    for _ in range(50):
+        port = free_port()
+        before = os.environ.get("SKYPILOT_API_SERVER_LOCAL_PORT")
+        os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = str(port)
+        try:
+            queue = mp_queue.get_queue_manager_port()
+        finally:
+            if before is None:
+                os.environ.pop("SKYPILOT_API_SERVER_LOCAL_PORT", None)
+            else:
+                os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = before
+        if not port_is_open(queue) and _bindable(queue):
+            return port
+    raise RuntimeError("no API server port whose queue port is free after 50 tries")
+
+
+def _bindable(port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

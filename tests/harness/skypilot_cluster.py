@@ -28,7 +28,7 @@ from tests.harness.cli import CliResult, run_npa
 from tests.harness.cluster import CATALOG_CONFIGMAP, Cluster, free_port_on, sky_config
 from tests.harness.procs import pid_alive, stop_lock_holders
 from tests.harness.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server
-from tests.harness.skypilot import SKY
+from tests.harness.skypilot import SKY, api_server_port, stop_sky_processes
 
 PROJECT = "e2e"
 BUCKET = "npa-e2e"
@@ -100,77 +100,6 @@ def gateway_moto(gateway: str) -> Iterator[S3Server]:
         yield S3Server(endpoint_url=f"http://{gateway}:{port}", port=port)
     finally:
         server.stop()
-
-
-def _processes_with_home(home: Path) -> list[int]:
-    """Processes whose environment has this HOME: what SkyPilot started for this world."""
-    wanted = f"HOME={home}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ:
-            found.append(int(proc.name))
-    return found
-
-
-def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> list[int]:
-    """``sky api stop``, then SIGKILL whatever of SkyPilot's is still running with ``home``."""
-    subprocess.run(
-        [str(SKY), "api", "stop"],
-        env={**os.environ, **env},
-        capture_output=True,
-        timeout=120,
-        check=False,
-    )
-    deadline = time.monotonic() + grace
-    left = _processes_with_home(home)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = [p for p in _processes_with_home(home) if pid_alive(p)]
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return left
-
-
-def api_server_port() -> int:
-    """A free port for SkyPilot's local API server whose request-queue port (which SkyPilot
-    derives from it, in 50000-59999 where this machine's client sockets also live) is free too."""
-    from sky.server.requests.queues import mp_queue
-
-    from tests.harness.procs import port_is_open
-
-    for _ in range(50):
-        port = free_port_on("127.0.0.1")
-        before = os.environ.get("SKYPILOT_API_SERVER_LOCAL_PORT")
-        os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = str(port)
-        try:
-            queue = mp_queue.get_queue_manager_port()
-        finally:
-            if before is None:
-                os.environ.pop("SKYPILOT_API_SERVER_LOCAL_PORT", None)
-            else:
-                os.environ["SKYPILOT_API_SERVER_LOCAL_PORT"] = before
-        if not port_is_open(queue) and _bindable(queue):
-            return port
-    raise RuntimeError("no API server port whose queue port is free after 50 tries")
-
-
-def _bindable(port: int) -> bool:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
 
 
 # GPU names SkyPilot's catalog knows (a subset of its common/accelerators.csv): enough for the
