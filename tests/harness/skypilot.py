@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.harness.procs import free_port, pid_alive, port_is_open
+from tests.harness.procs import free_port, port_is_open, stop_marked
 
 SKY = Path(sys.executable).with_name("sky")
 
@@ -69,24 +67,9 @@ def sky_api_server(workdir: Path) -> Iterator[dict[str, str]]:
         stop_sky_processes(home, env)
 
 
-def _processes_with_home(home: Path) -> list[int]:
-    """Processes whose environment has this HOME: what SkyPilot started for this world."""
-    wanted = f"HOME={home}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if wanted in environ:
-            found.append(int(proc.name))
-    return found
-
-
-def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> list[int]:
-    """``sky api stop``, then SIGKILL whatever of SkyPilot's is still running with ``home``."""
+def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> None:
+    """``sky api stop``, then SIGKILL whatever of SkyPilot's is still running with ``home``
+    (the processes whose environment has that HOME: what SkyPilot started for this world)."""
     subprocess.run(
         [str(SKY), "api", "stop"],
         env={**os.environ, **env},
@@ -94,15 +77,7 @@ def stop_sky_processes(home: Path, env: dict[str, str], grace: float = 20.0) -> 
         timeout=120,
         check=False,
     )
-    deadline = time.monotonic() + grace
-    left = _processes_with_home(home)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = [p for p in _processes_with_home(home) if pid_alive(p)]
-    for pid in left:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return left
+    stop_marked("HOME", {"HOME": str(home)}, grace)
 
 
 def api_server_port() -> int:

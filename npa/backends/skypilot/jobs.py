@@ -139,7 +139,8 @@ class SkyManagedJobs:
         busy, not down, and the request is asked again: at most :data:`HEALTH_TRIES` times."""
         from sky.server import common
 
-        for attempt in range(1, HEALTH_TRIES + 1):
+        attempt = 1
+        while True:
             try:
                 return call()
             except RuntimeError as exc:
@@ -152,7 +153,7 @@ class SkyManagedJobs:
                     ) from None
                 # The SDK keeps a health answer (here: none) for 5 s; ask afresh.
                 common.get_api_server_status_response.cache_clear()
-        raise AssertionError("unreachable")  # pragma: no cover
+                attempt += 1
 
     def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
         with self._sdk(), layer.applied(config):
