@@ -18,8 +18,12 @@ PYTEST_ARGS ?=
 # beside it. Files go out in collection order (not largest first), so the cluster file, second
 # in that order, starts at once. PYTEST_WORKERS=0 runs one process, in collection order.
 PYTEST_WORKERS ?= 2
+# One pytest command for make test and make rehearse. tests/tiers.py orders the cluster tier
+# first (one worker starts on it at once), and prints each tier's time at the end.
+TOOLS_ON_PATH = . "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH"
+PYTEST_RUN = $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint test demo demo-cluster bench clean
+.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint check test rehearse demo demo-cluster bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -56,19 +60,29 @@ lint: setup lint-tools
 	$(BIN)/python -m tests.complexity
 	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 
+# The loop to develop in: lint, types, the structure checks and the unit tier (in process, no
+# external tool; every property a small sample), in about a minute on two cores.
+check: lint
+	NPA_TEST_FAST=1 $(BIN)/pytest -q -n 2 -m unit tests/unit $(PYTEST_ARGS)
+
 test: prepare-test lint
-	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+	$(TOOLS_ON_PATH) $(PYTEST_RUN) $(PYTEST_ARGS)
+
+# The integration and cluster tiers with every core kept busy (scripts/load-rehearsal): run it
+# before submitting work that touches supervision, watching or the test harness.
+rehearse: prepare-test
+	$(TOOLS_ON_PATH) scripts/load-rehearsal -- $(PYTEST_RUN) -m "integration or cluster" $(PYTEST_ARGS)
 
 demo: prepare-demo
-	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo
+	$(TOOLS_ON_PATH) scripts/demo
 
 # Not one of the two commands: the lifecycle on the test harness's single-node Kubernetes
 # cluster through SkyPilot managed jobs (root; the tools and images of the test profile).
 demo-cluster: prepare-test
-	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" scripts/demo-cluster
+	$(TOOLS_ON_PATH) scripts/demo-cluster
 
 bench: prepare-test
-	. "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/python bench/cli_startup.py
+	$(TOOLS_ON_PATH) $(BIN)/python bench/cli_startup.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

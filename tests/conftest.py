@@ -9,7 +9,6 @@ from types import FrameType
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, settings
 
 from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
     cluster,
@@ -26,12 +25,8 @@ from tests.harness.fixtures import (  # noqa: F401 - fixtures are used by name
 )
 from tests.harness.procs import LIVE, pid_alive, stop_marked
 
-# make test runs two workers side by side on a machine that may have two cores: time is not
-# what a property test checks, so no example fails for taking long, and no test is refused
-# because generating its data was slow.
-settings.register_profile("npa", deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.load_profile("npa")
-
+# Every test's tier, the unit tier's rule, the cluster tier first and the time of each tier.
+pytest_plugins = ["tests.tiers"]
 
 SESSION_MARK = "NPA_TEST_SESSION"
 
@@ -66,23 +61,7 @@ OPT_IN_ENV = "NPA_CLUSTER_OPT_IN"
 OPT_IN_MARK = "cluster_opt_in"
 
 
-# make test runs whole files per xdist worker (--dist loadfile); the cluster tests share one
-# session cluster and the jobs controller its first launch creates, so they live in one file.
-CLUSTER_MODULE = "tests/integration/test_cluster_skypilot.py"
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    strays = [
-        item.nodeid
-        for item in items
-        if item.get_closest_marker("cluster") is not None
-        and item.nodeid.split("::")[0] != CLUSTER_MODULE
-    ]
-    if strays:
-        raise pytest.UsageError(
-            f"cluster tests outside {CLUSTER_MODULE} would run beside it on another xdist "
-            f"worker, on a second cluster: {strays}"
-        )
     if os.environ.get(OPT_IN_ENV) == "1" or OPT_IN_MARK in (config.getoption("markexpr") or ""):
         return
     skip = pytest.mark.skip(

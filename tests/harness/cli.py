@@ -1,4 +1,6 @@
-"""Run the npa CLI the way a user does: a separate process, real argv, real exit code."""
+"""Run the npa CLI: ``run_npa`` the way a user does (a separate process, real argv, real exit
+code), ``invoke_npa`` in this process (the same parsing, service, output and exit code, for the
+unit tier, which may start no process)."""
 
 from __future__ import annotations
 
@@ -6,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +48,44 @@ def run_npa(
         check=False,
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@contextmanager
+def _working_dir(cwd: str | None) -> Iterator[None]:
+    before = os.getcwd()
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def invoke_npa(
+    *args: str,
+    env: Mapping[str, str | None] | None = None,
+    input: str | None = None,
+    cwd: str | None = None,
+) -> CliResult:
+    """``npa ARGS`` in this process: typer's runner swaps stdin, stdout and stderr (kept apart)
+    and the given environment variables (None removes one) for the call, and restores them
+    after. An exception the CLI lets escape is raised here, as a traceback would end a real run
+    with exit 1."""
+    from typer.testing import CliRunner
+
+    from npa.cli.main import app
+
+    runner = CliRunner()
+    with _working_dir(cwd):
+        result = runner.invoke(
+            app,
+            list(args),
+            env=dict(env or {}),
+            input=input,
+            prog_name="npa",
+            catch_exceptions=False,
+        )
+    return CliResult(result.exit_code, result.stdout, result.stderr)
 
 
 def imported_packages(*args: str) -> set[str]:

@@ -42,7 +42,7 @@ from tests.integration.leftovers import (
     child_argv,
 )
 
-pytestmark = [pytest.mark.integration, pytest.mark.cluster]
+pytestmark = pytest.mark.cluster
 
 
 def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(

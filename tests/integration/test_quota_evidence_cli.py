@@ -39,6 +39,19 @@ def plan(*extra: str, env: dict[str, str]) -> Any:
                    "examples/quota-ample.yaml", *extra, env=env)  # fmt: skip
 
 
+def test_plan_spec_with_an_unproven_example_claim_deducts_nothing(npa_home: Path) -> None:
+    js = plan("--existing", "examples/existing-agent.yaml", "--json", env={})
+    # The example's proof names a stack output; this NPA_HOME has no such stack, so the claim
+    # is checked (the pulumi CLI asked), found unproven, and deducts nothing (the tests below
+    # deduct it against a real stack).
+    assert js.code == 0, js.stdout
+    quota = js.json()["quota"]
+    ssd = quota["lines"][0]
+    assert (ssd["required_new"], ssd["existing"], ssd["verdict"]) == (1343251021824, 0, "ok")
+    (check,) = quota["existing"]
+    assert check["status"] in ("refuted", "unavailable") and "not deducted" in check["detail"]
+
+
 def existing(tmp_path: Path, evidence: str) -> str:
     path = tmp_path / "existing.yaml"
     path.write_text(f"existing:\n  - role: agent\n    size_gib: 100\n    evidence: {evidence}\n")

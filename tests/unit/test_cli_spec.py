@@ -1,4 +1,5 @@
-"""The spec commands end to end: the real CLI in a subprocess, text and --json, exit codes."""
+"""The spec commands end to end through the CLI (in process: the same parsing, services and exit
+codes as the console script, which tests/integration/test_cli_process.py runs), text and --json."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cli import imported_packages, run_npa
+from tests.harness.cli import invoke_npa
 from tests.unit.specdata import base_spec, dump
 
 pytestmark = pytest.mark.unit
@@ -40,10 +41,10 @@ def readonly_home(npa_home: Path) -> Iterator[Path]:
 
 
 def test_validate_spec_text_and_json() -> None:
-    res = run_npa(*WF, "validate-spec", PHYSAI)
+    res = invoke_npa(*WF, "validate-spec", PHYSAI)
     assert res.code == 0, res.stderr
     assert res.stdout.startswith("ok: examples/physical-ai.yaml is a valid workflow")
-    js = run_npa(*WF, "validate-spec", PHYSAI, "--json").json()
+    js = invoke_npa(*WF, "validate-spec", PHYSAI, "--json").json()
     assert js["valid"] is True and js["issues"] == [] and js["stages"] == 3
 
 
@@ -54,11 +55,11 @@ def test_validate_spec_reports_every_error_with_exit_2(tmp_path: Path) -> None:
     spec["stages"][2]["depends_on"] = ["ghost"]
     path = tmp_path / "bad.yaml"
     path.write_text(dump(spec))
-    res = run_npa(*WF, "validate-spec", str(path))
+    res = invoke_npa(*WF, "validate-spec", str(path))
     assert res.code == 2
     assert "has 3 issues" in res.stdout
     assert f"{path}:" in res.stdout and "hint:" in res.stdout
-    js = run_npa(*WF, "validate-spec", str(path), "--json")
+    js = invoke_npa(*WF, "validate-spec", str(path), "--json")
     assert js.code == 2
     assert sorted(i["path"] for i in js.json()["issues"]) == [
         "stages[0].tool",
@@ -71,7 +72,7 @@ def test_validate_spec_reports_every_error_with_exit_2(tmp_path: Path) -> None:
 def test_yaml_syntax_error_has_line_and_column(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("apiVersion: npa/v1\nkind: [Workflow\nmetadata: {}\n")
-    js = run_npa(*WF, "validate-spec", str(path), "--json")
+    js = invoke_npa(*WF, "validate-spec", str(path), "--json")
     assert js.code == 2
     (issue,) = js.json()["issues"]
     assert issue["message"].startswith("YAML syntax error")
@@ -79,23 +80,23 @@ def test_yaml_syntax_error_has_line_and_column(tmp_path: Path) -> None:
 
 
 def test_missing_spec_is_a_clean_error() -> None:
-    res = run_npa(*WF, "validate-spec", "no/such/spec.yaml")
+    res = invoke_npa(*WF, "validate-spec", "no/such/spec.yaml")
     assert res.code == 3
     assert res.stderr.startswith("error: spec file no/such/spec.yaml does not exist")
     assert "Traceback" not in res.stderr
-    js = run_npa(*WF, "validate-spec", "no/such/spec.yaml", "--json")
+    js = invoke_npa(*WF, "validate-spec", "no/such/spec.yaml", "--json")
     assert js.json()["error"]["kind"] == "not_found"
 
 
 def test_plan_spec_blocked_at_21_gib_exact_figures() -> None:
     args = (*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--quota-file")
-    res = run_npa(*args, "examples/quota-21gib.yaml")
+    res = invoke_npa(*args, "examples/quota-21gib.yaml")
     assert res.code == 1, res.stderr
     assert "quota: BLOCKED" in res.stdout
     assert "required 1,251 GiB (1343251021824 bytes)" in res.stdout
     assert "available 21 GiB (22548578304 bytes)" in res.stdout
     assert "shortfall 1,230 GiB (1320702443520 bytes)" in res.stdout
-    js = run_npa(*args, "examples/quota-21gib.yaml", "--json")
+    js = invoke_npa(*args, "examples/quota-21gib.yaml", "--json")
     assert js.code == 1
     q = js.json()["quota"]
     ssd = next(x for x in q["lines"] if x["name"] == "compute.disk.size.network-ssd")
@@ -108,32 +109,8 @@ def test_plan_spec_blocked_at_21_gib_exact_figures() -> None:
     assert plan["stages"][1]["waves"] == {"shards": 16, "parallel": 4, "waves": 4}
 
 
-def test_plan_spec_deducts_existing_and_passes_with_room() -> None:
-    js = run_npa(
-        *WF,
-        "plan-spec",
-        PHYSAI,
-        "--run-id",
-        "demo-1",
-        "--quota-file",
-        "examples/quota-ample.yaml",
-        "--existing",
-        "examples/existing-agent.yaml",
-        "--json",
-    )
-    # The example's proof names a stack output; this NPA_HOME has no such stack, so the
-    # claim is checked, found unproven, and deducts nothing (tests/integration/
-    # test_quota_evidence_cli.py deducts it against a real stack).
-    assert js.code == 0, js.stdout
-    quota = js.json()["quota"]
-    ssd = quota["lines"][0]
-    assert (ssd["required_new"], ssd["existing"], ssd["verdict"]) == (1343251021824, 0, "ok")
-    (check,) = quota["existing"]
-    assert check["status"] in ("refuted", "unavailable") and "not deducted" in check["detail"]
-
-
 def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
-    res = run_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1")
+    res = invoke_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1")
     assert res.code == 4
     assert "BLOCKED-UNKNOWN" in res.stdout and "--quota-file" in res.stdout
     disagree = tmp_path / "other.yaml"
@@ -142,7 +119,7 @@ def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
         "quotas:\n  compute.disk.size.network-ssd: {limit: 2199023255552, usage: 0}\n"
         "  compute.disk.count: {limit: 32, usage: 5}\n"
     )
-    js = run_npa(
+    js = invoke_npa(
         *WF,
         "plan-spec",
         PHYSAI,
@@ -157,7 +134,7 @@ def test_plan_spec_without_evidence_is_blocked_unknown(tmp_path: Path) -> None:
     assert js.code == 4
     assert js.json()["quota"]["verdict"] == "blocked-unknown"
     assert "disagree" in js.json()["quota"]["lines"][0]["reason"]
-    skipped = run_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--skip-quota")
+    skipped = invoke_npa(*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--skip-quota")
     assert skipped.code == 0 and "quota: NOT-CHECKED" in skipped.stdout
 
 
@@ -179,7 +156,7 @@ def test_read_only_commands_write_nothing(readonly_home: Path, tmp_path: Path) -
         (*WF, "plan-spec", "examples/tiny-local.yaml", "--run-id", "tiny-1", "--target", "local"),
         (*WF, "schema"),
     ):
-        res = run_npa(*args)
+        res = invoke_npa(*args)
         assert res.code in (0, 1), (args, res.stdout, res.stderr)
         assert "Traceback" not in res.stderr
     assert snapshot(readonly_home.parent) == before
@@ -187,7 +164,7 @@ def test_read_only_commands_write_nothing(readonly_home: Path, tmp_path: Path) -
 
 
 def test_local_target_uses_the_store_filesystem(readonly_home: Path) -> None:
-    js = run_npa(
+    js = invoke_npa(
         *WF,
         "plan-spec",
         "examples/tiny-local.yaml",
@@ -208,10 +185,10 @@ def test_local_target_uses_the_store_filesystem(readonly_home: Path) -> None:
 def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
     out = tmp_path / "r"
     base = (*WF, "render", PHYSAI, "--run-id", "demo-1", "--out", str(out))
-    refused = run_npa(*base)
+    refused = invoke_npa(*base)
     assert refused.code == 2 and "pinned by digest" in refused.stderr
     assert not out.exists()
-    ok = run_npa(*base, "--digests", "examples/physical-ai.digests.yaml", "--json")
+    ok = invoke_npa(*base, "--digests", "examples/physical-ai.digests.yaml", "--json")
     assert ok.code == 0, ok.stdout
     assert [f["file"] for f in ok.json()["files"]] == [
         "curate.yaml",
@@ -219,25 +196,25 @@ def test_render_and_diff_from_the_cli(tmp_path: Path) -> None:
         "evaluate.yaml",
     ]
     other = ("--digests", "examples/physical-ai.digests.yaml", "--context", "other")
-    again = run_npa(*base, *other, "--diff", str(out))
+    again = invoke_npa(*base, *other, "--diff", str(out))
     assert again.code == 1  # like diff: something differs
     assert '-  infra: "k8s/nebius-physai"' in again.stdout
     assert '+  infra: "k8s/other"' in again.stdout
     # Another run of the same spec differs only by its run id, which the diff sets aside.
     run_2 = (*WF, "render", PHYSAI, "--run-id", "demo-2", "--out", str(tmp_path / "r2"))
-    other_run = run_npa(*run_2, *other, "--diff", str(out), "--json")
+    other_run = invoke_npa(*run_2, *other, "--diff", str(out), "--json")
     assert other_run.code == 0, other_run.stdout
     assert other_run.json()["changed"] == []
 
 
 def test_schema_command() -> None:
-    res = run_npa(*WF, "schema")
+    res = invoke_npa(*WF, "schema")
     assert res.code == 0
     schema = json.loads(res.stdout)
     assert schema["$schema"].endswith("2020-12/schema")
     assert set(schema["required"]) >= {"apiVersion", "kind", "metadata", "tools", "stages"}
     assert schema["additionalProperties"] is False
-    wrapped = run_npa(*WF, "schema", "--json").json()
+    wrapped = invoke_npa(*WF, "schema", "--json").json()
     assert wrapped["api_version"] == "npa/v1" and wrapped["json_schema"] == schema
 
 
@@ -245,7 +222,7 @@ def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
     import jsonschema
     import yaml
 
-    schema = json.loads(run_npa(*WF, "schema").stdout)
+    schema = json.loads(invoke_npa(*WF, "schema").stdout)
     for name in ("physical-ai", "tiny-local"):
         with open(f"examples/{name}.yaml", encoding="utf-8") as fh:
             jsonschema.validate(yaml.safe_load(fh), schema)
@@ -253,10 +230,3 @@ def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
     bad["stages"][0]["bogus"] = 1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
-
-
-def test_spec_commands_import_no_heavy_library() -> None:
-    heavy = {"sky", "pulumi", "boto3", "botocore", "kubernetes", "nebius", "grpc", "jinja2"}
-    for args in (["--help"], [*WF, "validate-spec", PHYSAI]):
-        imported = imported_packages(*args)
-        assert not imported & heavy, (args, imported & heavy)

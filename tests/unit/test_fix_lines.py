@@ -101,19 +101,3 @@ def test_no_fix_line_holds_a_placeholder_or_a_repository_path(where: str, expr: 
         # Literal list items (argv for shlex.join) are checked one by one, as words.
         match = PLACEHOLDER.search(_command_part(text))
         assert match is None, f"{where}: {text!r} has {match.group(0)!r}" if match else ""
-
-
-def test_the_tools_fix_is_an_absolute_command_that_runs_from_anywhere(tmp_path: Path) -> None:
-    import shlex
-    import subprocess
-
-    from npa.core.commands import bootstrap_tools_command
-
-    [script] = shlex.split(bootstrap_tools_command())
-    assert Path(script).is_absolute() and Path(script).is_file()
-    # From another directory, as a user pastes it: it answers (--plan changes nothing).
-    plan = subprocess.run(
-        [script, "--plan", "--only", "pulumi"], cwd=tmp_path, capture_output=True, text=True
-    )
-    assert plan.returncode == 0, plan.stderr
-    assert "pulumi" in plan.stdout + plan.stderr

@@ -4,7 +4,8 @@ evidence, checked here by an independent oracle, is complete, consistent, for th
 and sufficient on its own (no claim in these files is provable, so nothing is deducted).
 
 The bulk runs the real command in process (typer's runner: the same parsing, service and exit
-code as the console script); a sample of the same inputs then goes through a subprocess.
+code as the console script); a sample of the same inputs goes through a real process in
+tests/integration/test_gates_console.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from npa.cli.main import app
 from npa.plan.infra import GIB, cluster_requirements, disk_needs, known_quotas
 from npa.spec.model import Workflow
 from npa.spec.validate import validate_text
-from tests.harness.cli import run_npa
+from tests.tiers import examples
 from tests.unit.specdata import base_spec, doc_paths
 
 pytestmark = pytest.mark.unit
@@ -292,7 +293,7 @@ inputs = st.tuples(spec_mutations(), quota_mutations(), mutated(valid_existing()
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[
         HealthCheck.too_slow,
@@ -316,27 +317,11 @@ def test_plan_spec_never_says_ok_on_evidence_that_is_not_evidence(
     expect(spec, quota, existing, result.exit_code, result.output)
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
-)
-@given(case=inputs)
-def test_the_same_holds_for_the_console_script(
-    case: tuple[dict[str, Any], Any, Any], npa_home: Path
-) -> None:
-    spec, quota, existing = case
-    with tempfile.TemporaryDirectory() as tmp:
-        res = run_npa(*write_inputs(Path(tmp), spec, quota, existing))
-    assert "Traceback" not in res.stderr, res.stderr
-    expect(spec, quota, existing, res.code, res.stdout)
-
-
 # --- the same evidence through provision-if-absent's gate -------------------------------------
 
 
 @settings(
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -4,13 +4,11 @@ upward import, a planted package cycle and a service that imports a backend's ow
 from __future__ import annotations
 
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.import_graph import violations
+from tests.import_graph import main, violations
 
 pytestmark = pytest.mark.unit
 
@@ -34,20 +32,13 @@ def test_npa_as_it_is_passes() -> None:
     assert violations(NPA) == []
 
 
-def test_the_command_fails_on_a_planted_upward_import(tree: Path) -> None:
-    root = Path(__file__).resolve().parents[2]
-    ok = subprocess.run(
-        [sys.executable, "-m", "tests.import_graph", str(tree)],
-        cwd=root, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert ok.returncode == 0, ok.stdout + ok.stderr
+def test_the_command_fails_on_a_planted_upward_import(
+    tree: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([str(tree)]) == 0, capsys.readouterr().out
     plant(tree, "core/paths.py", "from npa.services.status import status  # noqa")
-    failed = subprocess.run(
-        [sys.executable, "-m", "tests.import_graph", str(tree)],
-        cwd=root, capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert failed.returncode == 1
-    assert "upward import: npa.core.paths imports npa.services.status" in failed.stdout
+    assert main([str(tree)]) == 1
+    assert "upward import: npa.core.paths imports npa.services.status" in capsys.readouterr().out
 
 
 def test_an_adapter_importing_the_domain_is_upward_even_inside_a_function(tree: Path) -> None:

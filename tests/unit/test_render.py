@@ -335,14 +335,14 @@ def test_diff_against_a_previous_render(tmp_path: Path) -> None:
 def test_render_flags_are_checked_like_the_spec_fields_they_replace(
     tmp_path: Path, flag: str, value: str, needle: str
 ) -> None:
-    from tests.harness.cli import run_npa
+    from tests.harness.cli import invoke_npa
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(dump(base_spec()))
     digests = tmp_path / "d.yaml"
     digests.write_text(f"cur: {DIGEST_A}\n")
     out = tmp_path / "out"
-    res = run_npa("workbench", "workflow", "render", str(spec), "--run-id", "r1", "--out",
+    res = invoke_npa("workbench", "workflow", "render", str(spec), "--run-id", "r1", "--out",
                   str(out), "--digests", str(digests), flag, value)  # fmt: skip
     assert res.code == 2, res.stdout + res.stderr
     assert needle in res.stderr and "Traceback" not in res.stderr

@@ -21,11 +21,14 @@ from npa.plan.quota import assess
 from npa.render.tasks import render_workflow
 from npa.spec.loader import load_text
 from npa.spec.validate import validate_text
+from tests.tiers import examples
 from tests.unit.specdata import DIGEST_A, base_spec, doc_paths
 
 pytestmark = pytest.mark.unit
 
-SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 scalars = st.one_of(
     st.none(),
@@ -147,7 +150,7 @@ plain_scalars = st.one_of(
 )  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(plain_scalars, min_size=1, max_size=6))
 def test_values_get_the_same_types_as_the_safe_loader(scalars: list[str]) -> None:
     """The spec loader's faster resolver gives every plain scalar the tag PyYAML's safe loader

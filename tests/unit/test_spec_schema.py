@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from npa.spec.model import RULE_ERROR, Workflow
 from npa.spec.schema import workflow_json_schema
 from npa.spec.validate import validate_text
+from tests.tiers import examples
 from tests.unit.specdata import base_spec, doc_paths, dump
 
 pytestmark = pytest.mark.unit
@@ -92,7 +93,7 @@ def _model_errors(doc: Any) -> list[dict[str, Any]]:
     return []
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_specs())
 def test_schema_and_model_agree(doc: Any) -> None:
     schema_ok = SCHEMA.is_valid(doc)

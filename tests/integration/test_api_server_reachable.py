@@ -14,7 +14,7 @@ import pytest
 
 from npa.adapters.skypilot.api import server_reachable
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 
 def serve(delay: float) -> Iterator[str]:

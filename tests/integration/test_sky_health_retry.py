@@ -11,9 +11,9 @@ import pytest
 
 from npa.adapters.skypilot.api import ApiServerDown
 from npa.backends.skypilot.jobs import HEALTH_TRIES, SkyManagedJobs
-from tests.unit.test_api_server_reachable import serve
+from tests.integration.test_api_server_reachable import serve
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration
 
 DISABLED = RuntimeError(
     "No SkyPilot API server endpoint is configured, and starting a local API server on this "
