@@ -9,11 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from npa.core.errors import InvalidInput
 from npa.core.suggest import closest
 from npa.images.reference import parse_reference
+
+if TYPE_CHECKING:
+    from npa.spec.model import Workflow
 
 ImageSource = Literal["override", "image", "spec"]
 
@@ -75,3 +78,20 @@ def choose_images(
         else:
             chosen.append(ChosenImage(tool, spec_images[tool], "spec"))
     return chosen
+
+
+def with_chosen_images(
+    workflow: Workflow, overrides: Iterable[str], fallback: str | None
+) -> Workflow:
+    """The workflow whose tools run the images ``--image-override`` (``overrides``) and
+    ``--image`` (``fallback``) choose: the one rule render and submit both apply, whether or
+    not preflight verified the images."""
+    spec_images = {ref: tool.image for ref, tool in workflow.tools.items()}
+    picked = parse_overrides(overrides, workflow.tools)
+    chosen = {c.tool: c.image for c in choose_images(spec_images, picked, fallback)}
+    if chosen == spec_images:
+        return workflow
+    tools = {
+        ref: tool.model_copy(update={"image": chosen[ref]}) for ref, tool in workflow.tools.items()
+    }
+    return workflow.model_copy(update={"tools": tools})

@@ -393,6 +393,15 @@ def image_gates(
         )
         return
     if not asked.preflight_images:
+        # Nothing is verified: the tasks pin the chosen images themselves, as render does with
+        # the same flags, so each chosen image must carry its digest.
+        if report.admission.workflow is not None:
+            from npa.images.overrides import with_chosen_images
+
+            report.admission.workflow = with_chosen_images(
+                report.admission.workflow, asked.image_overrides, asked.image
+            )
+            report.admission.tools = dict(report.admission.workflow.tools)
         report.add("images", "skipped", "--no-preflight-images: render needs pinned digests")
         return
     from npa.images.cache import VerificationCache

@@ -209,14 +209,13 @@ def _chosen_images(
     workflow: Workflow, overrides: Sequence[str], image: str | None, digests: DigestFile
 ) -> Workflow:
     """The workflow with each tool's image as --image-override/--image choose it (the same
-    rules as preflight-images), checked against what preflight chose when ``digests`` is its
-    --json output."""
-    from npa.images.overrides import choose_images, parse_overrides
+    rule as preflight-images and submit), checked against what preflight chose when
+    ``digests`` is its --json output."""
+    from npa.images.overrides import with_chosen_images
 
-    spec_images = {ref: tool.image for ref, tool in workflow.tools.items()}
-    picked = parse_overrides(overrides, workflow.tools)
-    chosen = {c.tool: c.image for c in choose_images(spec_images, picked, image)}
-    if digests.chosen is not None and (picked or image):
+    chosen_workflow = with_chosen_images(workflow, overrides, image)
+    chosen = {ref: tool.image for ref, tool in chosen_workflow.tools.items()}
+    if digests.chosen is not None and (overrides or image):
         differ = [
             f"{tool}: preflight verified {digests.chosen[tool]}, render was asked for "
             f"{chosen[tool]}"
@@ -229,12 +228,7 @@ def _chosen_images(
                 fix="pass render the same --image-override/--image as preflight-images "
                 "(or none: its output already says which image each tool runs)",
             )
-    if chosen == spec_images:
-        return workflow
-    tools = {
-        ref: tool.model_copy(update={"image": chosen[ref]}) for ref, tool in workflow.tools.items()
-    }
-    return workflow.model_copy(update={"tools": tools})
+    return chosen_workflow
 
 
 @dataclass

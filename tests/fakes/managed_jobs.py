@@ -177,6 +177,7 @@ class FakeManagedJobs:
                             "name": task,
                             "logs": [f"log of job {job_id} task {i} {task}"],
                             "uploads": uploads[i],
+                            "yaml": task_yamls[i],
                             **({"failure_reason": reason} if reason else {}),
                             **({"status": per_task[i]} if i < len(per_task) else {}),
                         }

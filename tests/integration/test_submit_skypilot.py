@@ -12,7 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from npa.backends.skypilot.tasks import documents
 from tests.fakes.entry import CLI_MODULE
 from tests.fakes.managed_jobs import read_state, write_state
 from tests.harness.kube import KubeCluster
@@ -195,3 +197,59 @@ def test_two_concurrent_submits_launch_once(world: dict[str, Any]) -> None:
     ids = {json.loads(o)["job_id"] for o, _ in outs}
     assert len(ids) == 1 and len(jobs(world)) == 1
     assert sorted(json.loads(o)["outcome"] for o, _ in outs) == ["adopted", "launched"]
+
+
+PINNED_A = "registry.example.com/team/a@sha256:" + "a" * 64
+PINNED_B = "registry.example.com/team/b@sha256:" + "b" * 64
+IMAGE_CHOICES = {
+    "spec": (),
+    "image": ("--image", PINNED_A),
+    "override": ("--image-override", f"shell={PINNED_B}"),
+    "both": ("--image", PINNED_A, "--image-override", f"shell={PINNED_B}"),
+}
+
+
+@pytest.mark.parametrize("choice", sorted(IMAGE_CHOICES))
+def test_the_launched_tasks_are_what_render_shows_for_the_same_image_flags(
+    world: dict[str, Any], tmp_path: Path, choice: str
+) -> None:
+    """Every image flag reaches the task on every path: with --no-preflight-images the chosen
+    image is pinned from its own digest, exactly as render pins it for review."""
+    flags = IMAGE_CHOICES[choice]
+    r = run_npa(*argv(world), *flags, env=world["env"])
+    assert r.code == 0, r.stdout + r.stderr
+    (job,) = jobs(world)
+    out = tmp_path / "review"
+    review = run_npa(
+        "workbench", "workflow", "render", str(world["spec"]), "--run-id", world["run_id"],
+        "--project", "team", "--context", world["context"], "--out", str(out), *flags,
+        env=world["env"],
+    )  # fmt: skip
+    assert review.code == 0, review.stdout + review.stderr
+    # A stage's file holds its wave tasks in order; each launched task is one of them.
+    reviewed = {
+        yaml.safe_load(doc)["name"]: doc
+        for path in out.glob("*.yaml")
+        for doc in documents(path.read_text())
+    }
+    launched = {task["name"]: task["yaml"] for task in job["tasks"]}
+    assert launched == reviewed
+    wanted = {"spec": "busybox@sha256:", "image": PINNED_A, "override": PINNED_B, "both": PINNED_B}
+    assert all(wanted[choice] in text for text in launched.values()), launched
+
+
+def test_an_unpinned_chosen_image_is_refused_by_submit_as_by_render(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """Without preflight nothing resolves a tag: a chosen image without a digest cannot be
+    launched, and submit says so as render does, before anything is launched."""
+    flags = ("--image", "registry.example.com/team/a:v1")
+    r = run_npa(*argv(world), *flags, env=world["env"])
+    review = run_npa(
+        "workbench", "workflow", "render", str(world["spec"]), "--run-id", world["run_id"],
+        "--project", "team", "--context", world["context"], "--out", str(tmp_path / "review"),
+        *flags, env=world["env"],
+    )  # fmt: skip
+    assert (r.code, review.code) == (2, 2), r.stdout + r.stderr + review.stderr
+    assert "pinned by digest" in r.stderr + r.stdout and "pinned by digest" in review.stderr
+    assert jobs(world) == []
