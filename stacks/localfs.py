@@ -70,12 +70,32 @@ def _content(props: dict[str, Any]) -> str:
     return minimal_kubeconfig(props["source"], props["context"])
 
 
+# Every stack that places a context's kubeconfig claims it with a file of its own beside it:
+# projects on one context share the one file, and the last claim's teardown removes it.
+CLAIMS = "claims"
+
+
+def _claims(destination: Path) -> Path:
+    return destination.parent / CLAIMS
+
+
+def _claim(props: dict[str, Any]) -> None:
+    owner = props.get("owner")
+    if owner:
+        claims = _claims(Path(props["destination"]))
+        ensure_private_dir(claims)
+        atomic_write_text(claims / str(owner), "")
+
+
 class KubeconfigProvider(ResourceProvider):
-    """Writes the cluster kubeconfig to its own file (0600), never merging it anywhere."""
+    """Writes the cluster kubeconfig to its own file (0600), never merging it anywhere. The
+    file is shared by the projects on its context: each stack (``owner``) claims it, and a
+    delete removes the file only with the last claim."""
 
     def create(self, props: dict[str, Any]) -> CreateResult:
         text = _content(props)
         atomic_write_text(Path(props["destination"]), text)
+        _claim(props)
         return CreateResult(
             id_=props["destination"], outs={**props, "fingerprint": fingerprint(text)}
         )
@@ -91,7 +111,8 @@ class KubeconfigProvider(ResourceProvider):
         replaces = [k for k in ("destination",) if olds.get(k) != news.get(k)]
         # The placed file is what matters: reading the same context from another file (a
         # KUBECONFIG list, or the placed file itself) is no change while the content is equal.
-        changed = [k for k in ("context", "fingerprint") if olds.get(k) != news.get(k)]
+        # A stack placed before claims existed records no owner: one update claims the file.
+        changed = [k for k in ("context", "fingerprint", "owner") if olds.get(k) != news.get(k)]
         return DiffResult(changes=bool(replaces or changed), replaces=replaces)
 
     def update(self, _id: str, _olds: dict[str, Any], news: dict[str, Any]) -> Any:
@@ -99,10 +120,18 @@ class KubeconfigProvider(ResourceProvider):
 
         text = _content(news)
         atomic_write_text(Path(news["destination"]), text)
+        _claim(news)
         return UpdateResult(outs={**news, "fingerprint": fingerprint(text)})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         path = Path(id_)
+        claims = _claims(path)
+        if props.get("owner"):
+            (claims / str(props["owner"])).unlink(missing_ok=True)
+        if claims.is_dir() and any(claims.iterdir()):
+            return  # another project on this context still uses the file
+        with contextlib.suppress(OSError):
+            claims.rmdir()
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):
             path.parent.rmdir()
@@ -137,5 +166,7 @@ class PlacedKubeconfig(Resource, module="npa", name="Kubeconfig"):
             "source": source,
             "document": document,
             "fingerprint": fingerprint_,
+            # The stack that places it: one claim on a file the context's projects share.
+            "owner": f"{pulumi.get_project()}.{pulumi.get_stack()}",
         }
         super().__init__(KubeconfigProvider(), name, props, opts)

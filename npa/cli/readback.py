@@ -77,10 +77,13 @@ def status(
 ) -> None:
     """The run's state from every source that knows it (each listed with its answer).
 
-    With --watch, every change (run state, job state, each stage) is printed as it happens,
-    and a heartbeat when nothing changed; with --json each is one JSON object per line, the
-    final result last. Exit codes: 0 a state was established (with --watch: SUCCEEDED), 1
-    with --watch the run ended failed or cancelled, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
+    The run's state is npa's verdict: a job the backend ended is shown beside it until the
+    run's supervisor has checked the outputs and decided any retry. With --watch, every change
+    (run state, job state, each stage, why the run waits) is printed as it happens, and a
+    heartbeat when nothing changed; with --json each is one JSON object per line, the final
+    result last. The watch ends on the verdict. Exit codes: 0 a state was established (with
+    --watch: SUCCEEDED), 1 with --watch the run ended failed or cancelled, or its job ended
+    with no supervisor on this machine to judge it, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
     """
 
     def produce() -> Result:

@@ -85,7 +85,10 @@ def _remove_orphan_temps(path: Path) -> None:
 def spawn_detached(module: str, directory: Path, log: Path, npa_home: Path) -> int:
     """Start ``python -m module directory`` in a session of its own (it outlives the shell and
     terminal that started it), output appended to ``log``; returns its pid."""
-    out = open(log, "ab")  # noqa: SIM115 - handed to the child
+    # Owner-only, as every file npa writes: a supervisor's log quotes the backend's answers.
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE)
+    os.fchmod(fd, FILE_MODE)
+    out = os.fdopen(fd, "ab")
     try:
         proc = subprocess.Popen(
             [sys.executable, "-m", module, str(directory)],

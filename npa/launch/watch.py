@@ -101,6 +101,21 @@ from npa.runs.manifest import (
 
 SPEC_NAME = "supervisor.json"
 LOG_NAME = "supervisor.log"
+# A backend's error can carry every job's task YAML (SkyPilot's queue errors do): a log line and
+# a recorded detail keep one line of bounded length, and say how much they left out.
+LOG_LINE_LIMIT = 2000
+DETAIL_LIMIT = 500
+
+
+def brief(text: str, limit: int) -> str:
+    """``text`` on one line (whitespace runs folded), cut to ``limit`` characters at a word."""
+    one = " ".join(text.split())
+    if len(one) <= limit:
+        return one
+    cut = one[:limit].rsplit(" ", 1)[0] or one[:limit]
+    return f"{cut} ... ({len(one) - len(cut)} more characters)"
+
+
 _TERMINAL = {s.value for s in TERMINAL_STATES}
 # The status a pod that could not start is counted under: the job's own state (PENDING or
 # STARTING) varies between the controller's attempts of one fault, so it is not part of it.
@@ -236,7 +251,7 @@ class Watcher:
 
     # --- records -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
-        sys.stdout.write(f"{now_iso()} {message}\n")
+        sys.stdout.write(f"{now_iso()} {brief(message, LOG_LINE_LIMIT)}\n")
         sys.stdout.flush()
 
     def update(self, mutate: Callable[[RunManifest], None]) -> RunManifest:
@@ -260,7 +275,7 @@ class Watcher:
                 what=what,
                 failure=failure,
                 classification=Classification.UNKNOWN,
-                detail=detail,
+                detail=brief(detail, DETAIL_LIMIT),
                 policy=self.policy,
             )
 

@@ -153,11 +153,15 @@ class Located:
 
     @property
     def job_id(self) -> int | None:
-        if self.manifest is not None and self.manifest.job_id is not None:
-            return self.manifest.job_id
-        if self.receipt is not None and self.receipt.job and self.receipt.job.job_id:
-            return int(self.receipt.job.job_id)
-        return None
+        """The current attempt's job id. The manifest is authoritative: a relaunch clears its
+        id until the new job is known, and the receipt may still name the old attempt's job
+        then; its id counts only for the job the manifest names."""
+        m, job = self.manifest, self.receipt.job if self.receipt is not None else None
+        if m is not None and m.job_id is not None:
+            return m.job_id
+        if job is None or not job.job_id or (m is not None and job.job_name != m.job_name):
+            return None
+        return int(job.job_id)
 
     @property
     def job_name(self) -> str | None:

@@ -29,16 +29,23 @@ from npa.backends.base import (
     JobRecord,
     JobState,
     LaunchFailure,
+    PolledByWatcher,
     ReportsLaunchFailures,
     ReportsPodReasons,
     TaskRecord,
 )
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
-from npa.core.layout import plan_key, run_prefix
+from npa.core.layout import plan_key, relaunch_suffix, run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
 from npa.core.text import plural
-from npa.runs.manifest import RunManifest, StageRecord, job_stages, read_manifest
+from npa.runs.manifest import (
+    RunManifest,
+    StageRecord,
+    base_job_name,
+    job_stages,
+    read_manifest,
+)
 from npa.services.locate import (
     RUN_ID_SHAPE,
     Located,
@@ -115,6 +122,10 @@ class StatusResult(Result):
     next: list[str] = Field(default_factory=list)
     checked_at: str
     watched: bool = False
+    # The backend ended the job and npa has not recorded its verdict yet; ``supervised`` says
+    # whether a supervisor on this machine is there to record it (None: cannot tell from here).
+    verdict_pending: bool = False
+    supervised: bool | None = None
 
     def text_lines(self) -> list[str]:
         head = f"run {self.run_id}: {self.state}"
@@ -156,7 +167,15 @@ class StatusResult(Result):
             return EXIT_UNAVAILABLE
         if self.watched and self.state in TERMINAL and self.state != "SUCCEEDED":
             return EXIT_FAILURE
+        if self.watched and self.unsupervised:
+            return EXIT_FAILURE
         return 0
+
+    @property
+    def unsupervised(self) -> bool:
+        """The job ended and nobody will record the run's verdict until the submit is run
+        again: a watch ends here rather than wait for ever."""
+        return self.verdict_pending and self.supervised is False
 
 
 def _pod_line(p: PodReason) -> str:
@@ -178,24 +197,42 @@ def _stage_line(name: str, stage: StageView) -> str:
 # --- deciding ----------------------------------------------------------------------------------
 
 
-def decide(located: Located, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
-    """The run's state and why, from the sources' answers alone."""
+def decide(
+    located: Located, job: JobAnswer, *, cached: bool, polled: bool = False
+) -> tuple[str, str]:
+    """The run's state and why, from the sources' answers alone. ``polled``: the job runs
+    under a controller npa does not own, so its end is evidence and the verdict is the
+    supervisor's (a backend that hosts npa's executor records the verdict in the job itself)."""
     m = located.manifest
     if m is not None:
-        return _decide_recorded(m, job, cached=cached)
+        return _decide_recorded(m, job, cached=cached, polled=polled)
     return _decide_unrecorded(located, job, cached=cached)
 
 
-def _decide_recorded(m: RunManifest, job: JobAnswer, *, cached: bool) -> tuple[str, str]:
+def _decide_recorded(
+    m: RunManifest, job: JobAnswer, *, cached: bool, polled: bool
+) -> tuple[str, str]:
     """The run's state when its manifest was read."""
     if cached:
         return CACHED, f"the manifest records {m.state}; the backend was not asked (--cached)"
     if m.state in TERMINAL:
         return m.state, "the manifest records a final state (final states never change)"
     if job.answer == "found" and job.record is not None:
-        return (
-            job.record.state.value,
-            f"the {m.backend} backend reports job {job.record.job_id}",
+        record = job.record
+        if polled and record.state.terminal and not record.continuable:
+            # The backend's end is evidence; the run's end is npa's verdict (outputs checked,
+            # a retry or relaunch decided), which only the supervisor records.
+            return m.state, (
+                f"the {m.backend} backend ended job {record.job_id} {record.state.value}; "
+                "npa's verdict (outputs checked, retries decided) is not recorded yet"
+            )
+        return record.state.value, f"the {m.backend} backend reports job {record.job_id}"
+    relaunch = relaunch_suffix(m.job_name, base_job_name(m)) if m.job_id is None else ""
+    attempt = relaunch.removeprefix(".a")
+    if attempt.isdigit() and m.state == "LAUNCHING" and job.answer == "absent":
+        return "LAUNCHING", (
+            f"the supervisor is relaunching the run as {m.job_name} "
+            f"(attempt {int(attempt) + 1}); no job carries that name yet"
         )
     if job.answer == "unavailable":
         return VERIFICATION_UNAVAILABLE, (
@@ -551,11 +588,17 @@ def _next(
     stages: dict[str, StageView],
     controller_fix: str | None,
     record: JobRecord | None = None,
+    *,
+    reattach: bool = False,
 ) -> list[str]:
     run, project = located.run_id, located.project
     wf = ("workbench", "workflow")
     spec = located.reservation.spec if located.reservation else "SPEC"
     out = _pod_fixes(located, pending, spec)
+    if reattach:
+        # The job ended with no supervisor to judge it: the same submit starts one, which
+        # records the verdict (never a second launch).
+        out.append(_submit_again(located, spec, resume=False))
     failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
     logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
     artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
@@ -603,13 +646,18 @@ def status(
     backend = open_located_backend(located, paths) if located.backend_name else None
     job, job_source = ask_job(located, backend, cached=cached)
     located.sources.append(job_source)
-    state, reason = decide(located, job, cached=cached)
+    polled = isinstance(backend, PolledByWatcher)
+    state, reason = decide(located, job, cached=cached, polled=polled)
     record = job.record
+    m = located.manifest
+    pending_verdict = polled and _verdict_pending(m, record, state)
+    supervised = _supervised(paths, located, backend) if pending_verdict else None
+    if supervised is False:
+        reason += "; no supervisor runs for it on this machine (the same submit starts one)"
     waiting = record is not None and state in WAITING and not cached
     pending, launches, launch_fixes = (
         _why_waiting(located, backend, record) if waiting and record else ([], [], [])
     )
-    m = located.manifest
     stages = _stages(m, job, state, plan_order(m, located)) if m else {}
     return StatusResult(
         project=located.project,
@@ -638,9 +686,37 @@ def status(
             stages,
             backend.controller_fix(located.project) if backend is not None else None,
             record,
+            reattach=supervised is False,
         ),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        verdict_pending=pending_verdict,
+        supervised=supervised,
     )
+
+
+def _verdict_pending(m: RunManifest | None, record: JobRecord | None, state: str) -> bool:
+    """The backend ended the job and the run still shows npa's recorded, unfinished state."""
+    return (
+        m is not None
+        and record is not None
+        and state == m.state
+        and state not in TERMINAL
+        and record.state.terminal
+        and not record.continuable
+    )
+
+
+def _supervised(paths: NpaPaths, located: Located, backend: ExecutionBackend | None) -> bool | None:
+    """Whether the supervisor that records a polled run's verdict is alive on this machine:
+    None when no supervisor of the run ever ran here (it was submitted elsewhere) or the
+    backend has none."""
+    if not isinstance(backend, PolledByWatcher):
+        return None
+    from npa.launch.watch import alive, lock_path
+
+    if not lock_path(paths, located.project, located.run_id).exists():
+        return None
+    return alive(paths, located.project, located.run_id) is not None
 
 
 def watch(
@@ -665,6 +741,8 @@ def watch(
         if on_poll is not None:
             on_poll(result)
         if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
+            return result
+        if result.unsupervised:
             return result
         if deadline is not None and time.monotonic() >= deadline:
             return result

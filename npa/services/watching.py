@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from npa.services.status import StatusResult
+    from npa.services.status import StageView, StatusResult
 
-Kind = Literal["state", "job", "stage", "heartbeat"]
+Kind = Literal["state", "job", "stage", "waiting", "heartbeat"]
 
 
 class WatchEvent(BaseModel):
@@ -43,7 +43,14 @@ class WatchEvent(BaseModel):
             )
         if self.event == "job":
             return f"{self.at} job {self.before or '-'} -> {self.after}"
-        change = f"{self.before} -> {self.after}" if self.before else self.after
+        if self.event == "waiting":
+            return f"{self.at} {what} {self.after}, waiting: {self.detail}"
+        # A change of waves alone keeps the state: say it once, never "X -> X".
+        change = (
+            f"{self.before} -> {self.after}"
+            if self.before not in (None, self.after)
+            else self.after
+        )
         return f"{self.at} {what}: {change}" + (f" ({self.detail})" if self.detail else "")
 
 
@@ -76,11 +83,13 @@ class Follower:
         for name, stage in result.stages.items():
             old = before.stages.get(name) if before is not None else None
             if old is None or (old.state, old.waves) != (stage.state, stage.waves):
-                detail = stage.waves if old is None or old.waves != stage.waves else ""
-                if stage.failure_reason:
-                    detail = f"{detail}; {stage.failure_reason}".strip("; ")
                 add("stage", stage.state, stage=name, before=old.state if old else None,
-                    detail=detail)  # fmt: skip
+                    detail=_stage_detail(old, stage))  # fmt: skip
+        # Why the run waits (a pod's reason, the controller's failed launches), each time the
+        # answer changes: a watch that only says "still PENDING" hides what status knows.
+        why = waiting_reason(result)
+        if why and (before is None or waiting_reason(before) != why):
+            add("waiting", result.state, detail=why)
         if events:
             self._changed_at = self._beat_at = now
         elif now - self._beat_at >= self.heartbeat:
@@ -88,3 +97,20 @@ class Follower:
             add("heartbeat", result.state, seconds_in_state=round(now - self._changed_at, 1))
         self._last = result
         return events
+
+
+def _stage_detail(old: StageView | None, stage: StageView) -> str:
+    """What a stage event adds to its state: its waves when they changed, its failure."""
+    detail = stage.waves if old is None or old.waves != stage.waves else ""
+    if stage.failure_reason:
+        detail = f"{detail}; {stage.failure_reason}".strip("; ")
+    return detail
+
+
+def waiting_reason(result: StatusResult) -> str:
+    """Why the run waits, in one line: each pod's reason, then the latest failed launch."""
+    reasons = [f"pod {p.pod}: {p.reason}: {p.message}" for p in result.pending]
+    if result.launch_failures:
+        count = len(result.launch_failures)
+        reasons.append(f"{count} failed launch(es), the latest: {result.launch_failures[-1].error}")
+    return "; ".join(reasons)

@@ -122,9 +122,10 @@ def manifest(w: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for(
-    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 60.0
+    w: dict[str, Any], check: Callable[[dict[str, Any]], bool], timeout: float = 180.0
 ) -> dict[str, Any]:
-    """The manifest once ``check`` holds for it; fails with the last one seen after ``timeout``."""
+    """The manifest once ``check`` holds for it; fails with the last one seen after ``timeout``
+    (a bound on a hang, generous for two busy cores: a relaunch takes several supervisor polls)."""
     deadline = time.monotonic() + timeout
     m = manifest(w)
     while not check(m):

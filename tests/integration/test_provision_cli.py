@@ -304,6 +304,18 @@ def test_kubernetes_target_lifecycle(
     assert again.code == 0, again.stderr
     assert again.json()["mode"] == "no-changes"
 
+    # A second project on the same context shares the placed kubeconfig; tearing it down
+    # leaves the file the first project still uses.
+    other = tuple("other" if a == "team" else a for a in args)
+    assert run_npa(*other, "--yes", timeout=240).code == 0
+    tear_other = run_npa("teardown", "--project", "other", "--target", "kubernetes",
+                         "--context", kube.context, "--backend-url", pulumi_backend.url,
+                         "--yes", "--json", timeout=240)  # fmt: skip
+    assert tear_other.code == 0, tear_other.stdout + tear_other.stderr
+    assert placed.exists() and stat.S_IMODE(placed.stat().st_mode) == 0o600
+    still = run_npa(*args, "--yes", "--json", timeout=240)
+    assert still.code == 0 and still.json()["mode"] == "no-changes", still.stdout + still.stderr
+
     torn = run_npa(
         "teardown",
         "--project",

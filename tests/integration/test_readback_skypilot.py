@@ -322,7 +322,10 @@ def test_resume_of_a_failed_managed_job_launches_one_new_job_by_its_own_name(
     state = read_state(world["state"])
     state["jobs"][0]["status"] = "FAILED_NO_RESOURCE"
     write_state(world["state"], state)
-    assert status(world).json()["state"] == "FAILED_NO_RESOURCE"
+    # The job ended, but no supervisor judged it: the run keeps npa's record, the job's end beside.
+    ended = status(world).json()
+    assert (ended["state"], ended["job_state"]) == ("PENDING", "FAILED_NO_RESOURCE"), ended
+    assert ended["verdict_pending"] and ended["supervised"] is False
     r = run_npa(*argv, env=world["env"])
     assert r.code == 0, r.stdout + r.stderr
     resumed = r.json()

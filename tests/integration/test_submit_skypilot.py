@@ -89,6 +89,9 @@ def test_launch_probes_readyz_and_passes_the_context_kubeconfig(world: dict[str,
         f"npa-{run}-generate-w0", f"npa-{run}-square-w0", f"npa-{run}-total-w0"
     ]  # fmt: skip
     assert read_state(world["state"])["kubeconfigs"] == [str(world["kubeconfig"])]
+    # The supervisor's log quotes the backend's answers: only its owner may read it.
+    (log,) = (world["home"] / "supervisors").glob("*/supervisor.log")
+    assert log.stat().st_mode & 0o777 == 0o600
 
 
 def test_an_existing_job_is_adopted_by_id(world: dict[str, Any]) -> None:

@@ -472,3 +472,39 @@ def test_a_supervisor_killed_mid_relaunch_leaves_one_attempt(world: dict[str, An
     assert [j["job_name"] for j in jobs(world)] == [base(world), f"{base(world)}-a1"]
     assert read_state(world["state"])["launch_calls"] == 2
     assert m["supervisor"]["infrastructure_recoveries"] == 1
+
+
+def test_a_job_that_ended_unjudged_is_not_the_runs_state_and_a_watch_says_so(
+    world: dict[str, Any],
+) -> None:
+    """The job ends while no supervisor runs: the run's state stays npa's record (the job's end
+    is shown beside it), a watch ends at once with the command that brings a supervisor back,
+    and once that supervisor has judged the job the run has its verdict."""
+    script(world, outcomes=["RUNNING"])
+    submit(world)
+    wait_for(world, lambda m: m["state"] == "RUNNING")
+    os.kill(started(world), signal.SIGKILL)
+    assert exited(world)
+    set_status(world, 1, "SUCCEEDED")
+    ask = ("workbench", "workflow", "status", world["run_id"], "--project", "team", "--json")
+    now = run_npa(*ask, env=world["env"])
+    assert now.code == 0, now.stdout + now.stderr
+    answer = now.json()
+    assert (answer["state"], answer["job_state"]) == ("RUNNING", "SUCCEEDED"), answer
+    assert answer["verdict_pending"] and answer["supervised"] is False
+    assert "verdict" in answer["reason"] and "no supervisor" in answer["reason"]
+    assert answer["next"][0].startswith("npa workbench workflow submit "), answer["next"]
+    watched = run_npa(*ask, "--watch", "--interval", "0.2", env=world["env"], timeout=120)
+    events = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    assert watched.code == 1, watched.stdout + watched.stderr
+    assert events[-1]["state"] == "RUNNING" and events[-1]["supervised"] is False
+    assert "SUCCEEDED" not in [e["after"] for e in events[:-1] if e.get("event") == "state"]
+    # The job's end is evidence, printed as the job's event.
+    assert any(e.get("event") == "job" and e["after"] == "SUCCEEDED" for e in events[:-1])
+    # The same submit brings a supervisor back; it judges the ended job, launching nothing.
+    assert submit(world)["outcome"] == "adopted"
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    done = run_npa(*ask, "--watch", "--interval", "0.2", env=world["env"], timeout=120)
+    assert done.code == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["state"] == "SUCCEEDED"
+    assert read_state(world["state"])["launch_calls"] == 1

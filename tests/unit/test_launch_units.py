@@ -152,3 +152,29 @@ def test_skypilot_statuses_map_one_to_one() -> None:
     for status in ManagedJobStatus:
         state = job_state(status)
         assert state.terminal == status.is_terminal(), status
+
+
+@pytest.mark.parametrize(
+    ("text", "limit"),
+    [
+        ("short line", 100),
+        ("line one\nline two\n\n  indented", 100),
+        ("word " * 400, 500),
+        ("x" * 5000, 200),
+        ("job 7 " + "task:\n  run: echo hi\n" * 20000, 2000),
+    ],
+)
+def test_a_supervisor_line_is_one_bounded_line_that_says_what_it_left_out(
+    text: str, limit: int
+) -> None:
+    from npa.launch.watch import brief
+
+    out = brief(text, limit)
+    assert "\n" not in out
+    folded = " ".join(text.split())
+    if len(folded) <= limit:
+        assert out == folded
+    else:
+        kept, tail = out.split(" ... (")
+        assert folded.startswith(kept) and len(kept) <= limit
+        assert tail == f"{len(folded) - len(kept)} more characters)"

@@ -112,7 +112,48 @@ def test_live_manifest_with_unreachable_backend_is_unavailable_and_cached_is_mar
     loc = located(answer("manifest", "found"), manifest=manifest("RUNNING"))
     assert decide(loc, DOWN, cached=False)[0] == "VERIFICATION_UNAVAILABLE"
     assert decide(loc, NONE, cached=True)[0] == "CACHED"
-    assert decide(loc, job(JobState.FAILED_CONTROLLER), cached=False)[0] == "FAILED_CONTROLLER"
+    # The backend's end is not the run's: until the supervisor records its verdict (outputs
+    # checked, a relaunch decided), the run keeps npa's recorded state, and says why.
+    state, reason = decide(loc, job(JobState.FAILED_CONTROLLER), cached=False, polled=True)
+    assert state == "RUNNING" and "verdict" in reason and "FAILED_CONTROLLER" in reason
+    # A job whose controller died and that the same submit continues is reported as it is, and
+    # so is the end of a job npa's own executor ran: it recorded its verdict in the job.
+    lost = job(JobState.FAILED_CONTROLLER)
+    assert lost.record is not None
+    lost.record.continuable = True
+    assert decide(loc, lost, cached=False, polled=True)[0] == "FAILED_CONTROLLER"
+    assert decide(loc, job(JobState.FAILED), cached=False)[0] == "FAILED"
+
+
+@pytest.mark.parametrize("ended", [s for s in JobState if s.terminal])
+@pytest.mark.parametrize("recorded", ["LAUNCHING", "PENDING", "STARTING", "RUNNING", "RECOVERING"])
+def test_a_job_the_backend_ended_is_never_the_runs_verdict(ended: JobState, recorded: str) -> None:
+    loc = located(answer("manifest", "found"), manifest=manifest(recorded))
+    state, reason = decide(loc, job(ended), cached=False, polled=True)
+    assert (state, ended.value in reason) == (recorded, True)
+    final = located(answer("manifest", "found"), manifest=manifest(ended.value))
+    assert decide(final, job(ended), cached=False, polled=True)[0] == ended.value
+
+
+def test_a_relaunch_in_progress_is_launching_and_never_the_old_attempts_job() -> None:
+    m = manifest("LAUNCHING", job_id=None)
+    m.job_name = f"npa-wf-{RUN}-a1"
+    receipt = Receipt(project="p", project_identity="x", workflow="wf", run_id=RUN,
+                      submitted_at="t", store="file:///s", workflow_prefix="-",
+                      credentials_source="none",
+                      job={"backend": "skypilot", "job_id": "7",
+                           "job_name": f"npa-wf-{RUN}"})  # fmt: skip
+    loc = located(answer("manifest", "found"), manifest=m, receipt=receipt)
+    assert loc.job_id is None  # job 7 is the first attempt's, not the one the manifest names
+    state, reason = decide(loc, JobAnswer(answer="absent"), cached=False)
+    assert state == "LAUNCHING" and "relaunching the run as" in reason and "attempt 2" in reason
+    # Once the receipt names the new attempt's job, its id counts.
+    assert receipt.job is not None
+    receipt.job.job_name, receipt.job.job_id = m.job_name, "8"
+    assert loc.job_id == 8
+    # A first launch that never completed is still LAUNCH_INCOMPLETE.
+    first = located(answer("manifest", "found"), manifest=manifest("LAUNCHING", job_id=None))
+    assert decide(first, JobAnswer(answer="absent"), cached=False)[0] == "LAUNCH_INCOMPLETE"
 
 
 def test_final_manifest_states_stand_and_a_lost_job_is_not_absence() -> None:

@@ -42,6 +42,7 @@ def test_transitions_per_stage_then_heartbeats_then_the_final_change() -> None:
                                             "b": ("PENDING", "0/1 waves succeeded")},
                                 "t2", "RUNNING"))  # fmt: skip
     assert [(e.stage, e.detail) for e in wave] == [("a", "1/2 waves succeeded")]
+    assert wave[0].text() == "t2 stage a: RUNNING (1/2 waves succeeded)"  # never "X -> X"
     done = follower.see(_result("SUCCEEDED", {"a": ("SUCCEEDED", "2/2 waves succeeded"),
                                               "b": ("SUCCEEDED", "1/1 waves succeeded")},
                                 "t3", "SUCCEEDED"))  # fmt: skip
@@ -53,3 +54,27 @@ def test_transitions_per_stage_then_heartbeats_then_the_final_change() -> None:
     ]
     assert done[2].text() == "t3 stage a: RUNNING -> SUCCEEDED (2/2 waves succeeded)"
     assert all("\\n" not in e.model_dump_json() for e in done)
+
+
+def test_why_a_run_waits_is_said_each_time_it_changes_and_only_then() -> None:
+    from npa.adapters.kube.pods import PodReason
+
+    follower = Follower(heartbeat=30, clock=lambda: 0.0)
+
+    def pending(at: str, *reasons: tuple[str, str]) -> StatusResult:
+        result = _result("PENDING", {}, at, "PENDING")
+        result.pending = [
+            PodReason(namespace="ns", pod="p-0", phase="Pending", reason=r, message=m)
+            for r, m in reasons
+        ]
+        return result
+
+    first = follower.see(pending("t0", ("ErrImagePull", "manifest unknown")))
+    assert [e.event for e in first] == ["state", "job", "waiting"]
+    assert first[-1].text() == "t0 run PENDING, waiting: pod p-0: ErrImagePull: manifest unknown"
+    assert follower.see(pending("t1", ("ErrImagePull", "manifest unknown"))) == []
+    [backoff] = follower.see(pending("t2", ("ImagePullBackOff", "Back-off pulling image")))
+    assert (backoff.event, backoff.detail) == (
+        "waiting",
+        "pod p-0: ImagePullBackOff: Back-off pulling image",
+    )
