@@ -4,6 +4,7 @@ the kube fixture's pods and nodes, and the managed-jobs double at the SkyPilot b
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import time
 import uuid
@@ -153,7 +154,11 @@ def test_cancel_by_id_then_repeat(world: dict[str, Any]) -> None:
     assert r.json()["job_id"] == out["job_id"]
     again = run_npa(*argv, env=world["env"])
     assert again.code == 0 and again.json()["outcome"] == "already_final"
-    assert status(world).json()["state"] == "CANCELLED"
+    # The run's CANCELLED is npa's verdict, which the supervisor records at its next poll: the
+    # watch ends on it (a plain status right now may still show the job's end beside PENDING).
+    watched = status(world, None, "--watch", "--interval", "0.5")
+    assert watched.code == 1, watched.stdout + watched.stderr  # a watch ends 1 on CANCELLED
+    assert json.loads(watched.stdout.splitlines()[-1])["state"] == "CANCELLED"
 
 
 def test_a_cancel_the_controller_has_not_acted_on_yet_is_cancelling(
