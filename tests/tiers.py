@@ -192,13 +192,31 @@ def unit_rules() -> Iterator[Guard]:
 VIOLATIONS_KEY = pytest.StashKey[list[str]]()
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+def _guarded(item: pytest.Item) -> Iterator[None]:
     if item.stash.get(TIER_KEY, None) != "unit":
         return (yield)
     with unit_rules() as guard:
         item.stash[VIOLATIONS_KEY] = guard.violations
         return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _guarded(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    # The last test of a worker also tears down the session's services (a SkyPilot server an
+    # integration test started): that teardown is not the unit test's.
+    if nextitem is None:
+        return (yield)
+    return (yield from _guarded(item))
 
 
 @pytest.hookimpl(wrapper=True)

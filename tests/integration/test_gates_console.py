@@ -1,5 +1,6 @@
-"""The plan-spec evidence property through the console script: a sample of the generated
-inputs in a real process (the bulk runs in process, in the unit tier)."""
+"""The plan-spec evidence property: the bulk in process (typer's runner), a sample through the
+console script. Both are integration tests: with the pulumi CLI installed, checking a claim's
+stack-output proof starts it."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from npa.cli.main import app
 from tests.harness.cli import run_npa
-from tests.unit.test_gates_property import expect, inputs, write_inputs
+from tests.tiers import examples
+from tests.unit.test_gates_property import RUNNER, expect, inputs, write_inputs
 
 pytestmark = pytest.mark.integration
 
@@ -30,3 +33,28 @@ def test_the_same_holds_for_the_console_script(
         res = run_npa(*write_inputs(Path(tmp), spec, quota, existing))
     assert "Traceback" not in res.stderr, res.stderr
     expect(spec, quota, existing, res.code, res.stdout)
+
+
+@settings(
+    max_examples=examples(300),
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,  # npa_home: one empty NPA_HOME, only read
+    ],
+)
+@given(case=inputs)
+def test_plan_spec_never_says_ok_on_evidence_that_is_not_evidence(
+    case: tuple[dict[str, Any], Any, Any], npa_home: Path
+) -> None:
+    spec, quota, existing = case
+    with tempfile.TemporaryDirectory() as tmp:
+        args = write_inputs(Path(tmp), spec, quota, existing)
+        result = RUNNER.invoke(app, args)
+    # Only the clean exits of finish(): anything else is an exception that escaped.
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        result.exception,
+        result.output[-800:],
+    )
+    expect(spec, quota, existing, result.exit_code, result.output)
