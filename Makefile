@@ -15,11 +15,10 @@ PYTEST_ARGS ?=
 # pytest-xdist workers for make test, each given whole test files (--dist loadfile): every
 # cluster test is in tests/integration/test_cluster_skypilot.py, which one worker runs in order
 # (its first launch creates the jobs controller the rest share) while the other files run
-# beside it. Files go out in collection order (not largest first), so the cluster file, second
-# in that order, starts at once. PYTEST_WORKERS=0 runs one process, in collection order.
+# beside it. Files go out in collection order (not largest first), and tests/tiers.py puts the
+# cluster tier first in it, so it starts at once. PYTEST_WORKERS=0 runs one process, in order.
 PYTEST_WORKERS ?= 2
-# One pytest command for make test and make rehearse. tests/tiers.py orders the cluster tier
-# first (one worker starts on it at once), and prints each tier's time at the end.
+# One pytest command for make test and make rehearse; tests/tiers.py prints each tier's time.
 TOOLS_ON_PATH = . "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH"
 PYTEST_RUN = $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
