@@ -719,6 +719,10 @@ def _supervised(paths: NpaPaths, located: Located, backend: ExecutionBackend | N
     return alive(paths, located.project, located.run_id) is not None
 
 
+# Seconds a watch waits on a job that ended with no supervisor before it ends (exit 1).
+UNSUPERVISED_GRACE = 30.0
+
+
 def watch(
     run: str,
     project: str | None,
@@ -735,6 +739,7 @@ def watch(
     A source that is briefly unavailable does not end the watch; the last answer is returned.
     """
     deadline = None if timeout is None else time.monotonic() + timeout
+    unsupervised_since: float | None = None
     while True:
         result = status(run, project, workflow_uri=workflow_uri, paths=paths)
         result.watched = True
@@ -742,7 +747,15 @@ def watch(
             on_poll(result)
         if result.state in TERMINAL or result.state in (NOT_FOUND, NOT_SUBMITTED, PLAN_ONLY):
             return result
-        if result.unsupervised:
+        # A supervisor just started by submit may not hold its lock yet: the run is left to
+        # nobody only when that stays so for a grace period.
+        unsupervised_since = (
+            (unsupervised_since or time.monotonic()) if result.unsupervised else None
+        )
+        if (
+            unsupervised_since is not None
+            and time.monotonic() - unsupervised_since >= UNSUPERVISED_GRACE
+        ):
             return result
         if deadline is not None and time.monotonic() >= deadline:
             return result
