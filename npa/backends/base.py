@@ -616,8 +616,16 @@ class RunRecorder(Protocol):
 
     def stage_succeeded(self, stage: str, outputs: dict[str, int]) -> None: ...
 
-    def ended(self, state: JobState, detail: str | None, *, infrastructure: bool) -> None:
-        """Record the job's final state (``infrastructure``: the controller side failed)."""
+    def infrastructure_fault(self, detail: str, *, stage: str | None) -> WaveVerdict:
+        """Record that the platform failed under the job (a store outage that outlasted the
+        store's patience) and say whether the job goes on (an infrastructure recovery, counted
+        against ``--max-infrastructure-recoveries``) or ends now."""
+
+    def ended(
+        self, state: JobState, detail: str | None, *, infrastructure: bool, actionable: bool = False
+    ) -> None:
+        """Record the job's final state (``infrastructure``: the controller side failed;
+        ``actionable``: for a reason a person must fix, such as refused store credentials)."""
 
 
 class HostsExecutor(abc.ABC):

@@ -157,7 +157,10 @@ class BucketAbsent(NotFound):
 
 
 class StoreUnavailable(Unavailable):
-    """The store could not be reached, refused us, or answered something npa cannot trust."""
+    """The store could not be reached, refused us, or answered something npa cannot trust.
+
+    ``details["refused"]`` is true when the store refused the credentials (a person must fix
+    them); ``details["errno"]`` holds the operating system's answer for a file store."""
 
     kind = "store_unavailable"
 
@@ -321,3 +324,26 @@ def with_rerun(error: NpaError, command: str, *, replace: bool = False) -> NpaEr
     error.details["rerun"] = command
     error.fix = f"{error.fix}, then rerun: {command}" if error.fix else command
     return error
+
+
+# A file store's OS answers that may pass on their own (a network file system's hiccup).
+_PASSING_ERRNOS = frozenset({errno.EIO, errno.ETIMEDOUT, errno.EAGAIN, errno.ESTALE})
+
+
+def passes_by_itself(error: NpaError) -> bool:
+    """Whether ``error`` is a platform fault that may pass without anyone acting: a store or a
+    backend that did not answer, reset the connection or answered a server error. Refused
+    credentials, a missing bucket, and a full or read-only disk are not: a person must act.
+    The one rule every long-running part of npa (the local executor, the run watcher) applies
+    before it waits for a fault to pass instead of ending a run on it."""
+    if isinstance(error, BackendUnavailable):
+        return True
+    if not isinstance(error, StoreUnavailable) or isinstance(error, VerificationUnavailable):
+        return False
+    if error.details.get("refused"):
+        return False
+    status = error.details.get("http_status")
+    if isinstance(status, int) and 400 <= status < 500 and status not in (408, 429):
+        return False  # the request itself was refused: asking again gets the same answer
+    code = error.details.get("errno")
+    return code is None or code in _PASSING_ERRNOS

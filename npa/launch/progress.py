@@ -99,11 +99,17 @@ class ManifestRecorder:
             target.write_bytes(data)
             os.chmod(target, restore_mode(entry.mode))
 
-    def ended(self, state: JobState, detail: str | None, *, infrastructure: bool) -> None:
+    def ended(
+        self, state: JobState, detail: str | None, *, infrastructure: bool, actionable: bool = False
+    ) -> None:
         def final(m: RunManifest) -> None:
             m.state = state.value
             if infrastructure and m.supervisor.classification is None:
-                m.supervisor.classification = Classification.TRANSIENT_INFRASTRUCTURE.value
+                m.supervisor.classification = (
+                    Classification.ACTIONABLE_CONFIGURATION.value
+                    if actionable
+                    else Classification.TRANSIENT_INFRASTRUCTURE.value
+                )
             for rec in m.stages.values():
                 if rec.state in ("PENDING", "RUNNING") and state is JobState.CANCELLED:
                     rec.state = "CANCELLED"
@@ -121,7 +127,10 @@ class ManifestRecorder:
     def stage_started(self, stage: str) -> None:
         def begin(m: RunManifest) -> None:
             rec = m.stages.setdefault(stage, StageRecord())
-            rec.state, rec.started_at = "RUNNING", now_iso()
+            # A stage taken up again (after a store outage, or by a continuing executor) keeps
+            # the time it first started.
+            again = rec.state == "RUNNING" and rec.started_at is not None
+            rec.state, rec.started_at = "RUNNING", rec.started_at if again else now_iso()
 
         self._update(begin)
 
@@ -183,6 +192,23 @@ class ManifestRecorder:
             spends_retry=classification is Classification.PAYLOAD,
         )
 
+    def infrastructure_fault(self, detail: str, *, stage: str | None) -> WaveVerdict:
+        state = self._supervise(
+            stage,
+            f"stage {stage}" if stage else "job",
+            "store-outage",
+            Classification.TRANSIENT_INFRASTRUCTURE,
+            detail,
+            0,
+        )
+        return WaveVerdict(
+            retry=state is None,
+            state=state,
+            classification=Classification.TRANSIENT_INFRASTRUCTURE.value,
+            detail=detail,
+            spends_retry=False,
+        )
+
     def outputs_missing(self, stage: str, found: dict[str, int], missing: list[str]) -> str:
         detail = f"stage {stage} exited 0 but declared outputs are missing or empty: " + ", ".join(
             missing
@@ -230,7 +256,7 @@ class ManifestRecorder:
 
     def _supervise(
         self,
-        stage: str,
+        stage: str | None,
         what: str,
         failure: str,
         classification: Classification,

@@ -46,6 +46,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from npa.adapters.storage import ObjectStore, open_store
+from npa.adapters.storage.patient import PatientStore, store_patience
 from npa.backends import installed_backends, open_backend
 from npa.backends.base import (
     TERMINAL_STATES,
@@ -297,7 +298,11 @@ class Watcher:
     def execute(self, backend: HostsExecutor) -> int:
         """Hand the job to the backend's executor, with the run's manifest as its record."""
         assert self.spec.job_id is not None
-        store = _open_store(self.submission, self.paths)
+        # The run's records are written through the same patience as the job's own objects:
+        # a store outage shorter than it costs the run nothing.
+        store = PatientStore(
+            _open_store(self.submission, self.paths), store_patience(), note=self.log
+        )
         s = self.submission
         status = npa_command("workbench", "workflow", "status", s.run_id, "--project", s.project)
         recorder = ManifestRecorder(store, s.prefix, self.manifest_lock, self.policy, status)

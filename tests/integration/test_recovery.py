@@ -388,6 +388,8 @@ def test_a_disk_that_fills_mid_run_ends_the_job_recorded(small_home: World) -> N
     assert final["state"] == "FAILED_CONTROLLER", final
     assert "No space left on device" in (final["failure_reason"] or ""), json.dumps(final)
     assert f"df -h {w.home}" in final["failure_reason"], final
+    # A full disk does not pass by itself: a person must act, so it is not retried.
+    assert final["supervisor"]["classification"] == "actionable_configuration", final
     job = json.loads((w.home / "local-jobs" / str(job_id) / "job.json").read_text())
     assert job["state"] == final["state"], job
     log = (w.home / "local-jobs" / str(job_id) / "logs" / "supervisor.log").read_text()

@@ -146,11 +146,11 @@ class S3Store(S3Base):
             reason = f"the store answered {code} (HTTP {status})"
         else:
             reason = f"{type(exc).__name__}: {exc}"
-        refused = code in _REFUSED
+        refused = code in _REFUSED or type(exc).__name__ == "NoCredentialsError"
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
             fix=(self._fix_hint or "npa configure --show") if refused else self._probe(key),
-            details={"store": self.uri, "code": code, "http_status": status},
+            details={"store": self.uri, "code": code, "http_status": status, "refused": refused},
         )
 
     def _check_bucket(self) -> None:

@@ -120,13 +120,18 @@ class ObstoreS3Store(S3Base):
                 f"the store refused the credentials from {self.credential_source!r} "
                 f"({text}); npa cannot tell whether the object exists"
             )
-            fix = self._fix_hint or "npa configure --show"
+            fix, refused = self._fix_hint or "npa configure --show", True
         else:
-            reason, fix = text, self._probe(key)
+            reason, fix, refused = text, self._probe(key), False
         return StoreUnavailable(
             f"could not {what} {self._where(key)}: {reason}",
             fix=fix,
-            details={"store": self.uri, "code": _code(exc), "client": "obstore"},
+            details={
+                "store": self.uri,
+                "code": _code(exc),
+                "client": "obstore",
+                "refused": refused,
+            },
         )
 
     def _call(self, what: str, key: str | None, fn: Callable[[], T]) -> T:
@@ -137,6 +142,7 @@ class ObstoreS3Store(S3Base):
                 f"could not {what} {self._where(key)}: no AWS credentials were found "
                 f"({self.credential_source})",
                 fix=self._fix_hint or "npa configure --show",
+                details={"store": self.uri, "refused": True},
             )
         from obstore.exceptions import AlreadyExistsError
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
 import json
 import os
 import shutil
@@ -55,12 +56,13 @@ from npa.adapters.containers import (
     start_failure,
 )
 from npa.adapters.storage import ObjectAbsent, ObjectStore, open_store
+from npa.adapters.storage.patient import PatientStore, stop_waiting, store_patience
 from npa.backends import contract
 from npa.backends.base import JobState, JobSubmission, RunRecorder, StageProgress, WaveProgress
 from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
-from npa.core.errors import BackendError, NpaError, local_state_error
+from npa.core.errors import BackendError, NpaError, local_state_error, passes_by_itself
 from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
@@ -91,6 +93,15 @@ class StageFailed(Exception):
     def __init__(self, state: JobState, detail: str) -> None:
         super().__init__(detail)
         self.state = state
+        self.detail = detail
+
+
+class Suspended(Exception):
+    """The store still did not answer after an outage outlasted its patience: the job stays
+    without a final state (continuable), so the same submit continues it."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
         self.detail = detail
 
 
@@ -183,6 +194,7 @@ class Executor:
     def on_term(self, signum: int, frame: FrameType | None) -> None:
         if not self.cancelled:
             self.cancelled, self.cancelled_at = True, time.monotonic()
+        stop_waiting()  # a store outage being waited out ends the wait
         self.signal_children(signal.SIGTERM)
 
     def signal_children(self, sig: int) -> None:
@@ -236,6 +248,7 @@ class Executor:
             started_at=self.since,
             executor=ProcessRecord(pid=me.pid, start=me.start, at=now),
             executors=job.executors + 1,
+            interruption=None,
         )
         signal.signal(signal.SIGTERM, self.on_term)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -253,46 +266,41 @@ class Executor:
         finally:
             self.release_reserve()
 
+    def patient(self, store: ObjectStore) -> PatientStore:
+        """``store`` riding out outages of up to the store's patience (see patient.py)."""
+        return PatientStore(store, store_patience(), note=self.log)
+
     def execute(self) -> int:
         s = self.submission
         try:
             ensure_private_dir(self.work)
             ensure_private_dir(self.logs)
-            self.store = open_store(
-                s.store,
-                endpoint_url=s.endpoint_url,
-                region=s.region,
-                profile=s.profile,
-                paths=self.paths,
+            self.store = self.patient(
+                open_store(
+                    s.store,
+                    endpoint_url=s.endpoint_url,
+                    region=s.region,
+                    profile=s.profile,
+                    paths=self.paths,
+                )
             )
-            self.recorder.started(self.job_id, s.order)
-            self.reap_previous()
-            self.recorder.restore_source(self.store, s.prefix, self.work / "source")
-            self.table.update(self.job_id, state=JobState.RUNNING)
-            self.recorder.running()
-            for stage in s.order:
-                if self.cancelled:
-                    raise Cancelled()
-                if stage in s.adopted_stages:
-                    self.log(f"stage {stage}: adopted from the earlier job; not run again")
-                    continue
-                progress = self.recorder.progress(stage, since=self.since)
-                if progress.state == "SUCCEEDED":
-                    self.log(f"stage {stage}: succeeded under an earlier executor; not run again")
-                    continue
-                if progress.state == "FAILED":
-                    raise StageFailed(JobState.FAILED, progress.detail or f"stage {stage} failed")
-                self.run_stage(local_tasks.parse(s.tasks[stage]), progress)
+            self.run_recovering()
         except Cancelled:
             self.finish(JobState.CANCELLED, "cancelled")
             return 0
         except StageFailed as failed:
             self.finish(failed.state, failed.detail)
             return 1
+        except Suspended as suspended:
+            self.suspend(suspended.detail)
+            return 1
         except NpaError as error:
             detail = error.message + (f"; fix: {error.fix}" if error.fix else "")
             self.log(f"error: {detail}")
-            self.finish(JobState.FAILED_CONTROLLER, detail, infrastructure=True)
+            actionable = not passes_by_itself(error)
+            self.finish(
+                JobState.FAILED_CONTROLLER, detail, infrastructure=True, actionable=actionable
+            )
             return 1
         except Exception as exc:  # the record must say the controller failed, not hang live
             self.log(traceback.format_exc())
@@ -301,7 +309,99 @@ class Executor:
         self.finish(JobState.SUCCEEDED, None)
         return 0
 
-    def finish(self, state: JobState, detail: str | None, *, infrastructure: bool = False) -> None:
+    def run_recovering(self) -> None:
+        """Run the job from its records to its end. A store outage that outlasts the store's
+        patience is an infrastructure fault: the shards of the attempt it cut short are
+        stopped, the policy records a recovery, and the job goes on from its records (a wave
+        whose shards all ran to the end is not run again)."""
+        while True:
+            try:
+                self.run_from_records()
+                return
+            except NpaError as error:
+                if self.cancelled:
+                    raise Cancelled() from None
+                if not passes_by_itself(error):
+                    raise
+                self.recover(error)
+
+    def run_from_records(self) -> None:
+        s = self.submission
+        assert self.store is not None
+        self.recorder.started(self.job_id, s.order)
+        self.reap_previous()
+        self.recorder.restore_source(self.store, s.prefix, self.work / "source")
+        self.table.update(self.job_id, state=JobState.RUNNING)
+        self.recorder.running()
+        for stage in s.order:
+            if self.cancelled:
+                raise Cancelled()
+            if stage in s.adopted_stages:
+                self.log(f"stage {stage}: adopted from the earlier job; not run again")
+                continue
+            progress = self.recorder.progress(stage, since=self.since)
+            if progress.state == "SUCCEEDED":
+                self.log(f"stage {stage}: succeeded under an earlier executor; not run again")
+                continue
+            if progress.state == "FAILED":
+                raise StageFailed(JobState.FAILED, progress.detail or f"stage {stage} failed")
+            self.run_stage(local_tasks.parse(s.tasks[stage]), progress)
+
+    def recover(self, error: NpaError) -> None:
+        """Stop what runs, and have the policy record the outage as an infrastructure
+        recovery; returns when the job goes on. The policy may end the job instead
+        (StageFailed, INFRASTRUCTURE_RECOVERY_EXHAUSTED); a store that still does not answer
+        leaves it continuable (Suspended)."""
+        self.stop_shards()
+        stage = self.table.read(self.job_id).current_stage
+        lasted = error.details.get("outage_seconds")
+        detail = f"store outage{f' of {lasted:.0f} s' if lasted else ''}: {error.message}"
+        self.log(f"{detail}; the shards that ran were stopped")
+        try:
+            verdict = self.recorder.infrastructure_fault(detail, stage=stage)
+        except NpaError as again:
+            if self.cancelled:
+                raise Cancelled() from None
+            if not passes_by_itself(again):
+                raise
+            raise Suspended(f"{detail}; still no answer when recording it") from None
+        if not verdict.retry:
+            assert verdict.state is not None
+            raise StageFailed(verdict.state, verdict.detail)
+        self.log("the store answers again: the job goes on from its records")
+
+    def stop_shards(self) -> None:
+        """Kill every shard still running and reap its wrapper (its attempt was cut short)."""
+        self.signal_children(signal.SIGKILL)
+        for child in self.children:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=REAP_WAIT)
+        self.children.clear()
+        self.remove_containers()
+
+    def suspend(self, detail: str) -> None:
+        """End this executor without a final state: the job reads as continuable, and the
+        record says why; the same submit starts an executor that continues it."""
+        self.stop_shards()
+        self.release_reserve()
+        why = (
+            f"stopped without a final state, as the store did not answer ({detail}); the "
+            "same submit continues the job"
+        )
+        self.log(f"executor {why}")
+        try:
+            self.table.update(self.job_id, interruption=why)
+        except NpaError as error:
+            self.log(f"could not record why in the job record: {error.message}")
+
+    def finish(
+        self,
+        state: JobState,
+        detail: str | None,
+        *,
+        infrastructure: bool = False,
+        actionable: bool = False,
+    ) -> None:
         """Stop what still runs and record the final state: the job record first (the local
         truth readers go by), then the run's record in the store. A record that cannot be
         written is logged; the job then reads as FAILED_CONTROLLER once this process exits."""
@@ -321,7 +421,9 @@ class Executor:
             self.log(f"could not record the final state in the job record: {error.message}")
         if self.store is not None:
             try:
-                self.recorder.ended(state, detail, infrastructure=infrastructure)
+                self.recorder.ended(
+                    state, detail, infrastructure=infrastructure, actionable=actionable
+                )
                 self.upload_logs(None)
             except NpaError as error:
                 self.log(f"could not record the final state in the store: {error.message}")
@@ -480,9 +582,13 @@ class Executor:
             (root / "inputs" / name).symlink_to(path)
         return root
 
-    def upload_outputs(self, task: LocalTask, shards: list[int]) -> dict[str, int]:
+    def upload_outputs(
+        self, task: LocalTask, shards: list[int], *, again: bool = False
+    ) -> dict[str, int]:
         """Put what each shard of a wave left in its outputs into the store (shards in order:
-        a file two shards both wrote is the later shard's); returns bytes stored per output."""
+        a file two shards both wrote is the later shard's); returns bytes stored per output.
+        ``again``: an earlier try of this upload may have stored some objects already; those
+        the store holds with the same content are not written a second time."""
         assert self.store is not None
         stored = dict.fromkeys((o.name for o in task.outputs), 0)
         for shard in shards:
@@ -490,18 +596,29 @@ class Executor:
             for out in task.outputs:
                 local = Path(contract.relocate(out.path, root))
                 if out.kind == "file":
-                    if local.is_file():
-                        data = local.read_bytes()
-                        self.store.put(out.key, data)
-                        stored[out.name] += len(data)
-                    continue
-                if not local.is_dir():
-                    continue
-                for file in sorted(p for p in local.rglob("*") if p.is_file()):
+                    files = [(out.key, local)] if local.is_file() else []
+                elif local.is_dir():
+                    found = sorted(p for p in local.rglob("*") if p.is_file())
+                    files = [(f"{out.key}/{f.relative_to(local).as_posix()}", f) for f in found]
+                else:
+                    files = []
+                for key, file in files:
                     data = file.read_bytes()
-                    self.store.put(f"{out.key}/{file.relative_to(local).as_posix()}", data)
+                    if not (again and self.holds(key, data)):
+                        self.store.put(key, data)
                     stored[out.name] += len(data)
         return stored
+
+    def holds(self, key: str, data: bytes) -> bool:
+        """Whether the store already holds exactly ``data`` at ``key`` (by its MD5 entity tag;
+        a store without one is written again)."""
+        assert self.store is not None
+        try:
+            info = self.store.head(key)
+        except ObjectAbsent:
+            return False
+        digest = hashlib.md5(data, usedforsecurity=False).hexdigest()
+        return info.size == len(data) and info.etag == digest
 
     def upload_logs(self, stage: str | None) -> None:
         assert self.store is not None
@@ -604,6 +721,7 @@ class Executor:
         attempt = earlier.attempts if earlier is not None else 0
         cut_short = earlier is not None and earlier.state == "RUNNING" and attempt > 0
         while True:
+            continued = cut_short  # an attempt already begun: some outputs may be stored
             if not cut_short:
                 attempt += 1
             cut_short = False
@@ -614,7 +732,7 @@ class Executor:
                 raise Cancelled()
             self.upload_logs(task.stage)
             if all(code == 0 for code in codes.values()):
-                stored = self.upload_outputs(task, shards)
+                stored = self.upload_outputs(task, shards, again=continued)
                 self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
                 return budget
             self.check_space(task.stage, wave)

@@ -89,6 +89,9 @@ class LocalJob(BaseModel):
     cancel_requested: bool = False
     current_stage: str | None = None
     failure_reason: str | None = None
+    # Why the last executor stopped without a final state on purpose (a store outage it could
+    # not wait out); cleared by the next executor that takes the job.
+    interruption: str | None = None
 
 
 class LocalJobTable:
@@ -207,11 +210,8 @@ class LocalJobTable:
             return job.state, job.failure_reason, False
         spawned, executor = job.spawned, job.executor
         if executor is not None and (spawned is None or spawned.at <= executor.at):
-            return (
-                JobState.FAILED_CONTROLLER,
-                f"its executor ({executor.identity}) exited without recording a final state",
-                True,
-            )
+            why = job.interruption or "exited without recording a final state"
+            return JobState.FAILED_CONTROLLER, f"its executor ({executor.identity}) {why}", True
         deadline = start_deadline()
         if spawned is not None:
             waited = self.clock() - spawned.at
