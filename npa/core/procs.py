@@ -7,13 +7,17 @@ process. Where ``/proc`` does not exist the start time is None and only the pid 
 
 Stage processes run in process groups of their own; a group is npa's while any process is in
 it (the kernel never hands out a group's id as a new pid while the group has members) and its
-leader, when it still lives, is the process npa recorded.
+leader, when it still lives, is the process npa recorded. The kernel keeps a pid number taken
+while any process uses it as its pid, its group's id or its session's id (a zombie included), so
+a parent that has not yet reaped a group's leader can signal the group by that id safely.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,3 +133,21 @@ def signal_group(leader: ProcessIdentity, sig: int = signal.SIGKILL) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def end_group(leader: ProcessIdentity, wait: float, poll: float = 0.05) -> list[GroupMember]:
+    """SIGKILL every process of ``leader``'s group, again while any lives, until none does or
+    ``wait`` seconds have passed; the processes still alive then ([]: the group is gone).
+
+    A process that was forking as the first SIGKILL landed is caught by the next one; one in an
+    uninterruptible sleep (a hung network mount) dies only when its call returns."""
+    deadline = time.monotonic() + wait
+    pause = 0.005
+    while True:
+        members = group_members(leader)
+        if not members or time.monotonic() >= deadline:
+            return members
+        with contextlib.suppress(ProcessLookupError):  # gone since the look: the next proves it
+            os.killpg(leader.pid, signal.SIGKILL)
+        time.sleep(pause)
+        pause = min(pause * 2, poll)  # most groups are gone at the first look after the kill
