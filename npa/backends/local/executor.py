@@ -18,8 +18,11 @@ belong to the recorder (:class:`npa.backends.base.RunRecorder`).
 Every shard runs under a small wrapper (:mod:`npa.backends.local.shard`) that leads a process
 group of its own and kills that group when this process dies, however it dies (a shard in a
 container also has its container removed then, by name: killing the engine's client alone would
-leave the container running); each shard's
-identity and exit status are recorded under ``shards/<stage>/w<wave>/a<attempt>/``. An executor
+leave the container running). A shard owns its group until the group is gone: when the stage's
+command ends the wrapper kills the group, when the wrapper itself is killed this executor does,
+and a shard counts as ended (so a wave's retry starts) only once no process of its group is
+alive (:meth:`Executor.end_shard`). Each shard's identity and exit status are recorded under
+``shards/<stage>/w<wave>/a<attempt>/``. An executor
 that takes a job its predecessor left without a final state *continues* it: it first stops
 every process an earlier executor of the run left (and refuses to start while any is alive),
 then skips the stages and waves the run's record holds as succeeded and, in a wave that was cut
