@@ -4,6 +4,10 @@ A write goes to a temporary file in the target's directory, is fsynced, then ren
 target, and the directory is fsynced: a crash at any point leaves either the old file or the new
 one, never a mix. Files are 0600 and directories npa creates are 0700.
 
+A writer killed half-way leaves its temporary file, whose name carries the writer
+(:func:`npa.core.procs.writer_tag`); the next write of the same file removes it at once when
+that writer was of this host and no longer runs (:func:`remove_abandoned_temps`).
+
 When the system refuses (a full disk, a read-only mount, a missing permission) the writers here
 raise :class:`LocalStateUnavailable` naming the path and the fix, never a bare ``OSError``; the
 old file is left as it was.
@@ -16,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -24,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from npa.core.errors import LockBusy, StateCorrupt, local_state_error
-from npa.core.procs import pid_running
+from npa.core.procs import temp_abandoned, writer_tag
 
 FILE_MODE = 0o600
 DIR_MODE = 0o700
@@ -66,20 +71,26 @@ def _temp_prefix(path: Path) -> str:
     return f".{path.name}.tmp-"
 
 
-def _remove_orphan_temps(path: Path) -> None:
-    """Delete temp files a killed writer of ``path`` left behind (their pid no longer runs)."""
-    prefix = _temp_prefix(path)
+def remove_abandoned_temps(folder: Path, prefix: str = "", *, now: float | None = None) -> int:
+    """Delete the temporary files in ``folder`` (those whose names start with ``prefix`` and
+    carry their writer's tag after it) that their writers will never finish
+    (:func:`npa.core.procs.temp_abandoned`); returns how many."""
+    when = time.time() if now is None else now
     try:
-        entries = list(os.scandir(path.parent))
-    except FileNotFoundError:
-        return
+        entries = list(os.scandir(folder))
+    except OSError:
+        return 0
+    removed = 0
     for entry in entries:
         if not entry.name.startswith(prefix):
             continue
-        pid_text = entry.name[len(prefix) :].split("-", 1)[0]
-        if pid_text.isdigit() and not pid_running(int(pid_text)):
-            with contextlib.suppress(FileNotFoundError):
+        tag = entry.name[len(prefix) :].rsplit("-", 1)[0]
+        with contextlib.suppress(OSError):
+            info = entry.stat(follow_symlinks=False)
+            if stat.S_ISREG(info.st_mode) and temp_abandoned(tag, when - info.st_mtime):
                 os.unlink(entry.path)
+                removed += 1
+    return removed
 
 
 def spawn_detached(module: str, directory: Path, log: Path, npa_home: Path) -> int:
@@ -108,8 +119,8 @@ def spawn_detached(module: str, directory: Path, log: Path, npa_home: Path) -> i
 def atomic_write_bytes(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
     """Replace ``path`` with ``data`` atomically and durably, owner-only by default."""
     ensure_private_dir(path.parent)
-    _remove_orphan_temps(path)
-    tmp = path.parent / f"{_temp_prefix(path)}{os.getpid()}-{time.monotonic_ns()}"
+    remove_abandoned_temps(path.parent, _temp_prefix(path))
+    tmp = path.parent / f"{_temp_prefix(path)}{writer_tag()}-{time.monotonic_ns()}"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         try:

@@ -7,19 +7,33 @@ process. Where ``/proc`` does not exist the start time is None and only the pid 
 
 Stage processes run in process groups of their own; a group is npa's while any process is in
 it (the kernel never hands out a group's id as a new pid while the group has members) and its
-leader, when it still lives, is the process npa recorded.
+leader, when it still lives, is the process npa recorded. The kernel keeps a pid number taken
+while any process uses it as its pid, its group's id or its session's id (a zombie included), so
+a parent that has not yet reaped a group's leader can signal the group by that id safely.
+
+A temporary file npa writes carries its writer in its name (:func:`writer_tag`: this host, the
+pid, the start time), so whoever finds the file can tell a writer that died on this host (its
+file is removed at once) from a live one or another host's (:func:`temp_abandoned`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import os
 import signal
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 PROC = Path("/proc")
+# Another host's writer is taken for dead once its temporary file is untouched this long (a live
+# writer keeps writing to its file).
+TEMP_MAX_AGE = 600.0
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -129,3 +143,70 @@ def signal_group(leader: ProcessIdentity, sig: int = signal.SIGKILL) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def end_group(leader: ProcessIdentity, wait: float, poll: float = 0.05) -> list[GroupMember]:
+    """SIGKILL every process of ``leader``'s group, again while any lives, until none does or
+    ``wait`` seconds have passed; the processes still alive then ([]: the group is gone).
+
+    A process that was forking as the first SIGKILL landed is caught by the next one; one in an
+    uninterruptible sleep (a hung network mount) dies only when its call returns."""
+    deadline = time.monotonic() + wait
+    pause = 0.005
+    while True:
+        members = group_members(leader)
+        if not members or time.monotonic() >= deadline:
+            return members
+        with contextlib.suppress(ProcessLookupError):  # gone since the look: the next proves it
+            os.killpg(leader.pid, signal.SIGKILL)
+        time.sleep(pause)
+        pause = min(pause * 2, poll)  # most groups are gone at the first look after the kill
+
+
+@functools.cache
+def host_id() -> str:
+    """This host as its pids are numbered, in 12 hex digits: its boot (a reboot numbers pids
+    afresh) and its pid namespace (each container numbers its own); the host name where the
+    system does not say."""
+    try:
+        boot = (PROC / "sys/kernel/random/boot_id").read_text().strip()
+        space = os.readlink(PROC / "self/ns/pid")
+    except OSError:
+        boot, space = socket.gethostname(), ""
+    return hashlib.sha256(f"{boot}|{space}".encode()).hexdigest()[:12]
+
+
+_TAGS: dict[int, str] = {}
+
+
+def writer_tag() -> str:
+    """What a temporary file's name carries of the process writing it: ``HOST-PID-START``
+    (START ``n`` where the system does not say)."""
+    pid = os.getpid()
+    if pid not in _TAGS:  # a forked child is another writer
+        me = ProcessIdentity.current()
+        _TAGS[pid] = f"{host_id()}-{me.pid}-{me.start if me.start is not None else 'n'}"
+    return _TAGS[pid]
+
+
+def parse_writer_tag(tag: str) -> tuple[str, ProcessIdentity] | None:
+    """The host and the process a :func:`writer_tag` names; None for any other text."""
+    parts = tag.split("-")
+    if len(parts) != 3 or len(parts[0]) != 12 or not parts[1].isdigit():
+        return None
+    host, pid, start = parts
+    if start != "n" and not start.isdigit():
+        return None
+    return host, ProcessIdentity(pid=int(pid), start=None if start == "n" else int(start))
+
+
+def temp_abandoned(tag: str, age: float) -> bool:
+    """Whether a temporary file whose name carries ``tag`` (and that is ``age`` seconds past
+    its last write) will never be finished: at once when its writer was of this host and no
+    longer runs (a reused pid does not keep it: the start time differs); for another host's
+    writer, or a name that does not say, once untouched for :data:`TEMP_MAX_AGE` seconds. A
+    live writer of this host keeps its file however old."""
+    writer = parse_writer_tag(tag)
+    if writer is not None and writer[0] == host_id():
+        return not writer[1].alive()
+    return age > TEMP_MAX_AGE

@@ -284,6 +284,74 @@ def test_file_store_killed_writer_leaves_no_partial_object(tmp_path: Path) -> No
     assert [o.key for o in store.list("")] == ["k"]
 
 
+# A file-store writer that stops in the middle of a put: its temporary file holds the data, not
+# yet renamed into place. It says so on stdout and waits to be killed (or to finish).
+STOPPED_WRITER = textwrap.dedent(
+    """
+    import os, sys
+    from pathlib import Path
+    from npa.adapters.storage import open_store
+
+    real_fsync = os.fsync
+
+    def stop(fd):
+        real_fsync(fd)
+        print("writing", flush=True)
+        sys.stdin.readline()
+
+    os.fsync = stop
+    open_store(Path(sys.argv[1]).as_uri()).put(sys.argv[2], b"x" * 100_000)
+    """
+)
+
+
+def stopped_writer(root: Path, key: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", STOPPED_WRITER, str(root), key],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == "writing\n"
+    return proc
+
+
+def test_a_killed_writer_s_temp_file_is_removed_by_the_next_write_at_once(tmp_path: Path) -> None:
+    """A writer SIGKILLed mid-put leaves its temporary file; the next write (of another process)
+    removes it at once, young as it is, while a live writer's file and another host's young one
+    stay, and another host's file untouched for 10 minutes goes."""
+    from npa.core.procs import TEMP_MAX_AGE, host_id
+
+    root = tmp_path / "s"
+    temps = root / ".npa-tmp"
+    killed = stopped_writer(root, "a")
+    (dead_temp,) = list(temps.iterdir())
+    live = stopped_writer(root, "b")
+    live_temp = next(p for p in temps.iterdir() if p != dead_temp)
+    killed.kill()
+    assert killed.wait() == -9
+    other = "0" * 12 if host_id() != "0" * 12 else "1" * 12
+    # Another host's writers: their pids mean nothing here (this one is the killed writer's).
+    foreign_young = temps / f"{other}-{killed.pid}-1-{'e' * 32}"
+    foreign_old = temps / f"{other}-{killed.pid}-2-{'f' * 32}"
+    for path in (foreign_young, foreign_old):
+        path.write_bytes(b"partial")
+    past = time.time() - TEMP_MAX_AGE - 5
+    os.utime(foreign_old, (past, past))
+
+    r = subprocess.run([sys.executable, "-c", "import sys; from pathlib import Path; "
+                        "from npa.adapters.storage import open_store; "
+                        "open_store(Path(sys.argv[1]).as_uri()).put('c', b'next')", str(root)],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert sorted(temps.iterdir()) == sorted([live_temp, foreign_young])
+    # The live writer finishes: its object lands, its temporary file is gone; the killed one's
+    # object was never published.
+    assert live.communicate("\n", timeout=60)[0] == ""
+    assert live.returncode == 0
+    store = open_store(root.as_uri())
+    assert store.get("b") == b"x" * 100_000 and store.get("c") == b"next"
+    with pytest.raises(ObjectAbsent):
+        store.get("a")
+    assert list(temps.iterdir()) == [foreign_young]
+
+
 def test_unknown_profile_is_invalid_input(
     tmp_path: Path, s3_client: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

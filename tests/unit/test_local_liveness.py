@@ -80,3 +80,15 @@ def test_the_next_writer_sweeps_temporary_files_killed_writers_left(tmp_path: Pa
     assert not old.exists() and fresh.exists()  # a live writer's file is left alone
     assert store.get("k") == b"v"
     assert sorted(p.name for p in tmp.iterdir()) == ["222-fresh"]
+
+
+def test_a_group_that_outlives_sigkill_stops_the_run_naming_its_pids_and_the_kill() -> None:
+    from npa.backends.local.executor import group_outlived
+    from npa.core.procs import GroupMember
+
+    leader = ProcessIdentity(pid=4242, start=7)
+    left = [GroupMember(4243, "sleep 300"), GroupMember(4250, "cat /mnt/hung")]
+    error = group_outlived("stage a wave 0 shard 1", leader, left, submission())
+    assert error.message.startswith("stage a wave 0 shard 1: processes of its group are still")
+    assert "(pids 4243, 4250)" in error.message
+    assert error.fix == "kill -KILL -- -4242; npa workbench workflow status r --project demo"

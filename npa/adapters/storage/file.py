@@ -3,9 +3,11 @@
 Writes go to a temporary file under ``<root>/.npa-tmp`` and are renamed into place, so a reader
 (or a process killed mid-write) never sees a partial object under its key. create-if-absent
 publishes with ``link(2)``, which fails atomically when the key exists — the ``O_EXCL`` guarantee
-without ever exposing a half-written file. A writer killed mid-write leaves its temporary file:
-the first write of every later process removes those untouched for :data:`TMP_MAX_AGE` seconds
-(a live writer keeps touching its own).
+without ever exposing a half-written file. A writer killed mid-write leaves its temporary file,
+whose name carries the writer (host, pid and start time: :func:`npa.core.procs.writer_tag`).
+Every write first removes the temporary files of writers of this host that no longer run, and
+those of other hosts' writers (the store may be a shared folder) untouched for
+:data:`TMP_MAX_AGE` seconds (a live writer keeps touching its own).
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import time
 import uuid
 from pathlib import Path
 
@@ -25,10 +26,11 @@ from npa.core.errors import (
     StoreUnavailable,
     os_fix,
 )
-from npa.core.fsio import ensure_private_dir
+from npa.core.fsio import ensure_private_dir, remove_abandoned_temps
+from npa.core.procs import TEMP_MAX_AGE, writer_tag
 
 TMP_DIR = ".npa-tmp"
-TMP_MAX_AGE = 600.0
+TMP_MAX_AGE = TEMP_MAX_AGE
 
 
 class FileStore(ObjectStore):
@@ -37,7 +39,6 @@ class FileStore(ObjectStore):
     def __init__(self, root: Path) -> None:
         self.root = root
         self.uri = root.as_uri()
-        self._swept = False
 
     def _path(self, key: str) -> Path:
         check_key(key)
@@ -57,27 +58,14 @@ class FileStore(ObjectStore):
         )
 
     def sweep_temps(self, *, now: float | None = None) -> int:
-        """Remove temporary files killed writers left (untouched for :data:`TMP_MAX_AGE`
-        seconds); returns how many. Done once per process, at its first write."""
-        self._swept = True
-        limit = (time.time() if now is None else now) - TMP_MAX_AGE
-        removed = 0
-        try:
-            entries = list(os.scandir(self.root / TMP_DIR))
-        except OSError:
-            return 0
-        for entry in entries:
-            with contextlib.suppress(OSError):
-                if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime < limit:
-                    os.unlink(entry.path)
-                    removed += 1
-        return removed
+        """Remove the temporary files killed writers left (:func:`remove_abandoned_temps`);
+        returns how many. Done at every write."""
+        return remove_abandoned_temps(self.root / TMP_DIR, now=now)
 
     def _write_tmp(self, data: bytes) -> Path:
-        if not self._swept:
-            self.sweep_temps()
+        self.sweep_temps()
         tmp_dir = ensure_private_dir(self.root / TMP_DIR)
-        tmp = tmp_dir / f"{os.getpid()}-{uuid.uuid4().hex}"
+        tmp = tmp_dir / f"{writer_tag()}-{uuid.uuid4().hex}"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:

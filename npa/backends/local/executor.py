@@ -18,8 +18,11 @@ belong to the recorder (:class:`npa.backends.base.RunRecorder`).
 Every shard runs under a small wrapper (:mod:`npa.backends.local.shard`) that leads a process
 group of its own and kills that group when this process dies, however it dies (a shard in a
 container also has its container removed then, by name: killing the engine's client alone would
-leave the container running); each shard's
-identity and exit status are recorded under ``shards/<stage>/w<wave>/a<attempt>/``. An executor
+leave the container running). A shard owns its group until the group is gone: when the stage's
+command ends the wrapper kills the group, when the wrapper itself is killed this executor does,
+and a shard counts as ended (so a wave's retry starts) only once no process of its group is
+alive (:meth:`Executor.end_shard`). Each shard's identity and exit status are recorded under
+``shards/<stage>/w<wave>/a<attempt>/``. An executor
 that takes a job its predecessor left without a final state *continues* it: it first stops
 every process an earlier executor of the run left (and refuses to start while any is alive),
 then skips the stages and waves the run's record holds as succeeded and, in a wave that was cut
@@ -42,6 +45,7 @@ import subprocess
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -66,7 +70,7 @@ from npa.core.errors import BackendError, NpaError, local_state_error, passes_by
 from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
-from npa.core.procs import ProcessIdentity, group_members, signal_group
+from npa.core.procs import GroupMember, ProcessIdentity, end_group, group_members, signal_group
 from npa.core.text import plural
 
 POLL_SECONDS = 0.05
@@ -133,6 +137,73 @@ def spawn_shard(
     )  # fmt: skip
 
 
+@dataclass
+class ShardProcess:
+    """One started shard: its wrapper, the leader of the shard's process group, and for a shard
+    in a container the command that removes that container by name.
+
+    The wrapper is not reaped until its whole group is proven gone: while it is an unreaped
+    zombie the kernel keeps its pid, which is the group's id, from being handed out again, so
+    signalling the group by that id never reaches another process's group."""
+
+    name: str  # "stage S wave W shard N", for the log and errors
+    popen: subprocess.Popen[bytes]
+    leader: ProcessIdentity
+    exit_file: Path
+    remove: list[str] | None = None
+
+    def ended(self) -> bool:
+        """Whether the wrapper has exited (it stays unreaped: see the class)."""
+        if self.popen.returncode is not None:
+            return True
+        if not hasattr(os, "waitid"):  # macOS: reaped now; the group is found by its members
+            return self.popen.poll() is not None
+        flags = os.WEXITED | os.WNOHANG | os.WNOWAIT
+        try:
+            return os.waitid(os.P_PID, self.popen.pid, flags) is not None
+        except ChildProcessError:  # reaped elsewhere: poll() says how it ended
+            return self.popen.poll() is not None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the shard's whole group."""
+        if self.popen.returncode is not None:
+            signal_group(self.leader, sig)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.popen.pid, sig)
+
+    def end(self, wait: float) -> list[GroupMember]:
+        """Kill whatever is left of the group once the wrapper has exited, and wait (at most
+        ``wait`` seconds) until none of it lives, then reap the wrapper; [] then. Otherwise the
+        processes still alive at the deadline, the wrapper left unreaped (holding the id)."""
+        left = end_group(self.leader, wait)
+        if not left:
+            self.popen.wait()
+        return left
+
+    def code(self) -> int:
+        """The shard's exit status: what the wrapper recorded of its command, else how the
+        wrapper itself ended (killed: no record)."""
+        with contextlib.suppress(OSError, ValueError):
+            return int(self.exit_file.read_text().strip())
+        assert self.popen.returncode is not None
+        return self.popen.returncode
+
+
+def group_outlived(
+    name: str, leader: ProcessIdentity, left: list[GroupMember], run: JobSubmission
+) -> BackendError:
+    """What stops a run when a shard's group outlives :data:`REAP_WAIT` seconds of SIGKILL (a
+    process stuck in the kernel: a hung network mount)."""
+    return BackendError(
+        f"{name}: processes of its group are still alive {REAP_WAIT:g}s after SIGKILL "
+        f"(pids {', '.join(str(m.pid) for m in left)}); npa counts a shard as ended only once "
+        "all of them are gone",
+        fix=f"kill -KILL -- -{leader.pid}; "
+        f"npa workbench workflow status {run.run_id} --project {run.project}",
+    )
+
+
 def shard_leaders(job_dir: Path) -> list[tuple[Path, ProcessIdentity]]:
     """Every shard process a job's executors started (record file, identity)."""
     found = []
@@ -156,7 +227,7 @@ class Executor:
         self.logs = self.job_dir / "logs"
         self.cancelled = False
         self.cancelled_at = 0.0
-        self.children: list[subprocess.Popen[bytes]] = []
+        self.children: list[ShardProcess] = []
         self.store: ObjectStore | None = None
         self.containers: ContainerRuntime | None = None
         self.lock_fd: int | None = None
@@ -199,9 +270,55 @@ class Executor:
 
     def signal_children(self, sig: int) -> None:
         for child in self.children:
-            if child.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, sig)
+            child.signal(sig)
+
+    def end_shard(self, child: ShardProcess) -> int:
+        """Count a shard whose wrapper exited as ended only once its whole process group is
+        gone (what its command left running is killed, as Kubernetes kills a container's
+        remaining processes when its main process ends); its exit status. Raises BackendError
+        naming what still lives after :data:`REAP_WAIT` seconds."""
+        begun = time.monotonic()
+        members = group_members(child.leader)
+        left = child.end(REAP_WAIT)
+        if left:
+            raise group_outlived(child.name, child.leader, left, self.submission)
+        self.children.remove(child)
+        code = child.code()
+        if members:
+            took = (time.monotonic() - begun) * 1000
+            self.log(
+                f"{child.name}: its wrapper ended with {plural(len(members), 'process')} of its "
+                f"group alive ({', '.join(f'{m.pid} {m.command[:60]}' for m in members)}); "
+                f"killed, the group was gone {took:.0f} ms later"
+            )
+        if child.remove and code < 0:  # the engine's client was killed, not its container
+            self.remove_container(child)
+        return code
+
+    def remove_container(self, child: ShardProcess) -> None:
+        """Remove the container of a shard whose wrapper was killed: killing the engine's client
+        leaves the container running."""
+        assert child.remove is not None
+        try:
+            subprocess.run(child.remove, stdin=subprocess.DEVNULL, capture_output=True,
+                           timeout=60, check=False)  # fmt: skip
+        except (OSError, subprocess.SubprocessError) as exc:
+            self.log(f"{child.name}: could not remove its container: {exc}")
+
+    def end_children(self) -> None:
+        """Kill every shard still running and wait until their groups are gone; what is still
+        alive after :data:`REAP_WAIT` seconds is logged (the final state must be written)."""
+        self.signal_children(signal.SIGKILL)
+        for child in list(self.children):
+            left = child.end(REAP_WAIT)
+            if left:
+                pids = ", ".join(str(m.pid) for m in left)
+                self.log(
+                    f"{child.name}: still alive after SIGKILL: pids {pids} "
+                    f"(fix: kill -KILL -- -{child.leader.pid})"
+                )
+            else:
+                self.children.remove(child)
 
     def take_lock(self) -> bool:
         """Take the job's executor lock for the rest of this process's life; False when another
@@ -405,7 +522,7 @@ class Executor:
         """Stop what still runs and record the final state: the job record first (the local
         truth readers go by), then the run's record in the store. A record that cannot be
         written is logged; the job then reads as FAILED_CONTROLLER once this process exits."""
-        self.signal_children(signal.SIGKILL)
+        self.end_children()
         self.remove_containers()
         self.release_reserve()
         self.log(f"run ends {state.value}" + (f": {detail}" if detail else ""))
@@ -462,21 +579,16 @@ class Executor:
         if not leftovers:
             return
         self.log(f"stopped {len(leftovers)} shard process group(s) an earlier executor left")
-        deadline = time.monotonic() + REAP_WAIT
-        while True:
-            alive = [(leader, group_members(leader)) for leader in leftovers]
-            alive = [(leader, members) for leader, members in alive if members]
-            if not alive:
-                return
-            if time.monotonic() >= deadline:
-                pids = ", ".join(str(m.pid) for _, members in alive for m in members)
-                groups = " ".join(f"-{leader.pid}" for leader, _ in alive)
-                raise BackendError(
-                    f"processes of an earlier attempt of run {s.run_id} are still alive "
-                    f"(pids {pids}); npa will not run a stage twice at once",
-                    fix=f"kill -KILL -- {groups}  # then rerun the same submit",
-                )
-            time.sleep(POLL_SECONDS)
+        alive = [(leader, end_group(leader, REAP_WAIT)) for leader in leftovers]
+        alive = [(leader, members) for leader, members in alive if members]
+        if alive:
+            pids = ", ".join(str(m.pid) for _, members in alive for m in members)
+            groups = " ".join(f"-{leader.pid}" for leader, _ in alive)
+            raise BackendError(
+                f"processes of an earlier attempt of run {s.run_id} are still alive "
+                f"(pids {pids}); npa will not run a stage twice at once",
+                fix=f"kill -KILL -- {groups}  # then rerun the same submit",
+            )
 
     def jobs_of_this_run(self) -> list[int]:
         """This job and every other local job of the same run (a resume's earlier jobs)."""
@@ -799,7 +911,7 @@ class Executor:
             self.log(f"stage {task.stage} wave {wave}: shards {sorted(codes)} already ended")
         limit = max(1, min(task.parallel, self.submission.max_parallel))
         waiting = [s for s in shards if s not in codes]
-        running: dict[int, subprocess.Popen[bytes]] = {}
+        running: dict[int, ShardProcess] = {}
 
         while waiting or running:
             while waiting and len(running) < limit and not self.cancelled:
@@ -812,7 +924,7 @@ class Executor:
                     )
                 running[shard] = child
                 self.children.append(child)
-                leader = ProcessIdentity.of(child.pid)
+                leader = child.leader
                 atomic_write_text(
                     records / f"s{shard}.pid",
                     f"{leader.pid} {leader.start if leader.start is not None else ''}\n",
@@ -822,11 +934,9 @@ class Executor:
             if self.cancelled and time.monotonic() - self.cancelled_at > CANCEL_GRACE:
                 self.signal_children(signal.SIGKILL)
             for shard, child in list(running.items()):
-                code = child.poll()
-                if code is not None:
-                    codes[shard] = code
+                if child.ended():  # counted once nothing of its group is left
+                    codes[shard] = self.end_shard(child)
                     del running[shard]
-                    self.children.remove(child)
             time.sleep(POLL_SECONDS)
         return codes
 
@@ -840,27 +950,30 @@ class Executor:
         inputs: dict[str, Path],
         log: BinaryIO,
         exit_file: Path,
-    ) -> subprocess.Popen[bytes]:
+    ) -> ShardProcess:
         """Start one shard under the shard wrapper: the one place the two runtimes differ. In a
         container the contract's paths are mounts (and the container is removed by name if this
         executor dies); as a host process they are moved under the shard's root."""
         assert self.death_fd is not None
         env = {**task.env, **contract.shard_env(wave, shard, attempt)}
+        what = f"stage {task.stage} wave {wave} shard {shard}"
         if self.containers is not None and task.runtime == "container":
             name = f"npa-{self.job_id}-{task.stage}-w{wave}-s{shard}-a{attempt}"
             engine = self.containers.engine
-            return spawn_shard(
+            remove = [engine.binary, "rm", "--force", name]
+            popen = spawn_shard(
                 self.containers.argv(task, name, env, root, inputs),
                 cwd=root,
                 env={**os.environ, **env},  # the engine's client reads the values by name
                 log=log,
                 exit_file=exit_file,
                 death_fd=self.death_fd,
-                on_death=[engine.binary, "rm", "--force", name],
+                on_death=remove,
             )
+            return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file, remove)
         env = contract.relocate_env(env, str(root))
         cwd = contract.relocate(task.workdir, str(root))
-        return spawn_shard(
+        popen = spawn_shard(
             ["/bin/sh", "-c", task.command],
             cwd=Path(cwd),
             env={**_host_env(), **env, "PWD": cwd},
@@ -868,6 +981,7 @@ class Executor:
             exit_file=exit_file,
             death_fd=self.death_fd,
         )
+        return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file)
 
 
 def _recorded_exits(records: Path, shards: list[int]) -> dict[int, int]:

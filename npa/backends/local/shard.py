@@ -11,10 +11,15 @@ the engine's killed client would leave running) and kills its whole group, itsel
 orphan stage process outlives its executor, on any system with pipes.
 
 When the child ends, the wrapper records its exit status in EXIT_FILE (written to a temporary
-file and renamed, so a reader sees all of it or nothing) and exits the same way the child did.
-An executor that continues the job after its predecessor died reads these files to know which
-shards already ran to the end. SIGTERM (a cancel, sent to the whole group) reaches the child;
-the wrapper itself waits for the child to end.
+file and renamed, so a reader sees all of it or nothing), then kills its whole group, itself
+with it: whatever the command left running in the background ends with it, as Kubernetes kills
+a container's remaining processes when its main process ends (a line in the shard's log names
+them). The executor takes the shard's exit status from EXIT_FILE, and counts the shard as ended
+only once it has seen the group gone; an executor that continues the job after its predecessor
+died reads these files to know which shards already ran to the end. When the status cannot be
+recorded (a full disk) the wrapper exits the way the child did and leaves the group to the
+executor. SIGTERM (a cancel, sent to the whole group) reaches the child; the wrapper itself
+waits for the child to end.
 """
 
 from __future__ import annotations
@@ -50,6 +55,42 @@ def _record(path: str, code: int) -> None:
     os.replace(tmp, path)
 
 
+def _others_in_group() -> list[str]:
+    """``pid command`` of every other live process of this wrapper's group (from /proc)."""
+    me, group = os.getpid(), os.getpgrp()
+    found: list[str] = []
+    try:
+        pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+                fields = stat.read().rsplit(")", 1)[-1].split()
+            if pid == me or fields[0] in ("Z", "X") or int(fields[2]) != group:
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+                command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except (OSError, IndexError, ValueError):
+            continue
+        found.append(f"{pid} {command[:80]}")
+    return found
+
+
+def _end_group() -> None:
+    """Kill this wrapper's whole group, itself with it (only when it leads the group)."""
+    if os.getpgrp() != os.getpid():
+        return
+    others = _others_in_group()
+    if others:
+        sys.stderr.write(
+            f"npa: the stage's command ended; killing {len(others)} process(es) it left "
+            f"running: {'; '.join(others)}\n"
+        )
+        sys.stderr.flush()
+    os.killpg(os.getpgrp(), signal.SIGKILL)
+
+
 def main(argv: list[str]) -> int:
     on_death: list[str] = []
     if len(argv) >= 4 and argv[2] == "--on-death":
@@ -67,6 +108,8 @@ def main(argv: list[str]) -> int:
         _record(exit_file, code)
     except OSError as exc:  # a full disk: a continuing executor runs this shard again
         sys.stderr.write(f"npa: could not record the exit status in {exit_file}: {exc}\n")
+    else:
+        _end_group()
     if code < 0:  # die of the same signal, so the executor sees what the stage saw
         signal.signal(-code, signal.SIG_DFL)
         os.kill(os.getpid(), -code)

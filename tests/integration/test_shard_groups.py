@@ -1,0 +1,302 @@
+"""A shard owns its process tree until it is gone, tried with real processes on the local
+backend: stages that leave background children running (``sleep 300 &``, a writer that appends
+a line to a file every 0.1 s and ignores SIGTERM) and a shard wrapper killed with SIGKILL.
+
+Every background child writes its pid to a file, so a test checks the very processes the stage
+started. The checks that matter are made the moment npa says a shard or run ended, without
+waiting: npa counts a shard as ended only once its whole group is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.harness.cli import CliResult, run_npa
+from tests.harness.procs import pid_alive, run_processes, wait_until
+
+pytestmark = pytest.mark.integration
+
+WF = ("workbench", "workflow")
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "FAILED_STARTUP", "FAILED_CONTROLLER"}
+BUSYBOX = (
+    "docker.io/library/busybox@sha256:"
+    "2919d0172f7524b2d8df9e50066a682669e6d170ac0f6a49676d54358fe970b5"
+)
+
+
+def writer(log: Path, pids: Path, tag: str) -> str:
+    """Shell that starts a background writer (SIGTERM ignored) appending ``tag`` to ``log``
+    every 0.1 s, and a ``sleep 300``; both pids go to ``pids``."""
+    return (
+        f"( trap '' TERM; while :; do echo {tag} >> {log}; sleep 0.1; done ) & "
+        f"echo $! >> {pids}; sleep 300 & echo $! >> {pids}; "
+        f'until grep -q "^{tag}$" {log}; do sleep 0.02; done'
+    )
+
+
+def alive(pids: Path) -> list[int]:
+    return [int(p) for p in pids.read_text().split() if pid_alive(int(p))]
+
+
+@pytest.fixture
+def marks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """The writers' file and the pid file; a failing test leaves none of its children."""
+    log, pids = tmp_path / "writes", tmp_path / "pids"
+    yield log, pids
+    for pid in alive(pids) if pids.exists() else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+# --- the wrapper and the executor's end of a shard, without a run -----------------------------
+
+
+def start(tmp_path: Path, command: str, exit_file: Path | None = None) -> Any:
+    """One shard under the real wrapper, as the executor starts it; its ShardProcess."""
+    from npa.backends.local.executor import ShardProcess, spawn_shard
+    from npa.core.procs import ProcessIdentity
+
+    death_r, death_w = os.pipe()
+    exit_file = exit_file or tmp_path / "s0.exit"
+    with open(tmp_path / "shard.log", "ab") as log:
+        popen = spawn_shard(["/bin/sh", "-c", command], cwd=tmp_path, env=dict(os.environ),
+                            log=log, exit_file=exit_file, death_fd=death_r)  # fmt: skip
+    os.close(death_r)
+    proc = ShardProcess("test shard", popen, ProcessIdentity.of(popen.pid), exit_file)
+    proc.death_w = death_w  # type: ignore[attr-defined]  # closed by the test: the executor is gone
+    return proc
+
+
+def wait_ended(proc: Any) -> None:
+    wait_until(proc.ended, "the shard's wrapper exited")
+
+
+@pytest.mark.parametrize("code", [0, 3])
+def test_a_wrapper_whose_command_ends_kills_what_the_command_left_running(
+    tmp_path: Path, marks: tuple[Path, Path], code: int
+) -> None:
+    from npa.core.procs import group_members
+
+    log, pids = marks
+    proc = start(tmp_path, f"{writer(log, pids, 'w')}; exit {code}")
+    wait_ended(proc)
+    # The wrapper recorded the command's status, then killed its own group: once the kernel has
+    # delivered that SIGKILL nothing of the group is left, with no help from the executor.
+    assert proc.exit_file.read_text().strip() == str(code)
+    wait_until(lambda: not group_members(proc.leader), "the wrapper's group is gone", timeout=10)
+    assert alive(pids) == []
+    assert proc.end(30) == [] and proc.code() == code
+    # The shard's log names what was killed: both children (and the writer's sleep, if any).
+    line = (tmp_path / "shard.log").read_text().splitlines()[-1]
+    assert line.startswith("npa: the stage's command ended; killing "), line
+    for pid in pids.read_text().split():
+        assert f"{pid} " in line.split("running: ", 1)[1], line
+    os.close(proc.death_w)
+
+
+def test_a_killed_wrapper_s_group_is_ended_and_proven_gone_by_the_executor(
+    tmp_path: Path, marks: tuple[Path, Path]
+) -> None:
+    log, pids = marks
+    proc = start(tmp_path, f"{writer(log, pids, 'w')}; exec sleep 600")
+    wait_until(lambda: len(pids.read_text().split()) == 2 if pids.exists() else False,
+               "the stage started its children")  # fmt: skip
+    wait_until(log.exists, "the writer writes")
+    os.kill(proc.popen.pid, signal.SIGKILL)
+    wait_ended(proc)
+    assert len(alive(pids)) == 2  # the killed wrapper ended nothing of its group
+    began = time.monotonic()
+    assert proc.end(30) == []
+    took = time.monotonic() - began
+    # end() returns only once the group is gone: checked at once, not waited for.
+    assert alive(pids) == []
+    assert proc.popen.returncode == -9 and proc.code() == -9  # no status was recorded
+    assert not proc.exit_file.exists()
+    print(f"group kill and proof of a killed wrapper's group: {took * 1000:.0f} ms")
+    os.close(proc.death_w)
+
+
+def test_a_wrapper_whose_status_cannot_be_recorded_leaves_its_group_to_the_executor(
+    tmp_path: Path, marks: tuple[Path, Path]
+) -> None:
+    """No record (here its folder does not exist; on a full disk, likewise): the wrapper exits
+    the way its command did, a continuing executor would run the shard again, and the executor
+    ends the group."""
+    log, pids = marks
+    proc = start(tmp_path, f"{writer(log, pids, 'w')}; exit 4", tmp_path / "gone" / "s0.exit")
+    wait_ended(proc)
+    assert len(alive(pids)) == 2
+    assert proc.end(30) == [] and alive(pids) == []
+    assert proc.popen.returncode == 4 and proc.code() == 4
+    assert "could not record the exit status" in (tmp_path / "shard.log").read_text()
+    os.close(proc.death_w)
+
+
+# --- whole runs --------------------------------------------------------------------------------
+
+
+class Run:
+    """One NPA_HOME and a one-stage workflow ``groups`` whose stage ``work`` runs ``command``
+    as host processes."""
+
+    def __init__(self, tmp_path: Path, npa_home: Path, command: str, retries: int = 0) -> None:
+        self.home = npa_home
+        self.env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+        folder = tmp_path / "workflow"
+        folder.mkdir()
+        self.spec = folder / "groups.yaml"
+        self.spec.write_text(
+            "apiVersion: npa/v1\nkind: Workflow\nmetadata:\n  name: groups\n"
+            f"tools:\n  shell:\n    image: {BUSYBOX}\n"
+            "stages:\n  - name: work\n    tool: shell\n"
+            f"    command: {json.dumps(command)}\n"
+            "    outputs:\n      - name: out\n        path: out.txt\n        kind: file\n"
+            f"    retries: {retries}\n"
+            "    resources:\n      cpus: 1\n      disk_gib: 1\n"
+        )
+        self.run_id = ""
+        self.job_id = 0
+
+    def npa(self, *args: str) -> CliResult:
+        return run_npa(*args, env=self.env)
+
+    def submit(self) -> None:
+        r = self.npa(*WF, "prepare-run", str(self.spec), "--project", "demo")
+        assert r.code == 0, r.stderr
+        self.run_id = r.stdout.strip()
+        r = self.npa(*WF, "submit", str(self.spec), "--project", "demo", "--run-id", self.run_id,
+                     "--runtime", "process", "--json")  # fmt: skip
+        assert r.code == 0, r.stdout + r.stderr
+        self.job_id = r.json()["job_id"]
+
+    @property
+    def job_dir(self) -> Path:
+        return self.home / "local-jobs" / str(self.job_id)
+
+    def manifest(self) -> dict[str, Any]:
+        path = self.home / "store" / "groups" / self.run_id / "npa-workflow" / "manifest.json"
+        return json.loads(path.read_text())  # type: ignore[no-any-return]
+
+    def final(self) -> dict[str, Any]:
+        """The manifest as soon as it records a final state."""
+        wait_until(lambda: self.manifest()["state"] in TERMINAL, "the run ends", timeout=300)
+        return self.manifest()
+
+    def supervisor_log(self) -> str:
+        return (self.job_dir / "logs" / "supervisor.log").read_text()
+
+    def wrapper(self, attempt: int) -> int:
+        record = self.job_dir / "shards" / "work" / "w0" / f"a{attempt}" / "s0.pid"
+        wait_until(record.exists, f"attempt {attempt}'s wrapper is recorded")
+        return int(record.read_text().split()[0])
+
+
+def lines_after(log: Path, marker: str) -> list[str]:
+    lines = log.read_text().split()
+    return lines[lines.index(marker) + 1 :]
+
+
+def test_a_wave_retry_starts_only_once_the_failed_attempt_s_children_are_gone(
+    tmp_path: Path, npa_home: Path, marks: tuple[Path, Path]
+) -> None:
+    log, pids = marks
+    command = (
+        f"echo start$NPA_ATTEMPT >> {log}; {writer(log, pids, 'w$NPA_ATTEMPT')}; "
+        '[ "$NPA_ATTEMPT" = 1 ] && exit 1; echo done > "$NPA_OUTPUT_OUT"'
+    )
+    run = Run(tmp_path, npa_home, command, retries=1)
+    run.submit()
+    final = run.final()
+    # Checked the moment the run reads SUCCEEDED: nothing either attempt started still lives.
+    assert alive(pids) == [] and run_processes(run.run_id) == []
+    assert final["state"] == "SUCCEEDED", final
+    assert len(pids.read_text().split()) == 4  # two children per attempt
+    # Attempt 1's writer never wrote once attempt 2 had started.
+    after = lines_after(log, "start2")
+    assert "w1" not in after, log.read_text()
+    assert "w2" in after
+    shard_log = (run.job_dir / "logs" / "work" / "wave-0-shard-0.log").read_text()
+    assert shard_log.count("npa: the stage's command ended; killing ") == 2, shard_log
+    size = log.stat().st_size
+    wait_until(lambda: run.npa(*WF, "status", run.run_id, "--project", "demo").code == 0,
+               "status reads the run")  # fmt: skip
+    assert log.stat().st_size == size  # nothing wrote after the run ended
+
+
+def test_a_shard_wrapper_killed_with_sigkill_has_its_group_ended_before_the_retry(
+    tmp_path: Path, npa_home: Path, marks: tuple[Path, Path]
+) -> None:
+    log, pids = marks
+    command = (
+        f"echo start$NPA_ATTEMPT >> {log}; {writer(log, pids, 'w$NPA_ATTEMPT')}; "
+        '[ "$NPA_ATTEMPT" = 1 ] && while :; do sleep 0.1; done; echo done > "$NPA_OUTPUT_OUT"'
+    )
+    run = Run(tmp_path, npa_home, command, retries=1)
+    run.submit()
+    wrapper = run.wrapper(1)
+    wait_until(lambda: log.exists() and "w1" in log.read_text().split(), "attempt 1's writer")
+    os.kill(wrapper, signal.SIGKILL)
+    final = run.final()
+    assert alive(pids) == [] and run_processes(run.run_id) == []
+    assert final["state"] == "SUCCEEDED", final
+    assert "w1" not in lines_after(log, "start2"), log.read_text()
+    text = run.supervisor_log()
+    # The executor, not the killed wrapper, ended attempt 1's group: the sh, the writer, the
+    # sleep 300 and the writer's own sleep.
+    ended = [line for line in text.splitlines() if "its wrapper ended with" in line]
+    assert len(ended) == 1 and "shard 0" in ended[0], text
+    print(ended[0].split(": ", 1)[1])
+
+
+@pytest.mark.parametrize("ignores", ["a child", "the whole stage"])
+def test_cancel_ends_children_that_ignore_sigterm(
+    tmp_path: Path, npa_home: Path, marks: tuple[Path, Path], ignores: str
+) -> None:
+    log, pids = marks
+    trap = "trap '' TERM; " if ignores == "the whole stage" else ""
+    command = f"{trap}{writer(log, pids, 'w')}; while :; do sleep 0.1; done"
+    run = Run(tmp_path, npa_home, command)
+    run.submit()
+    wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the stage runs")
+    began = time.monotonic()
+    r = run.npa(*WF, "cancel", run.run_id, "--project", "demo", "--json")
+    took = time.monotonic() - began
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["outcome"] == "cancelled", r.stdout
+    # cancel returns once the job is seen stopped: nothing of the stage is left.
+    assert alive(pids) == [] and run_processes(run.run_id) == []
+    assert run.final()["state"] == "CANCELLED"
+    record = run.job_dir / "shards" / "work" / "w0" / "a1" / "s0.exit"
+    if ignores == "a child":  # SIGTERM ended the stage's shell at once
+        assert record.read_text().strip() == "-15"
+        assert took < 10, took
+    else:  # the stage (and its wrapper with it) is killed once the 10 s grace has passed
+        assert not record.exists()
+        assert took >= 10, took
+    print(f"cancel with {ignores} ignoring SIGTERM took {took:.1f} s")
+
+
+def test_a_killed_executor_ends_children_that_ignore_sigterm(
+    tmp_path: Path, npa_home: Path, marks: tuple[Path, Path]
+) -> None:
+    from npa.backends.local.jobs import LocalJobTable
+    from npa.core.paths import NpaPaths
+
+    log, pids = marks
+    run = Run(tmp_path, npa_home, f"{writer(log, pids, 'w')}; while :; do sleep 0.1; done")
+    run.submit()
+    wait_until(lambda: pids.exists() and len(pids.read_text().split()) == 2, "the stage runs")
+    holder = LocalJobTable(NpaPaths(npa_home)).executor_holding(run.job_id)
+    assert holder is not None
+    os.kill(holder.pid, signal.SIGKILL)
+    wait_until(lambda: alive(pids) == [], "the stage's children die with their executor")
+    wait_until(lambda: run_processes(run.run_id) == [], "nothing of the run is left")
