@@ -488,12 +488,8 @@ class Executor:
         self.log("the store answers again: the job goes on from its records")
 
     def stop_shards(self) -> None:
-        """Kill every shard still running and reap its wrapper (its attempt was cut short)."""
-        self.signal_children(signal.SIGKILL)
-        for child in self.children:
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=REAP_WAIT)
-        self.children.clear()
+        """End every shard still running, groups and containers (its attempt was cut short)."""
+        self.end_children()
         self.remove_containers()
 
     def suspend(self, detail: str) -> None:
