@@ -748,9 +748,10 @@ def _refusal(run: _Run, report: GateReport) -> SubmitResult | None:
         return None
     if not job.state.terminal or job.state is JobState.SUCCEEDED or job.continuable:
         return None
-    # The executor records its verdict in the job; a manifest the store kept from recording it
-    # is brought to what the job says (the one write a finished job still gets).
-    _record_final(run, job)
+    if existing.state not in {s.value for s in JobState if s.terminal}:
+        # The executor records its verdict in the job; a manifest the store kept from recording
+        # it is brought to what the job says (the one write a finished job still gets).
+        _record_final(run, job)
     return _ended(run, report, existing, job)
 
 
