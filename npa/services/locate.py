@@ -123,6 +123,7 @@ class Located:
     # The manifest under the run's key is another run's (see npa.runs.reading): every reader
     # reports this one error and shows none of that manifest's state.
     mismatch: RunMismatch | None = None
+    project_asked: str | None = None  # --project, when it was given
 
     def require_own_run(self) -> None:
         """Raise the mismatch, if the manifest under the run's key is another run's."""
@@ -361,8 +362,10 @@ def _read_run_manifest(located: Located, store: ObjectStore, prefix: str) -> boo
         located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
         return False
     assert located.workflow is not None
+    # The project is compared when one was asked about: a run named by its prefix alone is
+    # that run, whichever project it belongs to.
     key = RunKey(run_id=located.run_id, workflow=located.workflow, prefix=prefix,
-                 project=located.project)  # fmt: skip
+                 project=located.project_asked)  # fmt: skip
     mismatch = check_run_identity(m, key, where)
     if mismatch is not None:
         # Not this run's record (copied or written under its key, or another project's):
@@ -428,6 +431,7 @@ def locate(
         manifest=None,
         partial=[],
         sources=[receipt_answer, reservation_answer],
+        project_asked=project,
     )
     store_uri = (
         ref.store_uri

@@ -225,8 +225,11 @@ def test_every_reader_reports_a_disagreeing_manifest_the_same_way(
                              "--output-path", str(tmp_path / "facts.db"), "--json"),
     }  # fmt: skip
     if case == "other project":
-        # insights is asked about a prefix and no project: another project's own run is a run.
+        # insights is asked about a prefix and no project: another project's own run is a run;
+        # so is it for status named by its prefix without --project.
         assert readers.pop("insights").code == 0
+        unasked = home.npa(*WF, "status", prefix, "--json")
+        assert unasked.code == 0 and unasked.json()["state"] == "SUCCEEDED", unasked.stdout
     messages = set()
     for reader, res in readers.items():
         assert res.code == 4, (reader, res.stdout, res.stderr)
