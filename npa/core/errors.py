@@ -20,6 +20,7 @@ The tree (exit code in brackets; a subclass keeps its parent's unless it says ot
     |   +-- NotStable                        an API that is not stable enough to launch into
     |   +-- AmbiguousExistence               whether a run's job exists cannot be told
     |   +-- LocalStateUnavailable            a folder on this machine refused (full, read-only)
+    |   +-- RunMismatch                      the manifest under a run's key is another run's
     +-- LockBusy [5]                     another process holds a lock npa needs
     +-- ToolMissing [6]                  an external tool is not installed
     +-- StateCorrupt [1]                 a state file npa cannot read as what it wrote
@@ -105,6 +106,14 @@ class Unavailable(NpaError):
 
     exit_code = EXIT_UNAVAILABLE
     kind = "unavailable"
+
+
+class RunMismatch(Unavailable):
+    """The manifest stored under a run's key names another run (its id, workflow, prefix or
+    project disagree with the key): nothing of it is shown as the run's, and nothing about the
+    run is concluded from it."""
+
+    kind = "run_mismatch"
 
 
 class LockBusy(NpaError):

@@ -20,6 +20,7 @@ from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import NotFound
 from npa.core.layout import MANIFEST_NAME, PLAN_NAME
 from npa.runs.manifest import RunManifest, parse_manifest, parse_plan
+from npa.runs.reading import check_run_identity, key_of_prefix_uri, shown_stage_states
 from npa.runs.secrets import KnownSecrets
 
 TAIL_LINES = 20
@@ -162,6 +163,7 @@ def _stage_facts(
     name: str,
     position: int,
     tool: str | None,
+    state: str,
 ) -> StageFacts:
     """One stage: its record, its metrics files and the tails of its logs."""
     rec = manifest.stages.get(name)
@@ -187,7 +189,7 @@ def _stage_facts(
     return StageFacts(
         stage=name,
         position=position,
-        state=(rec.state if rec is not None else None) or "NOT_RECORDED",
+        state=state,
         classification=rec.classification if rec is not None else None,
         detail=rec.detail if rec is not None else None,
         started_at=started,
@@ -218,6 +220,11 @@ def scan(store: ObjectStore, where: str) -> RunFacts:
     manifest = parse_manifest(
         raw, f"{where}/{MANIFEST_NAME}", inspect_command(store, MANIFEST_NAME)
     )
+    # The same identity check every reader makes: another run's manifest under this key is
+    # reported, never ingested as this run.
+    mismatch = check_run_identity(manifest, key_of_prefix_uri(where), f"{where}/{MANIFEST_NAME}")
+    if mismatch is not None:
+        raise mismatch
     try:
         plan = parse_plan(
             store.get(PLAN_NAME), f"{where}/{PLAN_NAME}", inspect_command(store, PLAN_NAME)
@@ -229,8 +236,10 @@ def scan(store: ObjectStore, where: str) -> RunFacts:
     order = (list(plan.order) if plan is not None else []) or list(recorded)
     order += [s for s in recorded if s not in order]
     objects = [o.key for o in store.list("")]
+    # A final run's stages read as every reader shows them (only final states).
+    shown = shown_stage_states(manifest, order)
     stages = [
-        _stage_facts(store, objects, manifest, name, position, tools.get(name))
+        _stage_facts(store, objects, manifest, name, position, tools.get(name), shown[name].state)
         for position, name in enumerate(order)
     ]
     supervisor = manifest.supervisor.model_dump(mode="json")

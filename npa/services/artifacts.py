@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
 from npa.adapters.storage import ObjectStore, inspect_command, open_store
 from npa.backends.base import TERMINAL_STATES
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, Unavailable
@@ -19,9 +21,11 @@ from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.plan.model import WorkflowPlan
-from npa.runs.manifest import RunManifest, read_plan
+from npa.runs.manifest import read_plan
 from npa.runs.outputs import StageArtifacts, check_stage
+from npa.runs.reading import ShownStage, shown_stage_states
 from npa.services.locate import Located, cmd, locate
+from npa.services.status import FAILED_STATES, plan_order, submit_again
 
 ENDED = frozenset(state.value for state in TERMINAL_STATES)
 
@@ -35,6 +39,10 @@ class ArtifactsResult(Result):
     stages: list[StageArtifacts]
     first_stage_without_outputs: str | None
     failures: list[str]
+    # Stages of a final run that never started, so never wrote their declared outputs: why, and
+    # what to run next (as ``status`` prints it).
+    never_ran: list[str] = Field(default_factory=list)
+    next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
         from npa.core.table import table
@@ -56,13 +64,16 @@ class ArtifactsResult(Result):
         if self.first_stage_without_outputs:
             lines.append(f"  first stage with no outputs: {self.first_stage_without_outputs}")
         lines += [f"  failure: {f}" for f in self.failures]
+        lines += [f"  not run: {f}" for f in self.never_ran]
+        lines += [f"  next: {n}" for n in self.next]
         return lines
 
     def exit_code(self) -> int:
-        return EXIT_FAILURE if self.failures else 0
+        return EXIT_FAILURE if self.failures or self.never_ran else 0
 
 
 def _require_manifest(located: Located) -> None:
+    located.require_own_run()
     if located.manifest is not None:
         return
     for source in located.unavailable:
@@ -89,7 +100,7 @@ def _plan(store: ObjectStore, prefix: str) -> WorkflowPlan:
 
 
 def _checked_stages(
-    located: Located, m: RunManifest, plan: WorkflowPlan, stage: str | None
+    located: Located, shown: dict[str, ShownStage], plan: WorkflowPlan, stage: str | None
 ) -> list[StageArtifacts]:
     """Each planned stage (or only ``stage``) in plan order, checked against the store."""
     assert located.store is not None and located.prefix is not None
@@ -100,18 +111,37 @@ def _checked_stages(
             fix=cmd("workbench", "workflow", "artifacts", located.run_id, "--project",
                     located.project),
         )  # fmt: skip
-    order = {n: i for i, n in enumerate(plan.order or names)}
-    planned = sorted(plan.stages, key=lambda p: order.get(p.name, len(order)))
+    by_name = {p.name: p for p in plan.stages}
     return [
-        check_stage(
-            located.store,
-            located.prefix,
-            p,
-            m.stages[p.name].state if p.name in m.stages else "PENDING",
-        )
-        for p in planned
-        if stage is None or p.name == stage
+        check_stage(located.store, located.prefix, by_name[name], shown[name].state)
+        for name in shown
+        if name in by_name and (stage is None or name == stage)
     ]
+
+
+def _never_ran(
+    located: Located, checked: list[StageArtifacts], shown: dict[str, ShownStage]
+) -> tuple[list[str], list[str]]:
+    """Why each stage of a final run that never started has no outputs, and what to run next:
+    the failed stage's logs, then the resume that runs what is left."""
+    why = [
+        f"stage {s.stage} {shown[s.stage].note}: its declared outputs "
+        f"({', '.join(o.name for o in s.outputs)}) were never written"
+        for s in checked
+        if shown[s.stage].never_ran and any(o.status != "ok" for o in s.outputs)
+    ]
+    if not why:
+        return [], []
+    first = shown[checked[0].stage]
+    out = []
+    if first.ended_at is not None and shown[first.ended_at].state in FAILED_STATES:
+        out.append(
+            cmd("workbench", "workflow", "logs", located.run_id, "--project", located.project,
+                "--stage", first.ended_at)
+        )  # fmt: skip
+    spec = located.reservation.spec if located.reservation else "SPEC"
+    out.append(submit_again(located, spec, resume=True))
+    return why, out
 
 
 def artifacts(
@@ -127,21 +157,25 @@ def artifacts(
     _require_manifest(located)
     m = located.manifest
     assert m is not None and located.store is not None and located.prefix is not None
-    checked = _checked_stages(located, m, _plan(located.store, located.prefix), stage)
+    plan = _plan(located.store, located.prefix)
+    shown = shown_stage_states(m, plan_order(m, plan))
+    checked = _checked_stages(located, shown, plan, stage)
     first = next(
         (s.stage for s in checked if s.outputs and all(o.status != "ok" for o in s.outputs)),
         None,
     )
     # Every stage that has ended, whatever its state, is held to what it declared; one still
-    # to run (or running) is not judged yet.
+    # to run (or running) is not judged yet, and one a final run never started is reported
+    # as never run, with why.
     failures = [
         f"stage {s.stage} is {s.state} {'but' if s.state == 'SUCCEEDED' else 'and'} output "
         f"{o.name} is {o.status} ({o.key})"
         for s in checked
-        if s.state in ENDED
+        if s.state in ENDED and not shown[s.stage].never_ran
         for o in s.outputs
         if o.status != "ok"
     ]
+    never_ran, next_commands = _never_ran(located, checked, shown)
     return ArtifactsResult(
         project=located.project,
         run_id=located.run_id,
@@ -151,6 +185,8 @@ def artifacts(
         stages=checked,
         first_stage_without_outputs=first,
         failures=failures,
+        never_ran=never_ran,
+        next=next_commands,
     )
 
 

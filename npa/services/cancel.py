@@ -91,6 +91,7 @@ def cancel(
 ) -> CancelResult:
     paths = paths or NpaPaths.from_env()
     located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
+    located.require_own_run()  # another run's manifest names no job of this run
 
     def result(outcome: str, detail: str, job_id: int | None, state: str | None) -> CancelResult:
         return CancelResult(

@@ -28,11 +28,12 @@ from npa.adapters.storage import (
     open_store,
 )
 from npa.adapters.storage.bounded import BoundedStore, read_timeout
-from npa.core.errors import InvalidInput, NotFound, NpaError, StateCorrupt
+from npa.core.errors import InvalidInput, NotFound, NpaError, RunMismatch, StateCorrupt
 from npa.core.layout import PREFIX_LEAF, manifest_key, run_prefix
 from npa.core.paths import NpaPaths, safe_component
 from npa.runs.identity import ReservationRecord, RunEntry
 from npa.runs.manifest import RunManifest, read_manifest
+from npa.runs.reading import RunKey, check_run_identity
 from npa.runs.receipts import Receipt, read_receipt
 from npa.services.configure import ProjectSettings, resolve_project
 
@@ -119,6 +120,15 @@ class Located:
     manifest: RunManifest | None
     partial: list[str]  # keys found under the prefix when there is no manifest
     sources: list[SourceAnswer] = field(default_factory=list)
+    # The manifest under the run's key is another run's (see npa.runs.reading): every reader
+    # reports this one error and shows none of that manifest's state.
+    mismatch: RunMismatch | None = None
+    project_asked: str | None = None  # --project, when it was given
+
+    def require_own_run(self) -> None:
+        """Raise the mismatch, if the manifest under the run's key is another run's."""
+        if self.mismatch is not None:
+            raise self.mismatch
 
     @property
     def project(self) -> str:
@@ -351,17 +361,18 @@ def _read_run_manifest(located: Located, store: ObjectStore, prefix: str) -> boo
     if m is None:
         located.sources.append(SourceAnswer(source="manifest", where=where, answer="absent"))
         return False
-    if (m.run_id, m.workflow, m.prefix) != (located.run_id, located.workflow, prefix):
-        # A manifest copied (or written) under another run's prefix is not this run's
-        # record: reporting its state would report another run.
-        located.manifest = None
-        other = StateCorrupt(
-            f"the manifest at {where} is the record of run {m.run_id} of workflow "
-            f"{m.workflow} (prefix {m.prefix}), not of run {located.run_id}",
-            fix=cmd("workbench", "workflow", "status", m.run_id, "--project", m.project),
-        )
+    assert located.workflow is not None
+    # The project is compared when one was asked about: a run named by its prefix alone is
+    # that run, whichever project it belongs to.
+    key = RunKey(run_id=located.run_id, workflow=located.workflow, prefix=prefix,
+                 project=located.project_asked)  # fmt: skip
+    mismatch = check_run_identity(m, key, where)
+    if mismatch is not None:
+        # Not this run's record (copied or written under its key, or another project's):
+        # reporting its state would report another run.
+        located.manifest, located.mismatch = None, mismatch
         located.sources.append(
-            _error("manifest", where, other, "belongs to another run; nothing is concluded")
+            _error("manifest", where, mismatch, "belongs to another run; nothing is concluded")
         )
         return True
     located.sources.append(
@@ -420,6 +431,7 @@ def locate(
         manifest=None,
         partial=[],
         sources=[receipt_answer, reservation_answer],
+        project_asked=project,
     )
     store_uri = (
         ref.store_uri

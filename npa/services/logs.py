@@ -147,6 +147,7 @@ def _live_logs(
 
 def _require_stage(located: Located, stage: str) -> None:
     """The run was submitted and has ``stage``; else the error that says so."""
+    located.require_own_run()
     if located.manifest is None and located.receipt is None:
         for source in located.unavailable:
             raise NpaError(

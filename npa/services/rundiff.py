@@ -97,6 +97,8 @@ def diff_runs(
     paths = paths or NpaPaths.from_env()
     a = locate(run_a, project, paths=paths)
     b = locate(run_b, project, paths=paths)
+    a.require_own_run()
+    b.require_own_run()
     files_a, files_b = launched_files(a), launched_files(b)
     prefix_a, prefix_b = f"{a.store_uri}/{a.prefix}", f"{b.store_uri}/{b.prefix}"
     changed, diff = unified_diff(

@@ -12,7 +12,6 @@ says so: CACHED is evidence, not truth. Both commands only read.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -35,16 +34,25 @@ from npa.backends.base import (
     TaskRecord,
 )
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
-from npa.core.layout import plan_key, relaunch_suffix, run_prefix
+from npa.core.layout import manifest_key, relaunch_suffix, run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
 from npa.core.text import plural
+from npa.plan.model import WorkflowPlan
 from npa.runs.manifest import (
     RunManifest,
     StageRecord,
     base_job_name,
     job_stages,
     read_manifest,
+    read_plan,
+)
+from npa.runs.reading import (
+    RunKey,
+    check_run_identity,
+    planned_waves,
+    shown_stage_states,
+    wave_count,
 )
 from npa.services.locate import (
     RUN_ID_SHAPE,
@@ -88,7 +96,9 @@ class StageView(BaseModel):
     or ``unknown`` (the backend could not tell; the state is then VERIFICATION_UNAVAILABLE)."""
 
     state: str
-    waves: str  # "2/3 waves succeeded"
+    waves: str  # "2/3 waves succeeded": counted against the run's plan
+    waves_succeeded: int = 0
+    waves_planned: int | None = None  # from the run's plan.json (None when it was not read)
     source: str = "manifest"
     task: str | None = None  # the backend task that reported the state
     recorded_state: str | None = None  # the manifest's record, when the state shown differs
@@ -255,6 +265,8 @@ def _decide_unrecorded(located: Located, job: JobAnswer, *, cached: bool) -> tup
     manifest = located.answer("manifest")
     unavailable = [s.source for s in located.unavailable]
     evidence = (located.receipt is not None) or job.answer == "found"
+    if located.mismatch is not None:
+        return VERIFICATION_UNAVAILABLE, located.mismatch.message
     if manifest is not None and manifest.answer == "unavailable":
         return VERIFICATION_UNAVAILABLE, "the store could not be asked for the manifest"
     if evidence:
@@ -433,16 +445,21 @@ def _by_task(stage_tasks: dict[str, TaskRecord]) -> list[tuple[str, TaskRecord]]
     return sorted(stage_tasks.items(), key=lambda item: item[1].task_id)
 
 
-def plan_order(m: RunManifest, located: Located) -> list[str]:
-    """The run's stages in plan order: the manifest's record of it, else the run's plan.json
+def read_run_plan(located: Located) -> WorkflowPlan | None:
+    """The run's recorded plan (``plan.json``), or None when it cannot be read: the stages'
+    order and wave counts then come from the manifest alone."""
+    if located.store is None or located.prefix is None:
+        return None
+    try:
+        return read_plan(located.store, located.prefix)
+    except NpaError:
+        return None
+
+
+def plan_order(m: RunManifest, plan: WorkflowPlan | None) -> list[str]:
+    """The run's stages in plan order: the manifest's record of it, else the run's plan
     (manifests written before the order was recorded); what neither names comes last."""
-    order = list(m.order)
-    if not order and located.store is not None and located.prefix is not None:
-        try:
-            plan = json.loads(located.store.get(plan_key(located.prefix)))
-            order = [str(s) for s in plan.get("order") or []]
-        except (NpaError, ValueError, AttributeError):
-            order = []  # the manifest's own (sorted) order is all there is
+    order = list(m.order) or (list(plan.order) if plan is not None else [])
     known = set(order)
     for name in [*m.stages, *m.tasks]:
         if name not in known:
@@ -451,25 +468,22 @@ def plan_order(m: RunManifest, located: Located) -> list[str]:
     return order
 
 
-def _recorded_view(rec: StageRecord | None) -> StageView:
-    """A stage as the manifest records it."""
-    waves = "no waves recorded"
-    if rec is not None and rec.waves:
-        done = sum(w.state == "SUCCEEDED" for w in rec.waves)
-        waves = f"{done}/{len(rec.waves)} waves succeeded"
+def _recorded_view(rec: StageRecord | None, planned: int | None) -> StageView:
+    """A stage as the manifest records it, its waves counted against the plan."""
+    done, total = wave_count(rec, planned)
+    waves = "no waves recorded" if total is None else f"{done}/{total} waves succeeded"
     return StageView(
         state=rec.state if rec is not None else "PENDING",
         waves=waves,
+        waves_succeeded=done,
+        waves_planned=planned,
         classification=rec.classification if rec else None,
         detail=rec.detail if rec else None,
     )
 
 
-def _stage_view(
-    name: str, rec: StageRecord | None, job: JobAnswer, adopted: bool, state: str
-) -> StageView:
+def _stage_view(name: str, view: StageView, job: JobAnswer, adopted: bool, state: str) -> StageView:
     """One stage: its own task's state while the backend reports per task, else the record."""
-    view = _recorded_view(rec)
     recorded = view.state
     record = job.record
     task = job.stage_tasks.get(name)
@@ -494,14 +508,27 @@ def _stage_view(
     return view
 
 
-def _stages(m: RunManifest, job: JobAnswer, state: str, order: list[str]) -> dict[str, StageView]:
+def _stages(
+    m: RunManifest, job: JobAnswer, state: str, order: list[str], plan: WorkflowPlan | None
+) -> dict[str, StageView]:
     """Every stage of the run, in plan order. While the job is live and its backend reports per
     task, each launched stage's state is its own task's; otherwise it is the manifest's record,
-    unless the backend could not be asked about a stage the manifest holds as live."""
+    unless the backend could not be asked about a stage the manifest holds as live. A final run
+    shows only final stage states (:func:`npa.runs.reading.shown_stage_states`)."""
     adopted = job_stages(m).adopted
+    waves = planned_waves(plan)
     views = {
-        name: _stage_view(name, m.stages.get(name), job, name in adopted, state) for name in order
+        name: _stage_view(
+            name, _recorded_view(m.stages.get(name), waves.get(name)), job, name in adopted, state
+        )
+        for name in order
     }
+    shown = shown_stage_states(m, order, state if state != CACHED else None)
+    for name, view in views.items():
+        if view.state in TERMINAL or shown[name].run_end is None:
+            continue
+        view.recorded_state = shown[name].recorded
+        view.state, view.detail = shown[name].state, shown[name].note
     return views
 
 
@@ -556,7 +583,7 @@ def _recorded_failure(m: RunManifest | None) -> str | None:
     return next((r.detail for r in m.stages.values() if r.state == m.state and r.detail), None)
 
 
-def _submit_again(located: Located, spec: str, *, resume: bool) -> str:
+def submit_again(located: Located, spec: str, *, resume: bool) -> str:
     """The submit that picks the run up again, with the infra and policy it was submitted
     with (a plain rerun continues its job; ``resume`` starts a new job that adopts the work
     done)."""
@@ -598,14 +625,14 @@ def _next(
     if reattach:
         # The job ended with no supervisor to judge it: the same submit starts one, which
         # records the verdict (never a second launch).
-        out.append(_submit_again(located, spec, resume=False))
+        out.append(submit_again(located, spec, resume=False))
     failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
     logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
     artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
-    resume = _submit_again(located, spec, resume=True)
+    resume = submit_again(located, spec, resume=True)
     if record is not None and record.continuable:
         # No executor, no final state: the same submit starts one that continues this job.
-        out += [_submit_again(located, spec, resume=False), logs]
+        out += [submit_again(located, spec, resume=False), logs]
     elif state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
         out += [artifacts, logs]
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
@@ -658,7 +685,8 @@ def status(
     pending, launches, launch_fixes = (
         _why_waiting(located, backend, record) if waiting and record else ([], [], [])
     )
-    stages = _stages(m, job, state, plan_order(m, located)) if m else {}
+    plan = read_run_plan(located) if m is not None else None
+    stages = _stages(m, job, state, plan_order(m, plan), plan) if m else {}
     return StatusResult(
         project=located.project,
         run_id=located.run_id,
@@ -857,8 +885,15 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
                 if not store.list_page(f"{prefix}/", page_size=1).objects:
                     return None  # shaped like a run id, but no run under it
                 row.recorded_state = PLAN_ONLY
-            elif manifest.project != settings.project:
-                return "other"
+            elif mismatch := check_run_identity(
+                manifest,
+                RunKey(run_id=run_id, workflow=workflow, prefix=prefix, project=settings.project),
+                f"{store_uri}/{manifest_key(prefix)}",
+            ):
+                if mismatch.details["disagree"] == ["project"]:
+                    return "other"  # a store may be shared: another project's own run
+                row.recorded_state = VERIFICATION_UNAVAILABLE
+                row.error = f"{mismatch.kind}: {mismatch.message}"
             else:
                 row.recorded_state = manifest.state
                 row.backend = manifest.backend

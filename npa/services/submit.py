@@ -132,12 +132,15 @@ class SubmitResult(Result):
             if g.status != "ok":
                 lines.append(f"  {g.name}: {g.status}: {g.detail}")
         how = "in their images" if self.runtime == "container" else "as host processes"
-        lines.append(
-            f"source {self.source_dir} staged: {plural(self.source_files, 'file')}, "
-            f"{plural(self.source_bytes, 'byte')} ({self.source_digest}); "
-            f"{plural(len(self.tasks), 'task')} rendered; stages run {how}"
-            + (f" ({self.runtime_reason})" if self.runtime_reason else "")
-        )
+        if self.outcome == "ended":
+            lines.append("nothing was staged, recorded or launched")
+        else:
+            lines.append(
+                f"source {self.source_dir} staged: {plural(self.source_files, 'file')}, "
+                f"{plural(self.source_bytes, 'byte')} ({self.source_digest}); "
+                f"{plural(len(self.tasks), 'task')} rendered; stages run {how}"
+                + (f" ({self.runtime_reason})" if self.runtime_reason else "")
+            )
         if self.outcome == "ended":
             why = f": {self.failure_reason}" if self.failure_reason else ""
             lines.append(
@@ -381,6 +384,15 @@ def _render(run: _Run) -> dict[str, str]:
 def _store_run_files(run: _Run, existing: RunManifest | None) -> dict[str, str]:
     """Put the plan and the task files into the run prefix; returns each task's sha256. A run
     that was launched never changes: other tasks than it launched are refused."""
+    digests = _check_tasks(run, existing)
+    write_plan(run.store, run.prefix, run.plan)
+    for stage, text in run.tasks.items():
+        run.store.put(task_key(run.prefix, stage, run.backend.task_suffix), text.encode())
+    return digests
+
+
+def _check_tasks(run: _Run, existing: RunManifest | None) -> dict[str, str]:
+    """Each task's sha256; refused when the run was launched with other tasks."""
     digests = {s: hashlib.sha256(t.encode()).hexdigest() for s, t in run.tasks.items()}
     if existing is not None and existing.job_id is not None and existing.tasks != digests:
         raise InvalidInput(
@@ -389,9 +401,6 @@ def _store_run_files(run: _Run, existing: RunManifest | None) -> dict[str, str]:
             fix=f'RUN_ID="$(npa workbench workflow prepare-run {run.options.spec} --project '
             f'{run.project})"  # a new run for the changed spec',
         )
-    write_plan(run.store, run.prefix, run.plan)
-    for stage, text in run.tasks.items():
-        run.store.put(task_key(run.prefix, stage, run.backend.task_suffix), text.encode())
     return digests
 
 
@@ -450,7 +459,9 @@ def _receipt(run: _Run, manifest: RunManifest) -> Receipt:
         project_identity=settings.identity,
         workflow=run.workflow.metadata.name,
         run_id=run.run_id,
-        submitted_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        # When the run was submitted: a later submit of it (an adoption, a continuation, a
+        # resume) keeps that time, as the manifest does.
+        submitted_at=manifest.submitted_at,
         store=run.store_uri,
         workflow_prefix=f"{run.store_uri}/{run.prefix}",
         endpoint_url=settings.value("endpoint_url"),
@@ -640,7 +651,6 @@ def _admit(
         if asked.run:
             with_rerun(error, options.command(asked.run))
         raise
-    report.admission.commit()
     return settings, report
 
 
@@ -667,7 +677,6 @@ def submit(
     assert admission.workflow is not None and admission.entry is not None
     assert admission.plan is not None and admission.store is not None
     workflow = admission.workflow
-    _pull_images(options, backend, workflow, admission.images)
     run = _Run(
         options=options,
         paths=paths,
@@ -682,6 +691,15 @@ def submit(
     )
     rerun = options.command(run.run_id)
     try:
+        # Rendering reads nothing it writes, so a submit the run's records refuse (a finished
+        # job, a launched run with other tasks) is refused here, before anything is written.
+        run.tasks = _render(run)
+        refused = _refusal(run, report)
+        if refused is not None:
+            return refused
+        # Keep what the gates verified, now that the submit goes on.
+        admission.commit()
+        _pull_images(options, backend, workflow, admission.images)
         _probe_local_state(paths, backend, run.project)
         staged = stage_run_source(
             options.spec,
@@ -698,12 +716,77 @@ def submit(
             staged.files,
             staged.bytes,
         )
-        run.tasks = _render(run)
         return _record_and_launch(run, report, readiness=readiness, observe=observe)
     except (StoreUnavailable, LocalStateUnavailable) as error:
         # Once the store answers (or the disk is fixed), the same submit picks up where this one
         # stopped: it never launches a second job for the run.
         raise with_rerun(error, rerun, replace=True) from None
+
+
+def _refusal(run: _Run, report: GateReport) -> SubmitResult | None:
+    """What the run's own records refuse, decided before this submit writes anything (a
+    refused submit leaves the receipt, the journals and the manifest as they were):
+
+    - a launched run whose tasks would change (InvalidInput);
+    - a resume of a job the backend does not know while the manifest says it is live
+      (InvalidInput);
+    - a plain submit of a job npa executes that ended without success: the ``ended`` result,
+      whose next command is the resume.
+    """
+    existing = read_manifest(run.store, run.prefix)
+    if existing is None or existing.job_id is None:
+        return None
+    _check_tasks(run, existing)
+    if run.options.resume_run:
+        _resumed_from(existing, run.backend)
+        return None
+    if not isinstance(run.backend, HostsExecutor):
+        return None  # its watcher decides whether the job is relaunched
+    try:
+        job = run.backend.job(existing.job_id)
+    except NotFound:
+        return None
+    if not job.state.terminal or job.state is JobState.SUCCEEDED or job.continuable:
+        return None
+    if existing.state not in {s.value for s in JobState if s.terminal}:
+        # The executor records its verdict in the job; a manifest the store kept from recording
+        # it is brought to what the job says (the one write a finished job still gets).
+        _record_final(run, job)
+    return _ended(run, report, existing, job)
+
+
+def _ended(run: _Run, report: GateReport, m: RunManifest, job: JobRecord) -> SubmitResult:
+    """The result of a plain submit of a finished job: what the records say, nothing new."""
+    assert job.job_id is not None
+    base = f"{run.store_uri}/{run.prefix}"
+    suffix = run.backend.task_suffix
+    return SubmitResult(
+        project=run.project,
+        workflow=m.workflow,
+        run_id=run.run_id,
+        infra=run.options.infra,
+        backend=run.backend.name,
+        job_name=m.job_name,
+        job_id=job.job_id,
+        outcome="ended",
+        job_state=job.state.value,
+        failure_reason=job.failure_reason,
+        gates=report.gates,
+        source_digest=m.source_digest or "",
+        source_dir="",
+        source_files=0,
+        source_bytes=0,
+        run_prefix=base,
+        manifest=f"{run.store_uri}/{manifest_key(run.prefix)}",
+        receipt=str(run.paths.submission_receipt(run.project, run.run_id)),
+        tasks={s: f"{run.store_uri}/{task_key(run.prefix, s, suffix)}" for s in m.tasks},
+        task_sha256=dict(m.tasks),
+        runtime=run.backend.runtime,
+        images=dict(m.images),
+        accelerator_remap=dict(m.accelerator_remap),
+        launch_transaction=m.launch_transaction or {},
+        next=[run.options.command(run.run_id, resume=True)],
+    )
 
 
 def _record_and_launch(

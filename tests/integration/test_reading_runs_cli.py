@@ -69,6 +69,21 @@ def test_a_prefix_names_a_run_only_when_its_manifest_says_so(
     assert body["state"] == "VERIFICATION_UNAVAILABLE" and body["job_id"] is None
     manifest = next(s for s in body["sources"] if s["source"] == "manifest")
     assert f"record of run {run_id}" in manifest["error"] and "not of run" in manifest["error"]
+    # Every other reader reports the same mismatch, with the same message, and shows nothing.
+    said = manifest["error"]
+    for argv in (
+        ("artifacts", f"file://{fake}"),
+        ("logs", f"file://{fake}", "--stage", "square"),
+        ("list",),
+    ):
+        res = run_npa(*WF, *argv, "--project", "demo", "--json", env=env)
+        assert res.code == 4, (argv, res.stdout, res.stderr)
+        if argv[0] == "list":
+            [row] = [r for r in res.json()["runs"] if r["run_id"] == RUN]
+            assert row["error"] == said and row["recorded_state"] == "VERIFICATION_UNAVAILABLE"
+        else:
+            error = res.json()["error"]
+            assert f"{error['kind']}: {error['message']}" == said, (argv, error)
 
     # Deeper or shallower keys, or a last part that is no run id, are refused outright.
     for bad in (

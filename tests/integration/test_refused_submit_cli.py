@@ -5,6 +5,7 @@ would otherwise write verification-cache entries under NPA_HOME)."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 import yaml
 
 from tests.harness.cli import run_npa
+from tests.harness.procs import run_processes, wait_until
 from tests.harness.registry import Registry
 from tests.integration.imagespec import push_attested, write_spec
 
@@ -133,3 +135,76 @@ def test_a_refused_skypilot_submit_checks_images_and_caches_nothing(
     assert pre.code == 0, pre.stdout + pre.stderr
     cached = list((npa_home / "cache" / "images").iterdir())
     assert [p.name for p in cached] == [good.digest.replace(":", "-") + ".json"]
+
+
+def test_a_refused_resubmit_writes_nothing_and_a_resumed_one_keeps_the_submitted_time(
+    npa_home: Path, tmp_path: Path
+) -> None:
+    """Each refusal submit can make of a run that exists: nothing under NPA_HOME (receipt,
+    journals, reservation, locks) or in the store (its manifest, plan, tasks) changes."""
+    env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}
+    spec = tmp_path / "source" / "tiny-local.yaml"
+    spec.parent.mkdir()
+    doc = yaml.safe_load((EXAMPLES / "tiny-local.yaml").read_text())
+    doc["stages"][1]["command"] = "echo no squares today >&2; exit 4"
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
+    run_id = run_npa(*WF, "prepare-run", str(spec), "--project", "demo", env=env).stdout.strip()
+    submit = (*WF, "submit", str(spec), "--project", "demo", "--runtime", "process")
+    first = run_npa(*submit, "--run-id", run_id, env=env)
+    assert first.code == 0, first.stdout + first.stderr
+    watch = run_npa(*WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+                    "--json", env=env)  # fmt: skip
+    assert json.loads(watch.stdout.splitlines()[-1])["state"] == "FAILED", watch.stdout
+    receipt = npa_home / "workflow-submissions" / "demo" / f"{run_id}.json"
+    submitted_at = json.loads(receipt.read_text())["submitted_at"]
+    manifest = npa_home / "store" / "tiny-local" / run_id / "npa-workflow" / "manifest.json"
+
+    def settled() -> bool:
+        """The run's own writers are done: its end recorded, none of its processes left."""
+        ended = json.loads(manifest.read_text())["state"] == "FAILED"
+        return ended and not run_processes(run_id)
+
+    wait_until(settled, "the run's executor recorded its end and exited")
+    valid = spec.read_text()
+    changed = valid.replace("seq 1 100", "seq 1 200")
+    assert changed != valid
+    refusals: dict[str, tuple[tuple[str, ...], str, int, str]] = {
+        # A plain submit of a finished job: the ended result, whose next is the resume.
+        "finished job": (("--run-id", run_id, "--json"), valid, 1, '"outcome": "ended"'),
+        "two runs named": (("--run-id", run_id, "--resume-run", "20260101-000000-000000"),
+                           valid, 2, "name different runs"),
+        "unknown run": (("--run-id", "20260101-000000-000000"), valid, 1, "- run:"),
+        "other tasks": (("--run-id", run_id), changed, 2, "with different tasks"),
+    }  # fmt: skip
+    before = snapshot(npa_home)
+    for name, (flags, text, code, said) in refusals.items():
+        spec.write_text(text)
+        res = run_npa(*submit, *flags, env=env)
+        assert res.code == code, (name, res.stdout, res.stderr)
+        assert said in res.stdout + res.stderr, (name, res.stdout, res.stderr)
+        assert snapshot(npa_home) == before, f"{name}: the refused submit wrote something"
+    spec.write_text(valid)
+    ended = run_npa(*submit, "--run-id", run_id, env=env)
+    assert "nothing was staged, recorded or launched" in ended.stdout, ended.stdout
+
+    # A resume of a job the backend no longer knows while the manifest says it is live.
+    job_id = json.loads(manifest.read_text())["job_id"]
+    jobs = npa_home / "local-jobs"
+    (jobs / str(job_id)).rename(tmp_path / "job-away")
+    recorded = manifest.read_text()
+    manifest.write_text(json.dumps({**json.loads(recorded), "state": "RUNNING"}))
+    lost = snapshot(npa_home)
+    res = run_npa(*submit, "--resume-run", run_id, env=env)
+    assert res.code == 2 and "unknown to the backend" in res.stderr, res.stdout + res.stderr
+    assert snapshot(npa_home) == lost, "the refused resume wrote something"
+    manifest.write_text(recorded)
+    (tmp_path / "job-away").rename(jobs / str(job_id))
+
+    # A resume that goes on records a new job, and the run's submitted time stays its own.
+    resumed = run_npa(*submit, "--resume-run", run_id, "--json", env=env)
+    assert resumed.code == 0, resumed.stdout + resumed.stderr
+    again = run_npa(*WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
+                    "--json", env=env)  # fmt: skip
+    assert json.loads(again.stdout.splitlines()[-1])["state"] == "FAILED", again.stdout
+    assert json.loads(receipt.read_text())["submitted_at"] == submitted_at
+    assert json.loads(receipt.read_text())["job"]["job_id"] != str(job_id)
