@@ -4,7 +4,26 @@
 # The store is reached with the AWS CLI and the credentials and endpoint in the pod's environment.
 npa_die() { echo "npa: $*" >&2; exit 1; }
 npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-npa_aws() { aws "$@" --only-show-errors; }
+# The store through the AWS CLI, riding out an outage as npa's own executor does: a call that
+# fails is asked again, pausing 1 s and doubling to 15 s, until it has failed for
+# NPA_STORE_OUTAGE_SECONDS (120 by default). An answer a person must act on (refused or missing
+# credentials, a missing bucket or key, a malformed request, a missing local file) is final.
+npa_aws() {
+  _npa_pause=1 _npa_waited=0 _npa_err=$(mktemp) _npa_limit=${NPA_STORE_OUTAGE_SECONDS:-120}
+  _npa_limit=${_npa_limit%%.*}
+  while :; do
+    aws "$@" --only-show-errors 2>"$_npa_err" && { rm -f "$_npa_err"; return 0; }
+    _npa_rc=$?
+    if grep -Eq 'AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|NoSuchBucket|NoSuchKey|\((400|403|404)\)|Unable to locate credentials|does not exist' "$_npa_err" \
+      || [ "$_npa_waited" -ge "${_npa_limit:-0}" ]; then
+      cat "$_npa_err" >&2; rm -f "$_npa_err"; return "$_npa_rc"
+    fi
+    echo "npa: the store did not complete 'aws $1 $2' ($(tail -n 1 "$_npa_err")); asking again in ${_npa_pause}s" >&2
+    sleep "$_npa_pause"
+    _npa_waited=$((_npa_waited + _npa_pause))
+    _npa_pause=$((_npa_pause * 2)); [ "$_npa_pause" -le 15 ] || _npa_pause=15
+  done
+}
 
 # setup: /npa owned by the stage's user, empty, and the AWS CLI there.
 npa_begin() {
@@ -57,7 +76,7 @@ npa_seal() { chmod -R a-w /npa/source /npa/inputs; }
 npa_shard() {
   NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))
   key="$1/wave-$NPA_WAVE-shard-$NPA_SHARD"
-  before=$(aws s3 cp "$key" - 2>/dev/null || echo 0)
+  before=$(npa_aws s3 cp "$key" - 2>/dev/null || echo 0)
   NPA_ATTEMPT=$((${before:-0} + 1))
   echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$key" || npa_die "cannot count this start at $key"
   export NPA_SHARD NPA_ATTEMPT

@@ -1,0 +1,124 @@
+"""The cluster side of the fault policy: the stage library (templates/skypilot-stage.sh) that
+every SkyPilot task node runs reaches the store through the real AWS CLI, and rides out an
+outage as npa's own executor does, here against moto behind the fault proxy.
+
+The outage ends on an event (the proxy refused a number of requests), never after a time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.harness.procs import wait_until
+from tests.harness.s3 import S3Server
+from tests.integration.store_proxy import ProxyState, store_proxy
+
+pytestmark = pytest.mark.integration
+
+LIBRARY = Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh"
+BUCKET = "npa-library"
+
+
+class Node:
+    """A task node's shell with the stage library, its store through the fault proxy."""
+
+    def __init__(self, s3: S3Server, endpoint: str, proxy: ProxyState, tmp: Path) -> None:
+        self.s3 = s3
+        self.proxy = proxy
+        self.env = {**os.environ, **s3.env, "AWS_ENDPOINT_URL_S3": endpoint,
+                    "AWS_ENDPOINT_URL": endpoint, "TMPDIR": str(tmp)}  # fmt: skip
+        self.tmp = tmp
+
+    def start(self, call: str, **env: str) -> subprocess.Popen[str]:
+        script = f". {LIBRARY}\n{call}"
+        pipe = subprocess.PIPE
+        return subprocess.Popen(["/bin/sh", "-c", script], env={**self.env, **env},
+                                stdout=pipe, stderr=pipe, text=True)  # fmt: skip
+
+    def put_writes(self, key: str) -> int:
+        return self.proxy.writes.count(f"PUT /{BUCKET}/{key}")
+
+
+@pytest.fixture
+def node(tmp_path: Path, s3: S3Server) -> Iterator[Node]:
+    if shutil.which("aws") is None:
+        pytest.skip("the AWS CLI is not installed")
+    s3.client().create_bucket(Bucket=BUCKET)
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        yield Node(s3, endpoint, proxy, tmp_path)
+        proxy.fail_everything = proxy.drop_connections = proxy.refuse_writes = False
+        proxy.clear()
+
+
+def outage(proxy: ProxyState, kind: str) -> None:
+    if kind == "error":
+        proxy.fail_everything = True
+    else:
+        proxy.drop_connections = True
+
+
+@pytest.mark.parametrize("kind", ["error", "reset"])
+def test_an_upload_rides_out_an_outage_and_writes_once(node: Node, kind: str) -> None:
+    out = node.tmp / "total.txt"
+    out.write_text("338350\n")
+    outage(node.proxy, kind)
+    asked = sum(node.proxy.counts.values())
+    proc = node.start(f"npa_upload file {out} s3://{BUCKET}/run/total.txt")
+    # The library asked again after at least one pause: then the store answers again.
+    wait_until(lambda: sum(node.proxy.counts.values()) >= asked + 6, "the library asked again")
+    node.proxy.fail_everything = node.proxy.drop_connections = False
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr
+    assert "asking again" in stderr, stderr
+    body = node.s3.client().get_object(Bucket=BUCKET, Key="run/total.txt")["Body"].read()
+    assert body == b"338350\n"
+    assert node.put_writes("run/total.txt") == 1  # written once
+
+
+def test_a_read_rides_out_an_outage_and_a_missing_key_is_final(node: Node) -> None:
+    # What npa_shard reads to count a start: an earlier count must not be taken for "none".
+    node.s3.client().put_object(Bucket=BUCKET, Key="run/attempts/wave-0-shard-0", Body=b"2\n")
+    node.proxy.fail_everything = True
+    asked = sum(node.proxy.counts.values())
+    proc = node.start(f"npa_aws s3 cp s3://{BUCKET}/run/attempts/wave-0-shard-0 -")
+    wait_until(lambda: sum(node.proxy.counts.values()) >= asked + 6, "the library asked again")
+    node.proxy.fail_everything = False
+    stdout, stderr = proc.communicate(timeout=300)
+    assert (proc.returncode, stdout) == (0, "2\n"), stderr
+    # A key that is not there is an answer, not an outage: no pause.
+    missing = node.start(f"npa_aws s3 cp s3://{BUCKET}/run/attempts/wave-0-shard-9 -")
+    _, stderr = missing.communicate(timeout=300)
+    assert missing.returncode != 0 and "asking again" not in stderr, stderr
+
+
+def test_a_refusal_is_final_at_once(node: Node) -> None:
+    out = node.tmp / "x"
+    out.write_text("x")
+    node.proxy.refuse_writes = True  # 403 AccessDenied, as for wrong credentials
+    started = time.monotonic()
+    proc = node.start(f"npa_upload file {out} s3://{BUCKET}/run/x")
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert "AccessDenied" in stderr and "asking again" not in stderr, stderr
+    assert "cannot upload output" in stderr, stderr
+    assert time.monotonic() - started < 60  # a bound: no pause was taken
+
+
+def test_an_outage_past_the_patience_fails_the_upload_with_its_reason(node: Node) -> None:
+    out = node.tmp / "x"
+    out.write_text("x")
+    node.proxy.fail_everything = True
+    proc = node.start(f"npa_upload file {out} s3://{BUCKET}/run/x",
+                      NPA_STORE_OUTAGE_SECONDS="3")  # fmt: skip
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode != 0
+    assert stderr.count("asking again") >= 2, stderr
+    assert "cannot upload output" in stderr, stderr
+    assert node.put_writes("run/x") == 0
