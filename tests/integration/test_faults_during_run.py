@@ -37,7 +37,7 @@ import pytest
 from tests.harness.procs import run_processes, wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
-from tests.integration.test_recovery import WF, World, no_traceback
+from tests.integration.test_recovery import WF, World, local_jobs, no_traceback
 
 pytestmark = pytest.mark.integration
 
@@ -224,9 +224,7 @@ def test_a_store_outage_while_submit_stages_is_exit_4_and_its_rerun_goes_on(
     assert "Traceback" not in out + err, out + err
     assert proc.returncode == 4, out + err
     error = json.loads(out)["error"]
-    assert not (w.home / "local-jobs").exists() or not any(
-        p.name.isdigit() for p in (w.home / "local-jobs").iterdir()
-    )  # nothing launched
+    assert not local_jobs(w)  # nothing launched
     w.recovers_with(error["details"]["rerun"])
 
 

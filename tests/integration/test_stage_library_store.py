@@ -48,8 +48,8 @@ class Node:
 
 @pytest.fixture
 def node(tmp_path: Path, s3: S3Server) -> Iterator[Node]:
-    if shutil.which("aws") is None:
-        pytest.skip("the AWS CLI is not installed")
+    # A dev dependency (awscli in pyproject.toml): make test's venv puts it on PATH.
+    assert shutil.which("aws"), "the AWS CLI is missing from PATH; run: make prepare-test"
     s3.client().create_bucket(Bucket=BUCKET)
     with store_proxy(s3.endpoint_url) as (endpoint, proxy):
         yield Node(s3, endpoint, proxy, tmp_path)

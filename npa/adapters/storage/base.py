@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import abc
 import builtins
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
 
 from npa.core.errors import (
     InvalidInput,
@@ -114,6 +115,50 @@ class ObjectStore(abc.ABC):
         except ObjectAbsent:
             return False
         return True
+
+
+T = TypeVar("T")
+
+
+class WrappingStore(ObjectStore):
+    """``inner`` with every operation passed through :meth:`_call` (a deadline, a retry), which
+    gets a phrase for messages ("a write of KEY") and the call itself."""
+
+    def __init__(self, inner: ObjectStore) -> None:
+        self.inner = inner
+        self.uri = inner.uri
+        self.endpoint_url = inner.endpoint_url
+
+    @abc.abstractmethod
+    def _call(self, what: str, fn: Callable[[], T]) -> T: ...
+
+    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
+        return self._call(
+            f"a write of {key}", lambda: self.inner.put(key, data, content_md5=content_md5)
+        )
+
+    def get(self, key: str) -> bytes:
+        return self._call(f"a read of {key}", lambda: self.inner.get(key))
+
+    def head(self, key: str) -> ObjectInfo:
+        return self._call(f"a lookup of {key}", lambda: self.inner.head(key))
+
+    def list_page(
+        self, prefix: str, *, token: str | None = None, page_size: int = 1000
+    ) -> ListPage:
+        return self._call(
+            f"a listing of {prefix or '/'}",
+            lambda: self.inner.list_page(prefix, token=token, page_size=page_size),
+        )
+
+    def children(self, prefix: str) -> builtins.list[str]:
+        return self._call(f"a listing of {prefix or '/'}", lambda: self.inner.children(prefix))
+
+    def delete(self, key: str) -> None:
+        self._call(f"a delete of {key}", lambda: self.inner.delete(key))
+
+    def create_if_absent(self, key: str, data: bytes) -> bool:
+        return self._call(f"a write of {key}", lambda: self.inner.create_if_absent(key, data))
 
 
 def check_key(key: str) -> str:

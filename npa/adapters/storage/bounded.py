@@ -13,7 +13,6 @@ The timeout is ``--read-timeout`` where a command has it (:func:`read_budget`), 
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import os
 import threading
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
-from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
+from npa.adapters.storage.base import ObjectStore, WrappingStore
 from npa.core.errors import InvalidInput, StoreUnavailable
 
 READ_TIMEOUT_ENV = "NPA_READ_TIMEOUT"
@@ -61,13 +60,12 @@ def read_timeout() -> float:
     return value
 
 
-class BoundedStore(ObjectStore):
+class BoundedStore(WrappingStore):
     """``inner`` with every operation abandoned after ``seconds``."""
 
     def __init__(self, inner: ObjectStore, seconds: float, *, fix: str | None = None) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.seconds = seconds
-        self.uri = inner.uri
         self._fix = fix
         self._silent = False
 
@@ -104,31 +102,3 @@ class BoundedStore(ObjectStore):
             raise box["error"]
         value: T = box["value"]
         return value
-
-    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
-        return self._call(
-            f"a write of {key}", lambda: self.inner.put(key, data, content_md5=content_md5)
-        )
-
-    def get(self, key: str) -> bytes:
-        return self._call(f"a read of {key}", lambda: self.inner.get(key))
-
-    def head(self, key: str) -> ObjectInfo:
-        return self._call(f"a lookup of {key}", lambda: self.inner.head(key))
-
-    def list_page(
-        self, prefix: str, *, token: str | None = None, page_size: int = 1000
-    ) -> ListPage:
-        return self._call(
-            f"a listing of {prefix or '/'}",
-            lambda: self.inner.list_page(prefix, token=token, page_size=page_size),
-        )
-
-    def children(self, prefix: str) -> builtins.list[str]:
-        return self._call(f"a listing of {prefix or '/'}", lambda: self.inner.children(prefix))
-
-    def delete(self, key: str) -> None:
-        self._call(f"a delete of {key}", lambda: self.inner.delete(key))
-
-    def create_if_absent(self, key: str, data: bytes) -> bool:
-        return self._call(f"a write of {key}", lambda: self.inner.create_if_absent(key, data))

@@ -17,14 +17,13 @@ it is never retried.
 
 from __future__ import annotations
 
-import builtins
 import os
 import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
+from npa.adapters.storage.base import ObjectStore, WrappingStore
 from npa.core.errors import InvalidInput, StoreUnavailable, passes_by_itself
 
 PATIENCE_ENV = "NPA_STORE_OUTAGE_SECONDS"
@@ -59,7 +58,7 @@ def store_patience() -> float:
     return value
 
 
-class PatientStore(ObjectStore):
+class PatientStore(WrappingStore):
     """``inner``, with each operation retried through an outage of up to ``patience`` seconds.
 
     ``sleep`` and ``clock`` are the pause and the time source; by default a pause ends early,
@@ -76,9 +75,7 @@ class PatientStore(ObjectStore):
         clock: Callable[[], float] = time.monotonic,
         note: Callable[[str], None] = lambda line: None,
     ) -> None:
-        self.inner = inner
-        self.uri = inner.uri
-        self.endpoint_url = inner.endpoint_url
+        super().__init__(inner)
         self.patience = patience
         self.stop = stop
         self.sleep = sleep
@@ -107,31 +104,6 @@ class PatientStore(ObjectStore):
                 )
                 self.sleep(wait)
                 pause = min(pause * 2, LONGEST_PAUSE)
-
-    def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
-        return self._call(
-            f"a write of {key}", lambda: self.inner.put(key, data, content_md5=content_md5)
-        )
-
-    def get(self, key: str) -> bytes:
-        return self._call(f"a read of {key}", lambda: self.inner.get(key))
-
-    def head(self, key: str) -> ObjectInfo:
-        return self._call(f"a lookup of {key}", lambda: self.inner.head(key))
-
-    def list_page(
-        self, prefix: str, *, token: str | None = None, page_size: int = 1000
-    ) -> ListPage:
-        return self._call(
-            f"a listing of {prefix or '/'}",
-            lambda: self.inner.list_page(prefix, token=token, page_size=page_size),
-        )
-
-    def children(self, prefix: str) -> builtins.list[str]:
-        return self._call(f"a listing of {prefix or '/'}", lambda: self.inner.children(prefix))
-
-    def delete(self, key: str) -> None:
-        self._call(f"a delete of {key}", lambda: self.inner.delete(key))
 
     def create_if_absent(self, key: str, data: bytes) -> bool:
         return self.inner.create_if_absent(key, data)

@@ -653,12 +653,14 @@ class Executor:
         store's endpoint and credentials."""
         s = self.submission
         bucket = urlparse(uri).netloc
-        return open_store(
-            f"s3://{bucket}",
-            endpoint_url=s.endpoint_url,
-            region=s.region,
-            profile=s.profile,
-            paths=self.paths,
+        return self.patient(
+            open_store(
+                f"s3://{bucket}",
+                endpoint_url=s.endpoint_url,
+                region=s.region,
+                profile=s.profile,
+                paths=self.paths,
+            )
         )
 
     def prepare_shard(
