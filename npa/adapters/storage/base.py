@@ -127,7 +127,7 @@ class WrappingStore(ObjectStore):
     def __init__(self, inner: ObjectStore) -> None:
         self.inner = inner
         self.uri = inner.uri
-        self.endpoint_url = inner.endpoint_url
+        self.endpoint_url = getattr(inner, "endpoint_url", None)  # duck-typed stores have none
 
     @abc.abstractmethod
     def _call(self, what: str, fn: Callable[[], T]) -> T: ...
