@@ -28,12 +28,15 @@ def run_npa(
     *args: str,
     env: Mapping[str, str] | None = None,
     input: str | None = None,
-    timeout: float = 120,
+    timeout: float = 600,
     cwd: str | None = None,
     module: str = "npa",
 ) -> CliResult:
     """``python -m npa ARGS`` with the current environment plus ``env``; ``module`` runs
-    another entry point of the same CLI (one that composes it with a test double)."""
+    another entry point of the same CLI (one that composes it with a test double).
+
+    ``timeout`` bounds a hang, never a speed: a command that answers in seconds idle took over
+    120 s on two cores kept busy by a CI run."""
     full_env = dict(os.environ)
     if env:
         full_env.update(env)

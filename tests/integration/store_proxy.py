@@ -150,11 +150,19 @@ def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    # socketserver's default backlog is 5: a client opening several connections at once on a
+    # busy machine had its SYNs dropped and gave up connecting after 1 s, which no real store
+    # does. A real server listens with a backlog in the hundreds.
+    request_queue_size = 128
+    daemon_threads = True
+
+
 @contextlib.contextmanager
 def store_proxy(upstream: str) -> Iterator[tuple[str, ProxyState]]:
     """``(endpoint_url, state)`` of a proxy to ``upstream``, stopped on exit."""
     state = ProxyState(upstream=upstream)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    server = _Server(("127.0.0.1", 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
