@@ -12,7 +12,7 @@ docs/development.md lists the methods and capabilities, and which backend has wh
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -310,6 +310,11 @@ class ExecutionBackend(abc.ABC):
     @abc.abstractmethod
     def queue(self, job_name: str) -> QueueAnswer:
         """Every job whose name is exactly ``job_name``, finished ones included."""
+
+    def jobs_named(self, names: Sequence[str]) -> list[JobRecord]:
+        """Every job whose name is exactly one of ``names``, finished ones included (one
+        :meth:`queue` per name; a backend that can ask once overrides it)."""
+        return [r for name in dict.fromkeys(names) for r in self.queue(name).records]
 
     @abc.abstractmethod
     def job(self, job_id: int) -> JobRecord:

@@ -74,6 +74,7 @@ from npa.core.layout import (
 from npa.core.paths import NpaPaths
 from npa.launch.progress import ManifestRecorder
 from npa.launch.readiness import ReadinessCheck, readiness_check
+from npa.launch.strays import end_strays, record_strays
 from npa.launch.supervision import (
     STARTUP_STATUSES,
     Classification,
@@ -101,6 +102,10 @@ from npa.runs.manifest import (
 )
 
 SPEC_NAME = "supervisor.json"
+# How often a polled watcher asks the backend for other jobs under the run's names: one queue
+# request each time, so not at every poll.
+STRAY_CHECK_SECONDS = 60.0
+STRAY_CHECK_ENV = "NPA_STRAY_CHECK_SECONDS"
 LOG_NAME = "supervisor.log"
 # A backend's error can carry every job's task YAML (SkyPilot's queue errors do): a log line and
 # a recorded detail keep one line of bounded length, and say how much they left out.
@@ -249,6 +254,7 @@ class Watcher:
         self.store: ObjectStore | None = None
         self.episode: str | None = None  # the unknown condition last recorded, if still on
         self.waves: dict[str, dict[int, TaskRecord]] = {}  # the last poll's wave tasks
+        self.strays_due = 0.0  # monotonic time of the next look for stray jobs
 
     # --- records -----------------------------------------------------------------------------
     def log(self, message: str) -> None:
@@ -351,6 +357,8 @@ class Watcher:
             self.unknown(m.job_id, "job-not-in-queue", exc.message)
             return False
         self.episode = None
+        if job.state.terminal or time.monotonic() >= self.strays_due:
+            self.end_strays(m, job.job_id)
         # Tasks are matched to stages by the manifest's resume record, not by the submission
         # this supervisor was started with (a rerun submit that adopts a live resumed job
         # carries no adopted stages).
@@ -710,6 +718,20 @@ class Watcher:
         return bool(outcome) and outcome[0] != "relaunch"
 
     # --- a new attempt -----------------------------------------------------------------------
+    def end_strays(self, m: RunManifest, keep: int) -> None:
+        """Cancel, by id, any other live job under the run's names (:mod:`npa.launch.strays`):
+        at the first poll of each job, every :data:`STRAY_CHECK_SECONDS` after (or what
+        ``NPA_STRAY_CHECK_SECONDS`` says), and once the job ended."""
+        every = float(os.environ.get(STRAY_CHECK_ENV) or STRAY_CHECK_SECONDS)
+        self.strays_due = time.monotonic() + every
+        try:
+            ended = end_strays(self.backend, m, keep, "supervisor", self.log)
+        except NpaError as error:
+            self.log(f"could not look for stray jobs: {error.message}")
+            return
+        if ended:
+            self.update(lambda mm: record_strays(mm, ended))
+
     def readiness(self) -> ReadinessCheck | None:
         r = self.spec.readiness
         if r is None:
@@ -752,6 +774,7 @@ class Watcher:
         job_id = tx.job_id
         assert job_id is not None
         self.episode = None
+        self.strays_due = 0.0  # a request the backend retried shows beside this job
         self.log(f"attempt {name} is job {job_id} ({tx.outcome})")
 
         def launched(mm: RunManifest) -> None:

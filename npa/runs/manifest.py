@@ -71,6 +71,17 @@ class SupervisorAttempt(_Model):
     stage: str | None = None  # the stage that failed, when one did
 
 
+class StrayJob(_Model):
+    """A job that carried one of the run's names without being the run's job (a backend that
+    created a second job for one request), cancelled by its id."""
+
+    job_id: int
+    job_name: str
+    state: str  # as seen before the cancel
+    at: str
+    by: str  # "supervisor" or "cancel"
+
+
 class SupervisorRecord(_Model):
     """What supervision concluded: the last classification and the recovery it took."""
 
@@ -81,6 +92,7 @@ class SupervisorRecord(_Model):
     payload_retries: int = 0
     relaunches: int = 0  # new jobs the supervisor started for this run (job name -a<N>)
     job_ids: list[int] = Field(default_factory=list)  # every job the run had, oldest first
+    strays: list[StrayJob] = Field(default_factory=list)  # duplicates found and cancelled
     attempts: list[SupervisorAttempt] = Field(default_factory=list)
 
 

@@ -22,8 +22,11 @@ from pydantic import Field
 
 from npa.backends.base import ExecutionBackend, JobRecord, JobState
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
+from npa.core.layout import manifest_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.launch.strays import end_strays, record_strays
+from npa.runs.manifest import StrayJob, update_manifest
 from npa.services.locate import Located, SourceAnswer, locate
 from npa.services.status import open_located_backend
 
@@ -38,11 +41,18 @@ class CancelResult(Result):
     job_state: str | None
     detail: str
     sources: list[SourceAnswer]
+    # Other live jobs under the run's names (npa.launch.strays), cancelled by id.
+    strays: list[StrayJob] = Field(default_factory=list)
     next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
         job = f" (job {self.job_id})" if self.job_id is not None else ""
-        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}"] + [
+        strays = [
+            f"  also cancelled job {s.job_id} ({s.job_name}, was {s.state}): it carried the "
+            "run's name without being its job"
+            for s in self.strays
+        ]
+        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}", *strays] + [
             f"  next: {n}" for n in self.next
         ]
 
@@ -111,6 +121,38 @@ def cancel(
             "never_launched", "the run was never submitted: nothing to cancel", None, None
         )
     backend = open_located_backend(located, paths)
+    outcome = _cancel_job(located, backend, result)
+    outcome.strays = _end_strays(located, backend, paths, keep=outcome.job_id)
+    return outcome
+
+
+def _end_strays(
+    located: Located, backend: ExecutionBackend, paths: NpaPaths, keep: int | None
+) -> list[StrayJob]:
+    """Cancel the run's other live jobs by id and record them in its manifest."""
+    m = located.manifest
+    if m is None or located.store is None or located.prefix is None:
+        return []
+    try:
+        ended = end_strays(backend, m, keep, "cancel", lambda _line: None)
+    except NpaError as error:
+        raise Unavailable(
+            f"run {located.run_id}: its job was handled, but npa could not ask for other jobs "
+            f"under its names ({error.message})",
+            fix=f"npa workbench workflow cancel {located.run_id} --project {located.project}",
+        ) from None
+    if ended:
+        lock = paths.lock(manifest_lock(located.project, located.run_id))
+        update_manifest(located.store, located.prefix, lock, lambda mm: record_strays(mm, ended))
+    return ended
+
+
+def _cancel_job(
+    located: Located,
+    backend: ExecutionBackend,
+    result: Callable[[str, str, int | None, str | None], CancelResult],
+) -> CancelResult:
+    """Cancel the job the run follows (its recorded id, or the one job carrying its name)."""
     job_id = located.job_id if located.job_id is not None else _job_by_name(located, backend)
     if job_id is None:
         name = located.job_name

@@ -162,6 +162,11 @@ class StatusResult(Result):
                 f"  supervisor: {sup['classification']} -> {sup['recovery']} "
                 f"({plural(len(sup.get('attempts', [])), 'attempt')})"
             )
+        for stray in (self.supervisor or {}).get("strays", []):
+            lines.append(
+                f"  stray job {stray['job_id']} ({stray['job_name']}, was {stray['state']}): "
+                f"carried the run's name without being its job; cancelled by {stray['by']}"
+            )
         lines.append("  sources:")
         for s in self.sources:
             tail = f": {s.detail}" if s.detail else ""

@@ -13,7 +13,9 @@ the launch transaction reaches this step (cleared first, so the rerun goes throu
 a ``[status, failure_reason]`` pair, or ``{"status", "failure_reason", "tasks"}`` where
 ``tasks`` gives the launched tasks' own statuses in order; ``cancel_mode`` - ``at_once`` (the
 default: the job is CANCELLED when ``cancel`` returns), ``requested`` (as SkyPilot's controller
-before it acts: the status stays, the details column names the request) or ``ignored``.
+before it acts: the status stays, the details column names the request) or ``ignored``;
+``twins`` - the launch calls (counted from 1) that also create a second, PENDING job under the
+same name that no request resolves to.
 
 A job is a pipeline of tasks, as SkyPilot runs it: ``launch`` loads each task YAML with
 ``sky.Task.from_yaml_config`` and names the tasks with SkyPilot's own rule
@@ -187,6 +189,17 @@ class FakeManagedJobs:
                 }
             )
             state["requests"][request_id] = {"job_id": job_id}
+            if state["launch_calls"] in state.get("twins", []):
+                # The API server ran this request twice (it retries one internally while the
+                # controller is locked): a second job under the same name that no request names.
+                first = state["jobs"][-1]
+                tasks = [
+                    {k: v for k, v in t.items() if k not in ("status", "failure_reason")}
+                    for t in first["tasks"]
+                ]
+                twin = {**first, "job_id": state["next_id"], "status": "PENDING", "tasks": tasks}
+                state["next_id"] += 1
+                state["jobs"].append(twin)
             return request_id
 
     @staticmethod

@@ -27,18 +27,19 @@ from tests.integration.skypilot_world import make_world, manifest, run_npa, wait
 pytestmark = [pytest.mark.integration]
 
 BUCKET = "npa-runs"
+# A supervisor that polls fast, and a readiness window that passes fast.
+FAST = {
+    "NPA_READYZ_WINDOW_SECONDS": "0.2",
+    "NPA_READYZ_INTERVAL_SECONDS": "0.1",
+    "NPA_SKYPILOT_POLL_SECONDS": "0.1",
+}
 
 
 @pytest.fixture
 def world(
     s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
 ) -> Iterator[dict[str, Any]]:
-    fast = {
-        "NPA_READYZ_WINDOW_SECONDS": "0.2",
-        "NPA_READYZ_INTERVAL_SECONDS": "0.1",
-        "NPA_SKYPILOT_POLL_SECONDS": "0.1",
-    }
-    yield make_world(s3, kube, npa_home, tmp_path, bucket=BUCKET, env=fast)
+    yield make_world(s3, kube, npa_home, tmp_path, bucket=BUCKET, env=dict(FAST))
     supervisors.stop_all(npa_home)
 
 

@@ -17,7 +17,7 @@ import importlib.util
 import os
 import re
 import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -580,17 +580,27 @@ class SkyPilotBackend(
         )
 
     def queue(self, job_name: str) -> QueueAnswer:
-        rows = [r for r in self._records(job_name) if r.job_name == job_name]
+        return QueueAnswer(
+            job_name=job_name, source=self.queue_source, records=self._named([job_name])
+        )
+
+    def jobs_named(self, names: Sequence[str]) -> list[JobRecord]:
+        return self._named(names)
+
+    def _named(self, names: Sequence[str]) -> list[JobRecord]:
+        """The jobs named exactly one of ``names``, from one queue request: SkyPilot matches
+        ``name_match`` as a substring, so the names' common beginning finds them all."""
+        wanted = set(names)
+        common = os.path.commonprefix(sorted(wanted))  # noqa: RUF071 (names, not paths)
+        rows = [r for r in self._records(common) if r.job_name in wanted]
         by_id: dict[int, list[ManagedJobRecord]] = {}
         for row in rows:
             if row.job_id is None:
-                raise BackendUnavailable(f"the queue returned a record of {job_name!r} without id")
+                raise BackendUnavailable(
+                    f"the queue returned a record of {row.job_name!r} without id"
+                )
             by_id.setdefault(int(row.job_id), []).append(row)
-        return QueueAnswer(
-            job_name=job_name,
-            source=self.queue_source,
-            records=[self._record(sorted(v, key=lambda r: r.task_id or 0)) for v in by_id.values()],
-        )
+        return [self._record(sorted(v, key=lambda r: r.task_id or 0)) for v in by_id.values()]
 
     def job(self, job_id: int) -> JobRecord:
         rows = [r for r in self._records("") if r.job_id == job_id]
