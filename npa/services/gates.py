@@ -313,8 +313,8 @@ def quota_gate(
         report.add(
             "quota",
             "not_applicable",
-            f"{stages}; the cluster exists already, so its disk quota was checked by "
-            "provision-if-absent",
+            f"{stages}; the cluster exists already and a run adds no disk of its own there, "
+            "so there is no disk quota to check (provision-if-absent says not-checked too)",
         )
         return
     from npa.plan.infra import local_requirements

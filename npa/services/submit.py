@@ -835,18 +835,20 @@ def _record_and_launch(
     assert job_id is not None
     receipt.job = JobIdentity(backend=backend.name, job_id=str(job_id), job_name=manifest.job_name)
     write_receipt(paths, receipt)
-    job = backend.job(job_id)
     # A job npa executes that ended without success stays ended; one whose executor died
     # without a final state is continued by the watcher started below. A job another service
-    # runs goes to the watcher whatever its state: supervision decides whether it is relaunched.
+    # runs goes to the watcher whatever its state: supervision decides whether it is relaunched,
+    # and its state is not asked here (a SkyPilot queue request, seconds, only to print it).
     hosted = isinstance(backend, HostsExecutor)
+    job = backend.job(job_id) if hosted else None
     ended = (
-        hosted
+        job is not None
         and job.state.terminal
         and job.state is not JobState.SUCCEEDED
         and not job.continuable
     )
     if ended:
+        assert job is not None
         _record_final(run, job)
     watcher = None
     if not ended:
@@ -875,8 +877,8 @@ def _record_and_launch(
         job_name=manifest.job_name,
         job_id=job_id,
         outcome="ended" if ended else record.outcome or "launched",
-        job_state=job.state.value,
-        failure_reason=job.failure_reason,
+        job_state=job.state.value if job else None,
+        failure_reason=job.failure_reason if job else None,
         watcher=watcher,
         gates=report.gates,
         source_digest=run.source_digest,
@@ -900,11 +902,11 @@ def _record_and_launch(
     )
 
 
-def _watcher_note(job: JobRecord, pid: int | None) -> str | None:
+def _watcher_note(job: JobRecord | None, pid: int | None) -> str | None:
     """What submit did about the process that follows the job."""
     if pid is None:
         return None
-    if job.continuable:
+    if job is not None and job.continuable:
         return (
             f"started watcher pid {pid} to continue the job ({job.failure_reason}); work "
             "already done is not repeated"
