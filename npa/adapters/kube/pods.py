@@ -19,10 +19,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from npa.adapters.kube.client import REQUEST_TIMEOUT, context_namespace, core_api
+from npa.core.faults import PULL_REASONS
 
 CLUSTER_ANNOTATION = "skypilot-cluster-name"
 CLUSTER_LABEL = "skypilot-cluster-name"
-IMAGE_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
+# The waiting reasons of a container whose image could not be pulled (one list: npa.core.faults).
+IMAGE_REASONS = PULL_REASONS
 
 
 class PodReason(BaseModel):
