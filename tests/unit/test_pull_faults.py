@@ -327,3 +327,29 @@ def test_an_actionable_pull_failure_stops_at_its_first_sight() -> None:
 def test_supervision_re_exports_the_one_classifier() -> None:
     assert supervision.classify_pull_failure is classify_pull_failure
     assert supervision.Classification is Classification
+
+
+# --- the local backend's engine reads the same evidence the same way ----------------------------
+
+
+def test_the_local_engine_names_an_image_it_cannot_have_as_configuration() -> None:
+    from npa.adapters.containers import ContainerEngine, image_refusal, start_failure
+
+    podman = ContainerEngine(name="podman", binary="/usr/bin/podman")
+    docker = ContainerEngine(name="docker", binary="/usr/bin/docker")
+    # What each engine prints for a run with --pull=never of an image it does not hold.
+    for engine, tail in (
+        (podman, f"Error: {ABSENT}: image not known"),
+        (docker, f"docker: Error response from daemon: No such image: {ABSENT}."),
+    ):
+        error = start_failure(engine, f"npa: shard 0 starting\n{tail}\n", ABSENT)
+        assert error is not None, tail
+        assert "[actionable_configuration: the registry has no such image" in error.message
+        assert error.fix == f"{engine.binary} pull {ABSENT}"
+    # The stage's own "not found" (exit 125 of its own) is not an image fault.
+    assert start_failure(podman, "sh: missing: not found", ABSENT) is None
+    # A pull at submit: the registry's answer is configuration, a timeout says nothing more.
+    for _, image, message in NOT_FOUND + FORBIDDEN:
+        assert image_refusal(message, image).startswith(" [actionable_configuration: "), message
+    for _, image, message in TRANSIENT_SHAPES:
+        assert image_refusal(message, image) == "", message
