@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -269,25 +270,35 @@ NOT_THERE = (
 )
 
 
-def pull_failure_event(kube: KubeCluster, pod: str, image: str, answer: str = UNREACHABLE) -> str:
-    """The event a kubelet records for a pod that cannot pull its image; the pod itself may be
-    gone (SkyPilot deletes it), its events stay. Returns the event's name."""
+def pull_failure_event(
+    kube: KubeCluster,
+    pod: str,
+    image: str,
+    answer: str = UNREACHABLE,
+    *,
+    uid: str | None = None,
+    name: str | None = None,
+    message: str | None = None,
+) -> str:
+    """The event a kubelet records for a pod that cannot pull its image (``message`` replaces
+    its text); the pod itself may be gone (SkyPilot deletes it), its events stay. Returns the
+    event's name."""
     import datetime
     import uuid
 
     from kubernetes import client
 
-    name = f"{pod}.{uuid.uuid4().hex[:8]}"
+    name = name or f"{pod}.{uuid.uuid4().hex[:8]}"
     now = datetime.datetime.now(datetime.UTC)
     kube.core().create_namespaced_event(
         "npa-team",
         client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace="npa-team"),
             involved_object=client.V1ObjectReference(
-                kind="Pod", name=pod, namespace="npa-team", uid=str(uuid.uuid4())
+                kind="Pod", name=pod, namespace="npa-team", uid=uid or str(uuid.uuid4())
             ),
             reason="Failed",
-            message=f'Failed to pull image "{image}": ' + answer.format(image=image),
+            message=message or f'Failed to pull image "{image}": ' + answer.format(image=image),
             type="Warning",
             count=1,
             first_timestamp=now,
@@ -354,7 +365,12 @@ def test_an_image_the_registry_does_not_have_stops_the_run_at_its_first_sight(
     [job] = [j for j in jobs(world) if j["job_id"] != other]
     cluster = generate_managed_job_cluster_name(job_tasks(job)[0]["name"], job["job_id"])
     image = "registry.example/npa/absent@sha256:" + "0" * 64
-    pull_failure_event(world["kube"], f"{cluster}-head-aaaaa", image, NOT_THERE)
+    # The kubelet records the pull's answer, then "Error: ErrImagePull" (which says nothing of
+    # it); named so that the second lists first, the pod must still read as the first says.
+    pod, uid = f"{cluster}-head-aaaaa", str(uuid.uuid4())
+    pull_failure_event(world["kube"], pod, image, NOT_THERE, uid=uid, name=f"{pod}.1")
+    pull_failure_event(world["kube"], pod, image, uid=uid, name=f"{pod}.0",
+                       message="Error: ErrImagePull")  # fmt: skip
     m = wait_for(world, lambda m: m["state"] == "FAILED_STARTUP")
     assert exited(world)
     sup = m["supervisor"]
