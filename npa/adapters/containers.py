@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from npa.core.errors import InvalidInput, NpaError, ToolMissing, Unavailable
+from npa.core.faults import classify_pull_failure
 
 ENGINES = ("podman", "docker")
 PROBE_TIMEOUT = 30.0
@@ -154,7 +155,8 @@ class ContainerEngine:
             shown = args[:-2] if login is not None else args
             retry = " ".join([self.binary, *shown, reference])
             raise ContainerEngineError(
-                f"{self.name} could not pull {reference}: {_last_line(result.stderr)}",
+                f"{self.name} could not pull {reference}: {_last_line(result.stderr)}"
+                + image_refusal(result.stderr, reference),
                 fix=retry,
             )
         image_id = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else ""
@@ -210,8 +212,32 @@ class ContainerEngine:
         return names
 
 
-def start_failure(engine: ContainerEngine, log_tail: str) -> NpaError | None:
-    """The npa error for an engine that failed before the stage's command ran, if it did."""
+# Lines of an engine's output that speak of the image (what a stage prints rarely does).
+_IMAGE_LINE = re.compile(r"\b(image|manifest|pull|registry|repository)\b", re.IGNORECASE)
+
+
+def image_refusal(text: str, image: str) -> str:
+    """`` [actionable_configuration: why]`` when the engine's words about ``image`` say it is
+    not there or not allowed (the same reading as the run watcher's of a pod's ErrImagePull:
+    :func:`npa.core.faults.classify_pull_failure`); ``""`` otherwise."""
+    fault = classify_pull_failure(text, image=image)
+    return f" [{fault.classification.value}: {fault.why}]" if fault.actionable else ""
+
+
+def _engine_words(log_tail: str) -> str:
+    """A shard log's tail from the first line that speaks of the image on: the engine's error
+    (with its continuation lines), not what the stage printed before."""
+    lines = log_tail.splitlines()
+    first = next((i for i, line in enumerate(lines) if _IMAGE_LINE.search(line)), len(lines))
+    return "\n".join(lines[first:])
+
+
+def start_failure(
+    engine: ContainerEngine, log_tail: str, image: str | None = None
+) -> NpaError | None:
+    """The npa error for an engine that failed before the stage's command ran, if it did.
+    ``image`` is the stage's: an image the engine does not have (``--pull=never``) is named
+    with the pull that restores it, or says what the registry answers."""
     if _RLIMIT_REFUSED.search(log_tail):
         return ContainerEngineError(
             f"{engine.name} cannot set the container's resource limits on this host "
@@ -223,6 +249,14 @@ def start_failure(engine: ContainerEngine, log_tail: str) -> NpaError | None:
             f"{engine.name}'s runtime crun cannot run containers on this host's mixed cgroup v1 "
             "and v2 hierarchies; runc can",
             fix=RUNC_FIX,
+        )
+    said = _engine_words(log_tail)
+    refused = image_refusal(said, image) if image and said else ""
+    if refused:
+        return ContainerEngineError(
+            f"{engine.name} cannot start the stage's image {image}: {_last_line(log_tail)}"
+            + refused,
+            fix=shlex.join([engine.binary, "pull", image or ""]),
         )
     return None
 

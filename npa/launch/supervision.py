@@ -17,6 +17,10 @@ FAILED_STARTUP: an infrastructure problem, not the payload's. Startup failures a
 launches, jobs that ended FAILED_CONTROLLER (the jobs controller itself failed), and pods of a
 live job that could not start while SkyPilot retries them by itself (an image it cannot pull:
 :func:`count_startup_failure`); "the same" compares their signatures (:func:`failure_signature`).
+A pod whose image the registry says is not there or not allowed is not counted towards that
+threshold: it is actionable configuration at its first sight (:func:`classify_pull_failure`,
+defined with the classes in :mod:`npa.core.faults` so that backends read pull failures the same
+way), and the run ends FAILED_STARTUP at once.
 """
 
 from __future__ import annotations
@@ -27,14 +31,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from npa.backends.base import JobState
+from npa.core.faults import PULL_REASONS, Classification, PullFault, classify_pull_failure
 from npa.runs.manifest import SupervisorAttempt, SupervisorRecord, now_iso
 
+__all__ = [
+    "PULL_REASONS",
+    "Classification",
+    "PullFault",
+    "classify_pull_failure",
+]
 
-class Classification(StrEnum):
-    ACTIONABLE_CONFIGURATION = "actionable_configuration"
-    TRANSIENT_INFRASTRUCTURE = "transient_infrastructure"
-    PAYLOAD = "payload"
-    UNKNOWN = "unknown"
+# The status a pod that could not start is counted under: the job's own state (PENDING or
+# STARTING) varies between the controller's attempts of one fault, so it is not part of it.
+POD_START = "POD_START"
 
 
 class Recovery(StrEnum):
@@ -162,14 +171,19 @@ def count_startup_failure(
     detail: str,
     policy: Policy,
     stage: str | None = None,
+    classification: Classification = Classification.TRANSIENT_INFRASTRUCTURE,
 ) -> Verdict:
     """Count one startup failure of a job that is still live: SkyPilot retries the start by
     itself, so npa relaunches nothing and keeps the job (adopted) until the identical failure
     has been seen ``--startup-failure-threshold`` times in a row; then the run is
-    FAILED_STARTUP and the job must be cancelled."""
-    stop = _identical_run(supervisor, failure) + 1 >= policy.startup_failure_threshold
+    FAILED_STARTUP and the job must be cancelled. An actionable configuration fault (an image
+    the registry says is absent or forbidden) stops at once: no count, no threshold."""
+    stop = (
+        classification is Classification.ACTIONABLE_CONFIGURATION
+        or _identical_run(supervisor, failure) + 1 >= policy.startup_failure_threshold
+    )
     verdict = Verdict(
-        Classification.TRANSIENT_INFRASTRUCTURE,
+        classification,
         Recovery.STOPPED if stop else Recovery.ADOPTED,
         JobState.FAILED_STARTUP if stop else None,
     )
@@ -189,6 +203,17 @@ def count_startup_failure(
         )
     )
     return verdict
+
+
+def image_fault(supervisor: SupervisorRecord) -> bool:
+    """Whether the run's supervisor stopped it on an image it cannot pull as configured (the
+    registry's not-found or forbidden answer, or a reference that cannot be pulled): what a
+    person runs next is then the image check, never the same launch again."""
+    last = supervisor.attempts[-1] if supervisor.attempts else None
+    if last is None or last.classification != Classification.ACTIONABLE_CONFIGURATION.value:
+        return False
+    reason = last.failure.removeprefix(f"{POD_START}: ").split(":", 1)[0]
+    return last.failure.startswith(f"{POD_START}: ") and reason in PULL_REASONS
 
 
 def payload_retries_of(supervisor: SupervisorRecord, stage: str) -> int:

@@ -24,6 +24,9 @@ state, and each stage's record into its own task's state (matched by
   INFRASTRUCTURE_RECOVERY_EXHAUSTED;
 - payload (FAILED): a new attempt only while ``--retries`` (or the stage's ``retries``) allows;
 - actionable configuration (FAILED_SETUP, FAILED_PRECHECKS): no retry; only that job ended;
+  also a live job's pod whose image the registry says is absent or forbidden
+  (:func:`~npa.launch.supervision.classify_pull_failure`): at the first poll that shows it, the
+  job is cancelled by its id and the run ends FAILED_STARTUP, with no threshold counting;
 - unknown (the backend did not answer, the job is missing from it, an unmapped status): recorded
   once per episode, nothing is relaunched, and polling goes on.
 
@@ -76,11 +79,14 @@ from npa.launch.progress import ManifestRecorder
 from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.strays import end_strays, record_strays
 from npa.launch.supervision import (
+    POD_START,
+    PULL_REASONS,
     STARTUP_STATUSES,
     Classification,
     Policy,
     Recovery,
     classify_job_status,
+    classify_pull_failure,
     count_startup_failure,
     failure_signature,
     payload_retries_of,
@@ -123,9 +129,6 @@ def brief(text: str, limit: int) -> str:
 
 
 _TERMINAL = {s.value for s in TERMINAL_STATES}
-# The status a pod that could not start is counted under: the job's own state (PENDING or
-# STARTING) varies between the controller's attempts of one fault, so it is not part of it.
-_POD_START = "POD_START"
 # The status a launch the jobs controller tried and failed is counted under.
 _LAUNCH = "LAUNCH_FAILED"
 # States in which the controller may be retrying a start that keeps failing.
@@ -141,6 +144,9 @@ class _Startup:
     failure: str  # its signature (identical failures compare equal)
     detail: str  # for the supervisor's record
     reason: str  # for the stage's record
+    # An image the registry says is absent or forbidden is actionable configuration at once;
+    # anything else that keeps a pod from starting is counted as transient (the threshold).
+    classification: Classification = Classification.TRANSIENT_INFRASTRUCTURE
 
 
 class ReadinessWindow(BaseModel):
@@ -521,16 +527,25 @@ class Watcher:
         except Exception as exc:  # the API answers nothing: counting waits for the next poll
             self.log(f"pod events of job {job.job_id} unreadable: {type(exc).__name__}: {exc}")
             return []
-        return [
-            _Startup(
-                what=f"job {job.job_id} pod {f.pod} ({(f.uid or '-')[:8]})",
-                stage=stage_of.get(task),
-                failure=failure_signature(_POD_START, f"{f.reason}: {f.message}"),
-                detail=f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}",
-                reason=f"{f.reason}: {f.message}",
+        found: list[_Startup] = []
+        for task, f in failures:
+            detail = f"pod {f.namespace}/{f.pod} could not start: {f.reason}: {f.message}"
+            classification = Classification.TRANSIENT_INFRASTRUCTURE
+            if f.reason in PULL_REASONS:
+                fault = classify_pull_failure(f.message, image=f.image, reason=f.reason)
+                classification = fault.classification
+                detail += f" [{fault.classification.value}: {fault.why}]"
+            found.append(
+                _Startup(
+                    what=f"job {job.job_id} pod {f.pod} ({(f.uid or '-')[:8]})",
+                    stage=stage_of.get(task),
+                    failure=failure_signature(POD_START, f"{f.reason}: {f.message}"),
+                    detail=detail,
+                    reason=f"{f.reason}: {f.message}",
+                    classification=classification,
+                )
             )
-            for task, f in failures
-        ]
+        return found
 
     def _launch_failures(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> list[_Startup]:
         """Every launch of the job's tasks that its controller tried and failed, while a task
@@ -584,6 +599,7 @@ class Watcher:
                 detail=f.detail,
                 policy=policy,
                 stage=f.stage,
+                classification=f.classification,
             )
             for f in new
         ]
@@ -612,6 +628,7 @@ class Watcher:
                     detail=f.detail + (cancelled if stopped is not None else ""),
                     policy=policy,
                     stage=f.stage,
+                    classification=f.classification,
                 )
                 if verdict.terminal_state is not None and stopped is not None:
                     if job.job_id not in mm.supervisor.job_ids:

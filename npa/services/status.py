@@ -38,6 +38,7 @@ from npa.core.layout import manifest_key, relaunch_suffix, run_prefix
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
 from npa.core.text import plural
+from npa.launch.supervision import classify_pull_failure, image_fault
 from npa.plan.model import WorkflowPlan
 from npa.runs.manifest import (
     RunManifest,
@@ -196,7 +197,11 @@ class StatusResult(Result):
 def _pod_line(p: PodReason) -> str:
     image = f" image {p.image}" if p.image else ""
     seen = f" ({p.count} pods failed to start so; pod events)" if p.source == "events" else ""
-    return f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}"
+    fault = ""
+    if p.reason in IMAGE_REASONS:
+        read = classify_pull_failure(p.message, image=p.image, reason=p.reason)
+        fault = f" [{read.classification.value}: {read.why}]"
+    return f"  pod {p.namespace}/{p.pod}: {p.reason}{image}: {p.message}{seen}{fault}"
 
 
 def _stage_line(name: str, stage: StageView) -> str:
@@ -537,13 +542,20 @@ def _stages(
     return views
 
 
+def _preflight_images(located: Located, spec: str) -> str:
+    """The command that resolves and verifies every image of the run's spec, with the fix of
+    each one that cannot be pulled."""
+    return cmd("workbench", "workflow", "preflight-images", spec, "--project", located.project,
+               "--json")  # fmt: skip
+
+
 def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[str]:
     """What to run about each reason a pod waits."""
     wf = ("workbench", "workflow")
     out: list[str] = []
     for reason in pending:
         if reason.reason in IMAGE_REASONS:
-            out.append(cmd(*wf, "preflight-images", spec, "--project", located.project, "--json"))
+            out.append(_preflight_images(located, spec))
         elif reason.reason == "Unschedulable":
             context = located.kube_context or "CONTEXT"
             out.append(cmd(*wf, "gpus", "--cluster", context, "--spec", spec))
@@ -640,6 +652,11 @@ def _next(
         out += [submit_again(located, spec, resume=False), logs]
     elif state in ("FAILED", "FAILED_SETUP", "FAILED_NO_RESOURCE"):
         out += [artifacts, logs]
+    elif state == "FAILED_STARTUP" and _image_fault(located):
+        # The registry said the image is not there or not allowed: the same launch would get the
+        # same answer. Find and fix the image (a launched run never changes: the fixed spec is
+        # a new run).
+        out.append(_preflight_images(located, spec))
     elif state in ("FAILED_STARTUP", "FAILED_CONTROLLER", "INFRASTRUCTURE_RECOVERY_EXHAUSTED"):
         out += [controller_fix or logs, resume]
     elif state == "SUCCEEDED":
@@ -647,6 +664,10 @@ def _next(
     else:
         out += _next_unfinished(located, state, resume)
     return list(dict.fromkeys(out))
+
+
+def _image_fault(located: Located) -> bool:
+    return located.manifest is not None and image_fault(located.manifest.supervisor)
 
 
 def _next_unfinished(located: Located, state: str, resume: str) -> list[str]:

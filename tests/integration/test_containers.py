@@ -110,6 +110,29 @@ def test_pull_without_credentials_or_unpinned_is_refused(
     assert "not pinned by digest" in unpinned.value.message
 
 
+def test_an_image_the_registry_or_the_engine_does_not_have_reads_as_configuration(
+    engine: ContainerEngine, busybox_image: str, tmp_path: Path
+) -> None:
+    """The registry's answer for a digest it does not have, and podman's for an image it does
+    not hold under --pull=never, read as the run watcher reads a pod's ErrImagePull."""
+    absent = busybox_image.split("@")[0] + "@sha256:" + "0" * 64
+    with pytest.raises(ContainerEngineError) as missing:
+        engine.pull(absent, plain_http=True, login=login(absent))
+    assert "[actionable_configuration: the registry has no such image" in (missing.value.message), (
+        missing.value.message
+    )
+    argv = engine.run_argv(
+        image=absent, command=["/bin/true"], name=f"npa-test-{uuid.uuid4().hex[:8]}", env={},
+        mounts=[], workdir="/", labels={RUN_LABEL: "run-absent"},
+    )  # fmt: skip
+    ran = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 125, ran.stderr  # the engine's own failure: nothing ran
+    error = start_failure(engine, ran.stderr, absent)
+    assert error is not None, ran.stderr
+    assert "[actionable_configuration: " in error.message
+    assert error.fix == f"{engine.binary} pull {absent}"
+
+
 def test_remove_labelled_stops_what_a_dead_executor_left(
     engine: ContainerEngine, busybox_image: str, tmp_path: Path
 ) -> None:

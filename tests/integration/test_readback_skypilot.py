@@ -106,6 +106,10 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
         assert reason["reason"] == "ImagePullBackOff" and reason["image"] == image
         assert "403" in reason["message"]
         assert any("preflight-images" in n for n in body["next"])
+        # The pod's reason reads as the run watcher reads it: the registry's refusal is
+        # configuration (npa.core.faults.classify_pull_failure).
+        text = run_npa(*WF, "status", world["run_id"], "--project", "team", env=world["env"])
+        assert "[actionable_configuration: the registry refuses" in text.stdout, text.stdout
         delete_pod(kube, pod)
         pod = job_pod(kube, out["job_id"], image, first)
         kube.set_pod_status("default", pod, phase="Pending", unschedulable_message=(

@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -256,25 +257,49 @@ def test_different_launch_failures_do_not_reach_the_threshold(world: dict[str, A
     assert pid(world) is not None  # still watching a job that may yet start
 
 
-def pull_failure_event(kube: KubeCluster, pod: str, image: str) -> str:
-    """The event a kubelet records for a pod that cannot pull its image; the pod itself may be
-    gone (SkyPilot deletes it), its events stay. Returns the event's name."""
+# What containerd answers through the kubelet when the registry is not reachable (transient:
+# counted against the threshold), and when the registry says the image is not there
+# (actionable configuration: the run stops at once).
+UNREACHABLE = (
+    'rpc error: code = Unknown desc = failed to pull and unpack image "{image}": failed to '
+    'resolve reference "{image}": failed to do request: Head "https://registry.example/v2/npa/'
+    'absent/manifests/sha256:0": dial tcp 10.0.0.5:443: i/o timeout'
+)
+NOT_THERE = (
+    'rpc error: code = NotFound desc = failed to pull and unpack image "{image}": failed to '
+    'resolve reference "{image}": {image}: not found'
+)
+
+
+def pull_failure_event(
+    kube: KubeCluster,
+    pod: str,
+    image: str,
+    answer: str = UNREACHABLE,
+    *,
+    uid: str | None = None,
+    name: str | None = None,
+    message: str | None = None,
+) -> str:
+    """The event a kubelet records for a pod that cannot pull its image (``message`` replaces
+    its text); the pod itself may be gone (SkyPilot deletes it), its events stay. Returns the
+    event's name."""
     import datetime
     import uuid
 
     from kubernetes import client
 
-    name = f"{pod}.{uuid.uuid4().hex[:8]}"
+    name = name or f"{pod}.{uuid.uuid4().hex[:8]}"
     now = datetime.datetime.now(datetime.UTC)
     kube.core().create_namespaced_event(
         "npa-team",
         client.CoreV1Event(
             metadata=client.V1ObjectMeta(name=name, namespace="npa-team"),
             involved_object=client.V1ObjectReference(
-                kind="Pod", name=pod, namespace="npa-team", uid=str(uuid.uuid4())
+                kind="Pod", name=pod, namespace="npa-team", uid=uid or str(uuid.uuid4())
             ),
             reason="Failed",
-            message=f'Failed to pull image "{image}": manifest unknown',
+            message=message or f'Failed to pull image "{image}": ' + answer.format(image=image),
             type="Warning",
             count=1,
             first_timestamp=now,
@@ -318,6 +343,62 @@ def test_a_pod_that_cannot_start_is_counted_once_not_again_as_a_failed_launch(
         f"job 1 pod {cluster}-head-bbbbb",
     ]
     assert [j["status"] for j in jobs(world)] == ["CANCELLED"]
+
+
+def test_an_image_the_registry_does_not_have_stops_the_run_at_its_first_sight(
+    world: dict[str, Any],
+) -> None:
+    """The registry's "not found" is a configuration fault: asking again gets the same answer.
+    With a threshold of 5 the run still ends at the first pod that shows it, classified
+    actionable_configuration; only the run's own job (by its recorded id) is cancelled, and
+    status names the image check, not the same launch again."""
+    from sky.jobs.utils import generate_managed_job_cluster_name
+
+    submit(world, "--startup-failure-threshold", "5")
+    started(world)
+    with locked_state(world["state"]) as state:  # another run's job, which must stay as it is
+        other = state["next_id"]
+        state["next_id"] += 1
+        state["jobs"].append(
+            {"job_id": other, "job_name": "npa-other-run", "status": "PENDING", "tasks": 1,
+             "submitted_at": time.time()}
+        )  # fmt: skip
+    [job] = [j for j in jobs(world) if j["job_id"] != other]
+    cluster = generate_managed_job_cluster_name(job_tasks(job)[0]["name"], job["job_id"])
+    image = "registry.example/npa/absent@sha256:" + "0" * 64
+    # The kubelet records the pull's answer, then "Error: ErrImagePull" (which says nothing of
+    # it); named so that the second lists first, the pod must still read as the first says.
+    pod, uid = f"{cluster}-head-aaaaa", str(uuid.uuid4())
+    pull_failure_event(world["kube"], pod, image, NOT_THERE, uid=uid, name=f"{pod}.1")
+    pull_failure_event(world["kube"], pod, image, uid=uid, name=f"{pod}.0",
+                       message="Error: ErrImagePull")  # fmt: skip
+    m = wait_for(world, lambda m: m["state"] == "FAILED_STARTUP")
+    assert exited(world)
+    sup = m["supervisor"]
+    [attempt] = sup["attempts"]  # one sight, no counting towards the threshold
+    assert sup["classification"] == "actionable_configuration" and sup["recovery"] == "stopped"
+    assert sup["startup_failures"] == 1 and sup["job_ids"] == [job["job_id"]]
+    assert attempt["classification"] == "actionable_configuration" and attempt["startup"]
+    assert "no such image" in attempt["detail"]
+    assert f"job {job['job_id']} cancelled" in attempt["detail"]
+    stage = m["stages"][attempt["stage"]]
+    assert stage["state"] == "FAILED_STARTUP"
+    assert stage["classification"] == "actionable_configuration"
+    assert {j["job_id"]: j["status"] for j in jobs(world)} == {
+        job["job_id"]: "CANCELLED",
+        other: "PENDING",
+    }
+    assert read_state(world["state"])["launch_calls"] == 1  # nothing relaunched
+    r = run_npa("workbench", "workflow", "status", world["run_id"], "--project", "team", "--json",
+                env=world["env"])  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    answer = r.json()
+    assert answer["state"] == "FAILED_STARTUP", answer
+    preflight = f"npa workbench workflow preflight-images {world['spec']} --project team --json"
+    assert answer["next"] == [preflight], answer["next"]
+    text = run_npa(*("workbench", "workflow", "status", world["run_id"], "--project", "team"),
+                   env=world["env"])  # fmt: skip
+    assert f"next: {preflight}" in text.stdout and "--resume-run" not in text.stdout
 
 
 def test_a_job_in_no_backoff_never_reads_the_controller_log(world: dict[str, Any]) -> None:

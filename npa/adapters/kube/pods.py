@@ -19,10 +19,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from npa.adapters.kube.client import REQUEST_TIMEOUT, context_namespace, core_api
+from npa.core.faults import PULL_REASONS
 
 CLUSTER_ANNOTATION = "skypilot-cluster-name"
 CLUSTER_LABEL = "skypilot-cluster-name"
-IMAGE_REASONS = frozenset({"ImagePullBackOff", "ErrImagePull", "InvalidImageName"})
+# The waiting reasons of a container whose image could not be pulled (one list: npa.core.faults).
+IMAGE_REASONS = PULL_REASONS
 
 
 class PodReason(BaseModel):
@@ -158,12 +160,18 @@ def _failure_of(event: Any, namespace: str) -> PodReason | None:
 
 
 def _keep_worst(by_pod: dict[str, PodReason], uid: str, found: PodReason) -> None:
-    """Each pod reads as the failure that stopped it; repeats of that failure add up."""
+    """Each pod reads as the failure that stopped it; repeats of that failure add up. Of one
+    reason's events, the one that carries the runtime's answer is kept: the kubelet records
+    ``Failed to pull image "X": <answer>`` and then ``Error: ErrImagePull``, and only the first
+    says whether the registry is failing or the image is not there."""
     current = by_pod.get(uid)
     if current is None or _RANK.get(found.reason, 2) < _RANK.get(current.reason, 2):
         by_pod[uid] = found
     elif current.reason == found.reason:
-        current.count += found.count
+        count = current.count + found.count
+        if found.image and not current.image:  # the pull's own message names the image
+            by_pod[uid] = current = found
+        current.count = count
 
 
 def startup_failures(

@@ -867,7 +867,7 @@ class Executor:
             log = self.logs / task.stage / f"wave-{wave}-shard-{shard}.log"
             tail = log.read_text(errors="replace")[-4000:] if log.is_file() else ""
             engine = self.containers.engine
-            error = start_failure(engine, tail)
+            error = start_failure(engine, tail, task.image)
             why = error.message if error else _last_line(tail)
             fix = f" (fix: {error.fix})" if error and error.fix else ""
             return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{fix}"
