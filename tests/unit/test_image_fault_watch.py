@@ -59,6 +59,9 @@ class PodsThatCannotStart(ReportsPodReasons):
         task = TaskRecord(task_id=0, task_name=TASK, state=state)
         return JobRecord(backend="fake", job_id=job_id, job_name="n", state=state, tasks=[task])
 
+    def jobs_named(self, names: Any) -> list[JobRecord]:
+        return [self.job(JOB)]  # the run's own job only: no stray
+
     def stage_tasks(self, job: JobRecord, stages: Any) -> dict[str, TaskRecord]:
         return {"only": job.tasks[0]}
 
@@ -108,6 +111,7 @@ def watcher(tmp_path: Path, backend: PodsThatCannotStart, threshold: int) -> Wat
     w.store = store
     w.episode = None
     w.waves = {}
+    w.strays_due = 0.0
     return w
 
 
