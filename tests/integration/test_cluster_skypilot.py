@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.core.layout import job_name
 from tests.harness.procs import stop_lock_holders, ticks_now
 from tests.harness.s3 import SECRET_KEY
 from tests.harness.skypilot_cluster import SkyCluster
@@ -162,11 +163,9 @@ def test_a_missing_image_shows_the_kubelets_reason_and_stops_as_configuration(
     assert pull["classification"] == "actionable_configuration" and absent in pull["detail"]
     job = str(submitted.json()["job_id"])
     assert supervisor["job_ids"] == [int(job)] and f"job {job} cancelled" in pull["detail"]
-    first = first_pull_failure(world, absent)
-    recorded = datetime.fromisoformat(pull["at"])
-    # Two of the supervisor's polls (3 s each here) after the kubelet's first failed pull, with
-    # a minute for the API answers of a loaded two-core machine; the threshold took minutes.
-    assert (recorded - first).total_seconds() <= 2 * 3 + 60, (first, pull)
+    # The verdict follows the kubelet's own answer (an order, never a speed: the one recorded
+    # attempt above is what says the first sight stopped the run).
+    assert datetime.fromisoformat(pull["at"]) >= first_pull_failure(world, absent), pull
     preflight = f"npa workbench workflow preflight-images {spec} --project {world.project} --json"
     assert final["next"] == [preflight], final["next"]
     # The job was cancelled by id, so SkyPilot stops retrying.
@@ -254,7 +253,7 @@ def test_a_wave_of_two_shards_runs_as_one_two_node_task(
     assert "shard 0 of 2" in logs.stdout and "shard 1 of 2" in logs.stdout, logs.stdout
 
 
-def test_a_stage_that_exits_1_fails_the_run_as_payload(
+def test_a_stage_that_exits_1_fails_the_run_as_payload_after_its_retry(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
     world = sky_cluster
@@ -263,9 +262,20 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
                       world.cluster.images["sky-runtime"],
                       [stage("fails", "echo about to fail; exit 1", outputs=[out])])  # fmt: skip
     run_id = prepare(world, spec)
-    assert submit(world, spec, run_id).code == 0
-    final, _ = follow(world, run_id, terminal, timeout=900)
-    assert final["state"] == "FAILED", json.dumps(final, indent=1)
+    assert submit(world, spec, run_id, "--retries", "1").code == 0
+    # One retry: the first job's FAILED is not the run's; the watch goes on through the
+    # relaunch and ends on the verdict after the second job, and only there.
+    watched = world.npa(*WF, "status", run_id, "--project", world.project, "--watch", "--json",
+                        "--interval", "3", timeout=1500)  # fmt: skip
+    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    final = lines[-1]
+    assert watched.code == 1, watched.stdout[-3000:] + watched.stderr
+    assert final["state"] == "FAILED" and final["last_known_state"] == "FAILED", final
+    run_states = [e["after"] for e in lines[:-1] if e.get("event") == "state"]
+    assert run_states[-1] == "FAILED" and "FAILED" not in run_states[:-1], run_states
+    sup = final["supervisor"]
+    assert sup["payload_retries"] == 1 and len(sup["job_ids"]) == 2, sup
+    assert final["job_name"].endswith("-a1"), final["job_name"]
     view = final["stages"]["fails"]
     assert view["state"] == "FAILED" and view["classification"] == "payload", view
     logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "fails")
@@ -319,6 +329,25 @@ def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> Non
     assert len({r.json()["job_id"] for r in both}) == 1
     running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
     assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    the_job = both[0].json()["job_id"]
+    # A second job under the run's name, as SkyPilot's API server leaves when it retries a
+    # launch request internally: the supervisor cancels it by id and leaves the run's job be.
+    twin = plant_twin(world, spec, run_id, tmp_path)
+    seen, _ = follow(world, run_id, lambda a: twin in stray_ids(a))
+    assert the_job not in stray_ids(seen), seen["supervisor"]
+    assert {s["by"] for s in seen["supervisor"]["strays"]} == {"supervisor"}, seen["supervisor"]
+    # Exactly one job of the run's name is left going, the run's own; every other one was
+    # cancelled by the supervisor (SkyPilot may make one more for a request it retried).
+    deadline = time.monotonic() + 600
+    while True:
+        jobs = sky_jobs_named(world, job_name("e2e-long", run_id))
+        going = sorted(i for i, state in jobs.items() if state not in ("CANCELLING", "CANCELLED"))
+        if going == [the_job]:
+            break
+        assert time.monotonic() < deadline, (jobs, status(world, run_id)["supervisor"])
+        time.sleep(5)
+    assert jobs[the_job] == "RUNNING", jobs
+    assert set(jobs) - {the_job} <= stray_ids(status(world, run_id)) | {twin}, jobs
     # The run's supervisor is killed; submitting the run again starts a new one on the job.
     lock = world.npa_home / "locks" / f"supervisor.{world.project}.{run_id}.lock"
     killed = stop_lock_holders(world.npa_home, [str(lock.relative_to(world.npa_home))])
@@ -335,6 +364,41 @@ def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> Non
     assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
     again = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
     assert again.code == 0, again.stdout + again.stderr
+
+
+def plant_twin(world: SkyCluster, spec: Path, run_id: str, tmp_path: Path) -> int:
+    """Launch the run's own task once more under the run's job name, straight through
+    SkyPilot; returns the new job's id."""
+    out = tmp_path / "twin"
+    r = world.npa(*WF, "render", str(spec), "--run-id", run_id, "--project", world.project,
+                  "--infra", f"k8s/{world.context}", "--out", str(out))  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    [task] = sorted(out.glob("*.yaml"))
+    name = job_name("e2e-long", run_id)
+    before = set(sky_jobs_named(world, name))
+    launched = world.sky("jobs", "launch", str(task), "-n", name, "-y", "-d", timeout=600)
+    assert launched.returncode == 0, launched.stdout + launched.stderr
+    [twin] = set(sky_jobs_named(world, name)) - before
+    return twin
+
+
+def stray_ids(answer: dict[str, Any]) -> set[int]:
+    return {s["job_id"] for s in (answer.get("supervisor") or {}).get("strays", [])}
+
+
+def sky_jobs_named(world: SkyCluster, name: str) -> dict[int, str]:
+    """Job id -> status of the jobs named ``name``, as ``sky jobs queue`` prints them."""
+    from sky.jobs import ManagedJobStatus
+
+    statuses = {s.value for s in ManagedJobStatus}
+    queue = world.sky("jobs", "queue", "--all")
+    assert queue.returncode == 0, queue.stdout + queue.stderr
+    found: dict[int, str] = {}
+    for line in queue.stdout.splitlines():
+        words = line.split()
+        if name in words and words[0].isdigit():
+            found[int(words[0])] = next(w for w in words if w in statuses)
+    return found
 
 
 def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(

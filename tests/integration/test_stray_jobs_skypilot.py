@@ -50,7 +50,8 @@ def test_a_twin_of_the_first_launch_is_cancelled_by_id_and_the_run_goes_on(
     script(world, outcomes=["RUNNING"], twins=[1])
     out = submit(world)
     assert out["job_id"] == 1  # the request's job; job 2 is the twin no request names
-    m = wait_for(world, lambda m: bool(m["supervisor"]["strays"]))
+    # The stray is looked for at the first poll, before the job's RUNNING is mirrored.
+    m = wait_for(world, lambda m: bool(m["supervisor"]["strays"]) and m["state"] == "RUNNING")
     [stray] = m["supervisor"]["strays"]
     assert (stray["job_id"], stray["job_name"], stray["state"], stray["by"]) == (
         2, base(world), "PENDING", "supervisor",
