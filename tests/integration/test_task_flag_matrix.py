@@ -169,3 +169,32 @@ def test_submit_launches_what_render_shows_for_the_same_flags(
     assert all(
         yaml.safe_load(text)["resources"]["image_id"] == image_id for text in launched.values()
     )
+
+
+def test_submit_given_preflight_output_launches_it_as_render_shows_it(
+    world: dict[str, Any], tmp_path: Path, registry: Registry, moved: dict[str, Moved]
+) -> None:
+    """--digests with preflight-images --json output (the other form of the file): submit pins
+    exactly what preflight verified, as render does, with or without the image flags again."""
+    flags = image_flags("both", moved)
+    auth = f"--registry-auth={registry.host}=env:REG_AUTH"
+    pre = run_npa("workbench", "workflow", "preflight-images", str(world["spec"]), "--project",
+                  "team", *flags, auth, "--json", env=world["env"])  # fmt: skip
+    assert pre.code == 0, pre.stdout + pre.stderr
+    verified = tmp_path / "preflight.json"
+    verified.write_text(pre.stdout)
+    submit_argv = [a for a in argv(world) if a != "--no-preflight-images"]
+    launched_by = run_npa(*submit_argv, "--digests", str(verified), auth, env=world["env"])
+    assert launched_by.code == 0, launched_by.stdout + launched_by.stderr
+    out = tmp_path / "review"
+    shown_by = run_npa(
+        "workbench", "workflow", "render", str(world["spec"]), "--run-id", world["run_id"],
+        "--project", "team", "--context", world["context"], "--out", str(out), *flags,
+        "--digests", str(verified), env=world["env"],
+    )  # fmt: skip
+    assert shown_by.code == 0, shown_by.stdout + shown_by.stderr
+    (job,) = jobs(world)
+    launched = {task["name"]: task["yaml"] for task in job["tasks"]}
+    assert launched == rendered(out)
+    image_id = f"docker:{moved['override'].name}@{moved['override'].current}"
+    assert all(yaml.safe_load(t)["resources"]["image_id"] == image_id for t in launched.values())
