@@ -56,6 +56,14 @@ def submit(
     image: Annotated[
         str | None, Opt("--image", help="Image for every tool without an --image-override.")
     ] = None,
+    digests: Annotated[
+        Path | None,
+        Opt(
+            "--digests",
+            help="TOOL_REF: sha256:<digest> file, or the output of preflight-images --json: "
+            "the tasks pin exactly these (as render --digests shows them).",
+        ),
+    ] = None,
     registry_auth: Annotated[
         list[str] | None,
         Opt("--registry-auth", metavar="HOST=env:VAR|FILE", help="Registry credentials source."),
@@ -90,7 +98,8 @@ def submit(
         bool,
         Opt(
             "--no-preflight-images",
-            help="Skip image preflight (render then fails unless the spec pins every image).",
+            help="Skip image preflight: each chosen image must then be pinned by digest (in the "
+            "spec, the --image flags or --digests), as render requires.",
         ),
     ] = False,
     max_parallel: Annotated[
@@ -121,6 +130,7 @@ def submit(
                     image_overrides=tuple(image_override or ()),
                     image=image,
                     registry_auth=tuple(registry_auth or ()),
+                    digests=digests,
                     retries=retries,
                     startup_failure_threshold=startup_failure_threshold,
                     max_infrastructure_recoveries=max_infrastructure_recoveries,

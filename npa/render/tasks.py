@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -139,6 +140,51 @@ def resolve_images(
             details={"problems": problems, "unpinned": True},
         )
     return pinned
+
+
+def chosen_workflow(
+    workflow: Workflow, overrides: Sequence[str], image: str | None, digests: DigestFile | None
+) -> Workflow:
+    """The workflow with each tool's image as ``--image-override``/``--image`` choose it (the
+    rule of :func:`npa.images.overrides.with_chosen_images`), refused when ``digests`` is
+    preflight's --json output for other images. ``render`` and ``submit`` both call this."""
+    from npa.images.overrides import with_chosen_images
+
+    chosen_wf = with_chosen_images(workflow, overrides, image)
+    if digests is None or digests.chosen is None or not (overrides or image):
+        return chosen_wf
+    chosen = {ref: tool.image for ref, tool in chosen_wf.tools.items()}
+    differ = [
+        f"{tool}: preflight verified {digests.chosen[tool]}, the command was asked for "
+        f"{chosen[tool]}"
+        for tool in sorted(digests.chosen)
+        if tool in chosen and digests.chosen[tool] != chosen[tool]
+    ]
+    if differ:
+        raise InvalidInput(
+            "the --digests file is preflight output for other images: " + "; ".join(differ),
+            fix="pass the same --image-override/--image as preflight-images "
+            "(or none: its output already says which image each tool runs)",
+        )
+    return chosen_wf
+
+
+def pinned_images(
+    workflow: Workflow, digests: DigestFile | None, verified: dict[str, str] | None = None
+) -> dict[str, str]:
+    """The one rule for the pinned reference each tool's task runs, for ``render`` and
+    ``submit`` alike (``workflow``: its images as :func:`chosen_workflow` chose them):
+
+    - ``--digests`` with preflight's --json output: its pins exactly as preflight verified them;
+    - ``--digests`` with a ``TOOL_REF: sha256:<hex>`` map: each chosen image with that digest;
+    - otherwise what submit's own preflight verified (``verified``), when it ran;
+    - otherwise the chosen image's own digest: an image without one is refused (exit 2).
+    """
+    if digests is not None and digests.chosen is not None:
+        return resolve_images(workflow, {}, digests.pins)
+    if digests is not None and digests.pins:
+        return resolve_images(workflow, digests.pins, None)
+    return resolve_images(workflow, {}, verified)
 
 
 def _pin(ref: str, tool: Tool, given: str | None) -> tuple[str | None, str | None]:

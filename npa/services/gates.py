@@ -45,7 +45,9 @@ from npa.services.configure import ProjectSettings
 if TYPE_CHECKING:
     from npa.images.cache import VerificationCache
     from npa.plan.model import WorkflowPlan
+    from npa.render.tasks import DigestFile
     from npa.runs.identity import RunEntry
+    from npa.services.images import PreflightResult
     from npa.spec.model import Tool, Workflow
 
 GateStatus = Literal["ok", "failed", "unknown", "skipped", "not_applicable"]
@@ -74,6 +76,7 @@ class Admission:
     store: ObjectStore | None = None
     plan: WorkflowPlan | None = None
     images: dict[str, str] = field(default_factory=dict)  # TOOL_REF -> image as recorded
+    digests: DigestFile | None = None  # --digests, as read: what the tasks pin
     accelerators: dict[str, str] = field(default_factory=dict)  # spec name -> cluster name
     # What the image gates verified, written to the verification cache only once every gate
     # passed: a refused submit writes nothing.
@@ -128,6 +131,7 @@ class GateInput:
     image_overrides: tuple[str, ...] = ()
     image: str | None = None
     registry_auth: tuple[str, ...] = ()
+    digests: Path | None = None
 
 
 def _cmd(*argv: str) -> str:
@@ -353,16 +357,21 @@ def prerequisite_gates(report: GateReport, project: str, backend: ExecutionBacke
 
 
 def _image_choice_gate(report: GateReport, asked: GateInput, tools: dict[str, Tool]) -> bool:
-    """Whether --image-override/--image can be used with this spec. Checked on every backend:
-    an override the run cannot use is a mistake in the command line, whether or not this
-    backend pulls images."""
-    if not (asked.image_overrides or asked.image):
+    """Whether --image-override/--image/--digests can be used with this spec. Checked on every
+    backend: a choice the run cannot use is a mistake in the command line, whether or not this
+    backend pulls images. Keeps the digests file as read."""
+    if not (asked.image_overrides or asked.image or asked.digests):
         return True
     from npa.images.overrides import choose_images, parse_overrides
+    from npa.render.tasks import chosen_workflow, load_digests
 
+    facts = report.admission
     try:
         picked = parse_overrides(list(asked.image_overrides), tools)
         choose_images({k: t.image for k, t in tools.items()}, picked, asked.image)
+        facts.digests = load_digests(asked.digests) if asked.digests else None
+        if facts.workflow is not None:
+            chosen_workflow(facts.workflow, asked.image_overrides, asked.image, facts.digests)
     except NpaError as error:
         report.add("image-overrides", "failed", error.message, error.fix)
         return False
@@ -381,7 +390,7 @@ def image_gates(
         report.add("images", "skipped", "needs a spec whose tools section is valid")
         return
     if not _image_choice_gate(report, asked, tools):
-        report.add("images", "skipped", "needs a valid --image-override/--image")
+        report.add("images", "skipped", "needs a valid --image-override/--image/--digests")
         return
     if not isinstance(backend, PullsPinnedImages):
         # The record keeps the images as declared; nothing pulls them.
@@ -392,18 +401,68 @@ def image_gates(
             f"the {backend.name} backend runs stages as host processes; no image is pulled",
         )
         return
+    facts = report.admission
+    if facts.workflow is not None:
+        from npa.render.tasks import chosen_workflow
+
+        # The images the tasks run, whether or not preflight verifies them: render's rule.
+        facts.workflow = chosen_workflow(
+            facts.workflow, asked.image_overrides, asked.image, facts.digests
+        )
+    if facts.digests is not None:
+        _digest_pins_gate(report, asked, paths, project, backend)
+        return
     if not asked.preflight_images:
         # Nothing is verified: the tasks pin the chosen images themselves, as render does with
         # the same flags, so each chosen image must carry its digest.
-        if report.admission.workflow is not None:
-            from npa.images.overrides import with_chosen_images
-
-            report.admission.workflow = with_chosen_images(
-                report.admission.workflow, asked.image_overrides, asked.image
-            )
-            report.admission.tools = dict(report.admission.workflow.tools)
         report.add("images", "skipped", "--no-preflight-images: render needs pinned digests")
         return
+    result = _preflight_gate(report, asked, paths, project, backend, tools, choose=True)
+    if result is not None:
+        report.admission.images = dict(result.digests)
+
+
+def _digest_pins_gate(
+    report: GateReport, asked: GateInput, paths: NpaPaths, project: str, backend: PullsPinnedImages
+) -> None:
+    """--digests: the tasks pin exactly what the file says (render's rule); preflight, unless
+    turned off, verifies those pinned images and never replaces them by what a tag says now."""
+    from npa.render.tasks import pinned_images
+
+    facts = report.admission
+    if facts.workflow is None:
+        report.add("images", "skipped", "--digests needs a valid spec")
+        return
+    try:
+        pins = pinned_images(facts.workflow, facts.digests)
+    except NpaError as error:
+        # Refused at rendering, with render's own words and exit code, before anything is written.
+        report.add("images", "skipped", f"the tasks cannot be pinned: {error.message}")
+        return
+    facts.images = pins
+    if not asked.preflight_images:
+        report.add("images", "skipped", "--no-preflight-images: pinned as --digests says")
+        return
+    pinned_tools = {
+        ref: tool.model_copy(update={"image": pins[ref]})
+        for ref, tool in facts.workflow.tools.items()
+        if ref in pins
+    }
+    _preflight_gate(report, asked, paths, project, backend, pinned_tools, choose=False)
+
+
+def _preflight_gate(
+    report: GateReport,
+    asked: GateInput,
+    paths: NpaPaths,
+    project: str,
+    backend: PullsPinnedImages,
+    tools: dict[str, Tool],
+    *,
+    choose: bool,
+) -> PreflightResult | None:
+    """Verify ``tools``' images (after --image-override/--image when ``choose``); one gate per
+    image that fails. The result, or None when preflight itself failed."""
     from npa.images.cache import VerificationCache
     from npa.services.images import preflight
 
@@ -414,8 +473,8 @@ def image_gates(
             asked.spec,
             project=project,
             context=backend.pull_context(),
-            image_overrides=list(asked.image_overrides),
-            image=asked.image,
+            image_overrides=list(asked.image_overrides) if choose else [],
+            image=asked.image if choose else None,
             registry_auth=list(asked.registry_auth),
             paths=paths,
             tools=tools,
@@ -424,7 +483,7 @@ def image_gates(
         )
     except NpaError as error:
         report.add("images", "failed", error.message, error.fix)
-        return
+        return None
     # A machine that runs the stages itself can also run them as host processes instead.
     here = (
         "; or run the stages as host processes: --runtime process"
@@ -440,7 +499,7 @@ def image_gates(
         )
     if result.ok:
         report.add("images", "ok", f"{plural(len(result.images), 'image')} verified")
-    report.admission.images = dict(result.digests)
+    return result
 
 
 def accelerator_gate(report: GateReport, backend: ExecutionBackend) -> None:

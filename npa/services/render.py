@@ -34,7 +34,6 @@ from npa.core.userfiles import read_user_text
 from npa.spec.validate import load_workflow, read_spec_text
 
 if TYPE_CHECKING:
-    from npa.render.tasks import DigestFile
     from npa.spec.model import Workflow
 
 INDEX = "render.json"
@@ -205,32 +204,6 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
         shutil.rmtree(old)
 
 
-def _chosen_images(
-    workflow: Workflow, overrides: Sequence[str], image: str | None, digests: DigestFile
-) -> Workflow:
-    """The workflow with each tool's image as --image-override/--image choose it (the same
-    rule as preflight-images and submit), checked against what preflight chose when
-    ``digests`` is its --json output."""
-    from npa.images.overrides import with_chosen_images
-
-    chosen_workflow = with_chosen_images(workflow, overrides, image)
-    chosen = {ref: tool.image for ref, tool in chosen_workflow.tools.items()}
-    if digests.chosen is not None and (overrides or image):
-        differ = [
-            f"{tool}: preflight verified {digests.chosen[tool]}, render was asked for "
-            f"{chosen[tool]}"
-            for tool in sorted(digests.chosen)
-            if tool in chosen and digests.chosen[tool] != chosen[tool]
-        ]
-        if differ:
-            raise InvalidInput(
-                "the --digests file is preflight output for other images: " + "; ".join(differ),
-                fix="pass render the same --image-override/--image as preflight-images "
-                "(or none: its output already says which image each tool runs)",
-            )
-    return chosen_workflow
-
-
 @dataclass
 class RenderOptions:
     """What ``render`` was asked for, besides the spec, the run and ``--out``."""
@@ -375,7 +348,7 @@ def render_spec(
     exactly as it verified it."""
     from npa.backends import backend_for_infra, infra_context
     from npa.plan.model import build_plan
-    from npa.render.tasks import DigestFile, load_digests, render_run, resolve_images
+    from npa.render.tasks import chosen_workflow, load_digests, pinned_images, render_run
     from npa.services.runs import run_store
 
     options = RenderOptions(
@@ -391,8 +364,8 @@ def render_spec(
     )
     paths = paths or NpaPaths.from_env()
     workflow = load_workflow(path)
-    digests = load_digests(options.digests_file) if options.digests_file else DigestFile({})
-    workflow = _chosen_images(workflow, options.image_overrides, options.image, digests)
+    digests = load_digests(options.digests_file) if options.digests_file else None
+    workflow = chosen_workflow(workflow, options.image_overrides, options.image, digests)
     name = workflow.metadata.name
     infra = options.infra
     store = options.store_uri
@@ -413,9 +386,7 @@ def render_spec(
         backend = backend_for_infra(infra, paths, runtime=options.runtime)
         images: dict[str, str] = {}
         if isinstance(backend, PullsPinnedImages):
-            verified = digests.pins if digests.chosen is not None else None
-            pins = {} if verified is not None else digests.pins
-            images = resolve_images(workflow, pins, verified)
+            images = pinned_images(workflow, digests)
         accelerators = _accelerators(backend, workflow, notes)
         plan = build_plan(workflow, run_id, store_uri=where.store)
         tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)

@@ -185,6 +185,7 @@ class SubmitOptions:
     image_overrides: tuple[str, ...] = ()
     image: str | None = None
     registry_auth: tuple[str, ...] = ()
+    digests: Path | None = None
     retries: int | None = None
     startup_failure_threshold: int = 3
     max_infrastructure_recoveries: int = 3
@@ -204,6 +205,7 @@ class SubmitOptions:
         for override in self.image_overrides:
             argv += ["--image-override", override]
         argv += ["--image", self.image] if self.image else []
+        argv += ["--digests", str(self.digests)] if self.digests else []
         for auth in self.registry_auth:
             argv += ["--registry-auth", auth]
         argv += ["--retries", str(self.retries)] if self.retries is not None else []
@@ -355,12 +357,12 @@ class _Run:
 def _render(run: _Run) -> dict[str, str]:
     """Each stage's task file for the backend, with the images preflight verified: the same
     call ``render`` makes, so ``render --run-id`` shows these bytes."""
-    from npa.render.tasks import render_run, resolve_images
+    from npa.render.tasks import pinned_images, render_run
 
     try:
         images: dict[str, str] = {}
         if isinstance(run.backend, PullsPinnedImages):
-            images = resolve_images(run.workflow, {}, run.admission.images)
+            images = pinned_images(run.workflow, run.admission.digests, run.admission.images)
         rendered = render_run(
             run.workflow,
             run.plan,
@@ -642,6 +644,7 @@ def _admit(
         image_overrides=options.image_overrides,
         image=options.image,
         registry_auth=options.registry_auth,
+        digests=options.digests,
     )
     report = run_gates(asked, paths, settings, backend)
     try:

@@ -35,9 +35,11 @@ def make_world(
     *,
     bucket: str,
     env: dict[str, str] | None = None,
+    edit_spec: Callable[[str], str] | None = None,
 ) -> dict[str, Any]:
     """Configure project ``team`` on ``bucket``, place the fixture's kubeconfig where provisioning
-    would, and reserve a run; ``env`` adds to (or overrides) the CLI environment."""
+    would, and reserve a run; ``env`` adds to (or overrides) the CLI environment; ``edit_spec``
+    changes the tiny example's text before the run is reserved for it."""
     s3.client().create_bucket(Bucket=bucket)
     state = tmp_path / "fake-jobs.json"
     full_env = {
@@ -58,7 +60,8 @@ def make_world(
     ensure_namespace(kube, f"npa-{PROJECT}")
     spec = tmp_path / "workflow" / "tiny.yaml"
     spec.parent.mkdir()
-    shutil.copy(ROOT / "examples" / "tiny-local.yaml", spec)
+    text = (ROOT / "examples" / "tiny-local.yaml").read_text()
+    spec.write_text(edit_spec(text) if edit_spec else text)
     r = run_npa(
         "workbench", "workflow", "prepare-run", str(spec), "--project", PROJECT, env=full_env
     )

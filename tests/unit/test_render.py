@@ -419,3 +419,29 @@ def test_render_pins_preflight_output_exactly_as_verified(tmp_path: Path) -> Non
             digests_file=digests,
             image_overrides=["cur=registry.example.com/cur:9"],
         )
+
+
+def test_one_rule_pins_each_task_for_render_and_submit() -> None:
+    """pinned_images, which render and submit both call: a --digests file wins over what
+    submit's preflight resolved, preflight's own output is pinned as verified, and without
+    either the chosen image must carry its digest."""
+    from npa.render.tasks import DigestFile, chosen_workflow, pinned_images
+
+    workflow = chosen_workflow(
+        Workflow.model_validate(base_spec()), ["cur=registry.example.com/other:2"], None, None
+    )
+    resolved = {"cur": f"registry.example.com/other@{DIGEST_B}"}
+    plain = DigestFile({"cur": DIGEST_A})
+    assert (
+        pinned_images(workflow, plain, resolved)["cur"] == f"registry.example.com/other@{DIGEST_A}"
+    )
+    verified = DigestFile({"cur": f"mirror.example.com/x@{DIGEST_A}"}, {"cur": "mirror:1"})
+    assert pinned_images(workflow, verified, resolved)["cur"] == f"mirror.example.com/x@{DIGEST_A}"
+    assert pinned_images(workflow, None, resolved)["cur"] == resolved["cur"]
+    with pytest.raises(InvalidInput, match=re.escape("registry.example.com/other:2 is not pinned")):
+        pinned_images(workflow, None)
+    # preflight output for other images than the flags choose is refused by the same rule.
+    with pytest.raises(InvalidInput, match="preflight verified mirror:1"):
+        chosen_workflow(
+            Workflow.model_validate(base_spec()), [], "registry.example.com/y:1", verified
+        )
