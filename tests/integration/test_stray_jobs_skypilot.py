@@ -6,20 +6,13 @@ supervisor, moto's S3, and the managed-jobs double scripted with ``twins``."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.fakes.managed_jobs import locked_state, read_state
-from tests.harness.kube import KubeCluster
-from tests.harness.s3 import S3Server
-from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world, manifest, run_npa, wait_for
+from tests.integration.skypilot_world import manifest, run_npa, wait_for
 from tests.integration.test_supervise_skypilot import (
-    BUCKET,
-    FAST,
     base,
     exited,
     jobs,
@@ -27,16 +20,9 @@ from tests.integration.test_supervise_skypilot import (
     set_status,
     submit,
 )
+from tests.integration.test_supervise_skypilot import world as world  # the fixture
 
 pytestmark = [pytest.mark.integration]
-
-
-@pytest.fixture
-def world(
-    s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
-) -> Iterator[dict[str, Any]]:
-    yield make_world(s3, kube, npa_home, tmp_path, bucket=BUCKET, env=dict(FAST))
-    supervisors.stop_all(npa_home)
 
 
 def alive(w: dict[str, Any]) -> list[int]:
