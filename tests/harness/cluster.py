@@ -1000,7 +1000,42 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             return ready and not data["spec"].get("taints")
 
         _wait("node Ready and untainted", node_ready, READY_TIMEOUT, [kubelet, containerd])
+        advertise_gpus(cluster)
+        _wait("the node's GPUs allocatable", lambda: node_gpus(cluster) == NODE_GPUS[1],
+              READY_TIMEOUT, [kubelet, containerd])  # fmt: skip
         yield cluster
+
+
+# The GPUs the node advertises: no GPU is there, but the scheduler and the kubelet count these
+# as they count a device plugin's (an extended resource in the node's status capacity, which the
+# kubelet keeps and derives allocatable from), and SkyPilot and npa find them by the labels the
+# NVIDIA GPU operator and SkyPilot write. Stage commands stay CPU commands.
+NODE_GPUS = ("H100", 8)
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_LABELS = {
+    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    "nvidia.com/gpu.count": str(NODE_GPUS[1]),
+    "skypilot.co/accelerator": NODE_GPUS[0].lower(),
+}
+
+
+def advertise_gpus(cluster: Cluster) -> None:
+    patch = json.dumps({"status": {"capacity": {GPU_RESOURCE: str(NODE_GPUS[1])}}})
+    done = cluster.kubectl("patch", "node", cluster.node, "--subresource=status",
+                           "--type=merge", "-p", patch)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    labels = [f"{k}={v}" for k, v in GPU_LABELS.items()]
+    done = cluster.kubectl("label", "node", cluster.node, "--overwrite", *labels)
+    assert done.returncode == 0, done.stderr
+
+
+def node_gpus(cluster: Cluster) -> int | None:
+    """The node's allocatable GPUs as the API server has them (None: no answer)."""
+    got = cluster.kubectl("get", "node", cluster.node, "-o", "json", timeout=10)
+    if got.returncode != 0:
+        return None
+    allocatable = json.loads(got.stdout)["status"].get("allocatable", {})
+    return int(allocatable.get(GPU_RESOURCE, "0"))
 
 
 def push_images(tools: ClusterTools, registry: str, log: Path) -> dict[str, str]:

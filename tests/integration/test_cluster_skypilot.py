@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from npa.core.layout import job_name
+from tests.harness.cluster import GPU_RESOURCE, NODE_GPUS
 from tests.harness.procs import stop_lock_holders, ticks_now
 from tests.harness.s3 import SECRET_KEY
 from tests.harness.skypilot_cluster import SkyCluster
@@ -404,17 +405,21 @@ def sky_jobs_named(world: SkyCluster, name: str) -> dict[int, str]:
 def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
-    """The node has no GPU. With a cluster autoscaler configured SkyPilot leaves the decision to
-    Kubernetes, so the pod is created and the real scheduler refuses it; status shows that."""
+    """The node has H100s, no A100. With a cluster autoscaler configured SkyPilot leaves the
+    decision to Kubernetes, so the pod is created and the real scheduler refuses it; status
+    shows that."""
     world = sky_cluster
     config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
     config["kubernetes"]["autoscaler"] = "generic"
     grows = tmp_path / "autoscaled.yaml"
     grows.write_text(yaml.safe_dump(config))
     gpu = stage("trains", "nvidia-smi")
-    gpu["resources"]["accelerators"] = "H100:1"
+    gpu["resources"]["accelerators"] = "A100:1"
     spec = write_spec(tmp_path / "wf" / "gpu.yaml", "e2e-gpu",
                       world.cluster.images["sky-runtime"], [gpu])  # fmt: skip
+    doc = yaml.safe_load(spec.read_text())  # the spec plans A100 nodes; the cluster has H100s
+    doc["infrastructure"] = {"gpu_nodes": {"accelerators": "A100:8"}}
+    spec.write_text(yaml.safe_dump(doc, sort_keys=False))
     run_id = prepare(world, spec)
     submitted = world.npa(
         *WF, "submit", str(spec), "--project", world.project, "--run-id", run_id,
@@ -435,6 +440,34 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
     final, _ = follow(world, run_id, terminal, timeout=600)
     assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
+
+
+def test_a_stage_asking_for_gpus_the_node_has_gets_them_from_the_scheduler(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """H100:2 on a node that advertises 8 H100s: SkyPilot picks the node by its labels, its pod
+    asks for two nvidia.com/gpu, and the scheduler and the kubelet admit it there."""
+    world = sky_cluster
+    gpu = stage("trains", "echo training; sleep 30")
+    gpu["resources"]["accelerators"] = "H100:2"
+    spec = write_spec(tmp_path / "wf" / "h100.yaml", "e2e-h100",
+                      world.cluster.images["sky-runtime"], [gpu])  # fmt: skip
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    running, _ = follow(world, run_id, lambda a: a["state"] == "RUNNING" or terminal(a))
+    assert running["state"] == "RUNNING", json.dumps(running, indent=1)
+    listed = world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    asked = [
+        (pod["spec"].get("nodeName"), c["resources"].get("limits", {}).get(GPU_RESOURCE))
+        for pod in json.loads(listed.stdout)["items"]
+        for c in pod["spec"]["containers"]
+        if GPU_RESOURCE in c["resources"].get("limits", {})
+    ]
+    assert asked == [(world.cluster.node, "2")], asked
+    final, _ = follow(world, run_id, terminal, timeout=900)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
 
 
 def test_a_task_pod_deleted_under_a_running_job_is_recovered(
@@ -563,17 +596,17 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert "up" in checks["jobs controller"]["answer"]
     v = world.npa("skypilot", "verify", "--cluster", world.context, "--project", world.project,
                   "--output-format", "json")  # fmt: skip
-    # verify answers "is this cluster ready for GPU stages": the node is fine, it has no GPU,
-    # and SkyPilot itself enables the context (its own check only warns about GPUs).
-    assert v.code == 1, v.stdout + v.stderr
+    # verify answers "is this cluster ready for GPU stages": the node is fine, it advertises
+    # its H100s, and SkyPilot itself enables the context.
     found = {c["name"]: c for c in v.json()["checks"]}
     assert found["nodes"]["verdict"] == "ok", found["nodes"]
-    assert found["GPUs"]["verdict"] == "failed", found["GPUs"]
+    assert found["GPUs"]["verdict"] == "ok", (v.stdout, v.stderr)
     assert found["sky check"]["facts"]["skypilot_ok"] is True, found["sky check"]
     gpus = world.npa(*WF, "gpus", "--cluster", world.context, "--json")
     assert gpus.code == 0, gpus.stdout + gpus.stderr
     [node] = gpus.json()["nodes"]
-    assert node["node"] == world.cluster.node and node["ready"] and node["allocatable"] == 0
+    assert node["node"] == world.cluster.node and node["ready"], node
+    assert node["allocatable"] == NODE_GPUS[1], node
 
 
 def running_run_with_one_output(
