@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pydantic import Field
 
 from npa.backends.base import ExecutionBackend, JobRecord, JobState
+from npa.core.commands import npa_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.layout import manifest_lock
 from npa.core.output import Result
@@ -126,6 +127,12 @@ def cancel(
     return outcome
 
 
+def _cancel_command(located: Located) -> str:
+    """This very cancel, to run again."""
+    return npa_command("workbench", "workflow", "cancel", located.run_id, "--project",
+                       located.project)  # fmt: skip
+
+
 def _end_strays(
     located: Located, backend: ExecutionBackend, paths: NpaPaths, keep: int | None
 ) -> list[StrayJob]:
@@ -139,7 +146,7 @@ def _end_strays(
         raise Unavailable(
             f"run {located.run_id}: its job was handled, but npa could not ask for other jobs "
             f"under its names ({error.message})",
-            fix=f"npa workbench workflow cancel {located.run_id} --project {located.project}",
+            fix=_cancel_command(located),
         ) from None
     if ended:
         lock = paths.lock(manifest_lock(located.project, located.run_id))
@@ -221,6 +228,5 @@ def _seen_after(
         "still_running", f"cancel was sent, but the job is still {state.value}", job_id,
         state.value,
     )  # fmt: skip
-    outcome.next = [located.status_command(), f"npa workbench workflow cancel {located.run_id} "
-                    f"--project {located.project}"]  # fmt: skip
+    outcome.next = [located.status_command(), _cancel_command(located)]
     return outcome

@@ -44,6 +44,9 @@ def test_a_twin_of_the_first_launch_is_cancelled_by_id_and_the_run_goes_on(
     )  # fmt: skip
     assert m["job_id"] == 1 and m["state"] == "RUNNING"
     assert alive(world) == [1]
+    shown = run_npa(*("workbench", "workflow", "status", world["run_id"], "--project", "team"),
+                    env=world["env"])  # fmt: skip
+    assert "stray job 2 (" in shown.stdout and "cancelled by supervisor" in shown.stdout, shown
     set_status(world, 1, "SUCCEEDED")
     m = wait_for(world, lambda m: m["state"] == "SUCCEEDED")
     assert exited(world)
@@ -89,7 +92,11 @@ def test_cancel_ends_every_job_of_the_run_and_says_which(world: dict[str, Any]) 
     assert "also cancelled job 7" in r.stdout, r.stdout
     assert [(j["job_id"], j["status"]) for j in jobs(world)] == [(1, "CANCELLED"), (7, "CANCELLED")]
     m = wait_for(world, lambda m: m["state"] == "CANCELLED")
-    assert [(s["job_id"], s["by"]) for s in m["supervisor"]["strays"]] == [(7, "cancel")]
+    # Recorded once. The supervisor may have ended it too, in the same moment: once job 1 is
+    # CANCELLED its poll looks for strays before its verdict, and cancelling by id twice is one
+    # cancel. Whoever recorded first is kept.
+    [stray] = m["supervisor"]["strays"]
+    assert stray["job_id"] == 7 and stray["by"] in ("cancel", "supervisor"), stray
     again = run_npa(*("workbench", "workflow", "cancel", world["run_id"], "--project", "team",
                       "--json"), env=world["env"])  # fmt: skip
     assert again.code == 0 and again.json()["strays"] == [], again.stdout  # repeat-safe
