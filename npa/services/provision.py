@@ -920,15 +920,28 @@ def _recover_all(
     if journal is None:
         return recovery
     interrupted = _interrupted(journal)
+    torn = runner.mend()
     for spec in lay.stacks:
         # A stack whose first up was killed before its checkpoint exists may still hold a lock.
         if runner.exists(spec.name) or runner.locks(spec.name):
             recovery[spec.name] = _recover(runner, spec, journal, resume)
+            mine = [m for m in torn if _of_stack(m, spec.name)]
+            if mine:
+                recovery[spec.name].append(
+                    "removed metadata files a killed pulumi left half-written: " + ", ".join(mine)
+                )
             if spec.name in interrupted and not recovery[spec.name]:
                 recovery[spec.name].append(
                     "the previous run was interrupted; its state is read back before any change"
                 )
     return recovery
+
+
+def _of_stack(path: str, stack: str) -> bool:
+    """Whether a file of a ``file://`` backend belongs to the stack (its checkpoint, or a lock,
+    backup or history entry in the stack's folder)."""
+    parts = path.split("/")
+    return stack in parts[:-1] or parts[-1].startswith(f"{stack}.json")
 
 
 def _existing_cloud_disks(

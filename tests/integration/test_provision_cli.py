@@ -190,6 +190,42 @@ def test_local_target_resumes_after_sigkill_during_up(
     assert resumes == {body["resume"]}
 
 
+def test_metadata_a_killed_pulumi_tore_is_removed_and_the_stack_goes_on(
+    npa_home: Path, pulumi_backend: PulumiBackend
+) -> None:
+    # The backend writes each state file atomically but its ``.attrs`` metadata beside it in
+    # place: a kill there leaves it empty or cut short, which pulumi refuses for the whole stack
+    # ("failed to load checkpoint: EOF"). Every such file of the stack is torn here, at every
+    # kind of cut (nothing written, a part, all but the closing brace and newline).
+    args = ["provision-if-absent", "--project", "torn", "--target", "local", "--yes", "--json"]
+    first = run_npa(*args)
+    assert first.code == 0, first.stdout + first.stderr
+    root = pulumi_backend.state_dir
+    sidecars = sorted((root / ".pulumi").rglob("*.attrs"))
+    assert any(p.name == "torn.local.json.attrs" for p in sidecars), sidecars
+    for index, sidecar in enumerate(sidecars):
+        whole = sidecar.read_bytes()
+        sidecar.write_bytes(whole[: (0, len(whole) // 2, len(whole) - 2)[index % 3]])
+    checkpoint = root / ".pulumi" / "stacks" / "npa" / "torn.local.json"
+    state = checkpoint.read_bytes()
+
+    again = run_npa(*args)
+    assert again.code == 0, again.stdout + again.stderr
+    body = again.json()
+    assert body["mode"] == "no-changes", body
+    [note] = [n for n in body["stacks"][0]["recovery"] if "half-written" in n]
+    for sidecar in sidecars:
+        relative = sidecar.relative_to(root).as_posix()
+        assert not sidecar.exists() or json.loads(sidecar.read_text()), relative
+        if "torn.local" in relative:
+            assert relative in note, note
+
+    def urns(data: bytes) -> list[str]:
+        return [r["urn"] for r in json.loads(data)["checkpoint"]["latest"]["resources"]]
+
+    assert urns(checkpoint.read_bytes()) == urns(state) != []
+
+
 def test_nebius_quota_gate_blocks_before_any_stack(
     npa_home: Path, pulumi_backend: PulumiBackend, tmp_path: Path
 ) -> None:

@@ -199,6 +199,8 @@ class InfraRunner:
     def __init__(self, backend: Backend, *, pulumi_bin: Path | None = None) -> None:
         self.backend = backend
         self.pulumi_bin = pulumi_bin or find_pulumi()
+        # Torn metadata files removed before pulumi read the backend (paths under it).
+        self.mended: list[str] = []
 
     # --- environment ----------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -246,6 +248,8 @@ class InfraRunner:
         a temporary directory: config is set from npa's arguments on every operation."""
         from pulumi import automation as auto
 
+        if backend_url is None:
+            self.mend()
         with contextlib.ExitStack() as cleanup:
             if work_dir is None:
                 work_dir = Path(
@@ -263,6 +267,16 @@ class InfraRunner:
             except auto.errors.CommandError as exc:
                 raise self._failure("open", spec.name, exc) from None
             yield stack
+
+    def mend(self) -> list[str]:
+        """Remove what a killed pulumi left half-written in a ``file://`` backend (see
+        ``mend_torn_sidecars``) before pulumi reads it; the files newly removed."""
+        root = self.backend.local_dir
+        if root is None:
+            return []
+        new = [m for m in mend_torn_sidecars(root) if m not in self.mended]
+        self.mended += new
+        return new
 
     # --- reading state --------------------------------------------------------------------
     def exists(self, stack: str) -> bool:
@@ -526,6 +540,29 @@ class InfraRunner:
             f"pulumi {operation} of stack {stack} failed:\n{tail}{left}",
             details={"stack": stack, "operation": operation, "completed": completed},
         )
+
+
+def mend_torn_sidecars(root: Path) -> list[str]:
+    """Remove the metadata files a killed pulumi left half-written in a ``file://`` backend.
+
+    The backend (gocloud's fileblob) writes each state file to a temporary name and renames it,
+    so a kill never tears one; but it keeps each file's content type and checksum in a
+    ``<file>.attrs`` beside it, written in place. A kill between creating and filling one leaves
+    it empty or cut short, and pulumi then refuses the whole stack ("failed to load checkpoint:
+    EOF"). A missing ``.attrs`` is read as default metadata, so removing a torn one loses nothing.
+    Returns the removed files, relative to ``root``."""
+    removed = []
+    for sidecar in sorted((root / ".pulumi").rglob("*.attrs")):
+        try:
+            parsed = json.loads(sidecar.read_bytes() or b"null")
+        except (OSError, ValueError):
+            parsed = None
+        if isinstance(parsed, dict):
+            continue
+        with contextlib.suppress(FileNotFoundError):
+            sidecar.unlink()
+            removed.append(sidecar.relative_to(root).as_posix())
+    return removed
 
 
 def _collect(sink: list[ResourceChange], watch: EngineWatch | None = None) -> Callable[[Any], None]:
