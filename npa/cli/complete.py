@@ -11,8 +11,7 @@ import json
 import os
 from pathlib import Path
 
-TARGETS = ("local", "kubernetes", "nebius")
-PLAN_TARGETS = ("nebius", "local")
+from npa.core.targets import TARGETS
 
 
 def _home() -> Path:
@@ -55,10 +54,6 @@ def contexts(incomplete: str) -> list[str]:
 
 def targets(incomplete: str) -> list[str]:
     return _matching(TARGETS, incomplete)
-
-
-def plan_targets(incomplete: str) -> list[str]:
-    return _matching(PLAN_TARGETS, incomplete)
 
 
 def infra(incomplete: str) -> list[str]:

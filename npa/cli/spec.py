@@ -42,8 +42,9 @@ def plan_spec(
         str,
         typer.Option(
             "--target",
-            help="nebius (cluster disks) or local (the store's disk).",
-            autocompletion=complete.plan_targets,
+            help="nebius (the disks npa creates: their quota), kubernetes (a cluster that "
+            "exists: no quota to check) or local (the store's disk).",
+            autocompletion=complete.targets,
         ),
     ] = "nebius",
     quota_file: Annotated[
@@ -84,13 +85,13 @@ def plan_spec(
     Exit 0 when the quota is ok (or --skip-quota), 1 when blocked by a shortfall, 4 when the
     evidence is unknown or contradictory.
     """
-    from npa.core.errors import InvalidInput
+    from npa.core.targets import checked_target
     from npa.services.plan import QuotaOptions
     from npa.services.plan import plan_spec as run
 
     def produce():  # type: ignore[no-untyped-def]
-        if target not in ("nebius", "local"):
-            raise InvalidInput(f"--target {target!r} is not nebius or local")
+        chosen = checked_target(target, ["workbench", "workflow", "plan-spec"],
+                                [str(spec), "--run-id", run_id])  # fmt: skip
         options = QuotaOptions(
             quota_files=quota_file or [],
             existing_file=existing,
@@ -101,7 +102,7 @@ def plan_spec(
             skip=skip_quota,
             project=project,
         )
-        return run(spec, run_id, target=target, quota=options, project=project)  # type: ignore[arg-type]
+        return run(spec, run_id, target=chosen, quota=options, project=project)
 
     finish(as_json, produce)
 

@@ -5,14 +5,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
+from npa.core.commands import npa_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.targets import Target
 from npa.core.text import number, plural
 from npa.plan.evidence import OutputReader
-from npa.plan.infra import GIB, cluster_requirements, local_requirements
+from npa.plan.infra import (
+    GIB,
+    DiskNeed,
+    QuotaRequirement,
+    cluster_requirements,
+    local_requirements,
+)
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.plan.quota import (
     ExistingCheck,
@@ -23,9 +31,8 @@ from npa.plan.quota import (
     QuotaSource,
     assess,
 )
+from npa.spec.model import Workflow
 from npa.spec.validate import load_workflow
-
-Target = Literal["nebius", "local"]
 
 
 class PlanResult(Result):
@@ -37,6 +44,8 @@ class PlanResult(Result):
     plan: WorkflowPlan
     quota: QuotaAssessment
     store_source: str = "storage.uri"  # reservation | storage.uri | none: what names the prefix
+    # Why the quota was not checked, when the target has none to check (kubernetes).
+    quota_note: str | None = None
 
     def exit_code(self) -> int:
         return {"blocked": EXIT_FAILURE, "blocked-unknown": EXIT_UNAVAILABLE}.get(
@@ -74,18 +83,25 @@ class PlanResult(Result):
             for o in s.outputs:
                 lines.append(f"       out {o.name}: {o.uri or o.path}")
         lines += ["", "infrastructure needed:"]
+        if self.target == "kubernetes":
+            lines.append("  no disks: the cluster exists (provisioning adds a namespace and RBAC)")
         for d in p.disks:
             lines.append(
                 f"  {d.role}: {number(d.count)} x {number(d.size_gib)} GiB {d.disk_type.value} "
                 f"({d.count * d.size_gib * GIB} bytes)"
             )
+        return lines + self._quota_lines()
+
+    def _quota_lines(self) -> list[str]:
         q = self.quota
+        if self.quota_note:
+            return ["", f"quota: {q.verdict.upper()}: {self.quota_note}"]
         scope = f"region {q.scope.region}" if q.scope.region else "the local store's disk"
         if q.scope.project:
             scope += f", project {q.scope.project}"
         if self.store:
             scope += f" ({self.store})"
-        lines += [
+        lines = [
             "",
             f"quota: {q.verdict.upper()} for {scope} (sources: {', '.join(q.sources) or 'none'})",
         ]
@@ -157,6 +173,46 @@ def pulumi_outputs(paths: NpaPaths) -> OutputReader:
     return read
 
 
+def _requirements(
+    target: Target, needs: list[DiskNeed], workflow: Workflow
+) -> list[QuotaRequirement]:
+    """What the target's quota must allow: the disks npa creates (nebius), the store's disk
+    (local), or nothing (kubernetes: the cluster exists)."""
+    if target == "nebius":
+        return cluster_requirements(needs)
+    return local_requirements(workflow) if target == "local" else []
+
+
+def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
+    """The kubernetes target plans for a cluster that exists: cloud quota and disks proven to
+    exist describe disks npa would create, which it does not there."""
+    given = [
+        flag
+        for flag, value in (
+            ("--quota-file", options.quota_files),
+            ("--existing", options.existing_file),
+            ("--nebius-project", options.nebius_parent_id),
+        )
+        if value
+    ]
+    if given:
+        raise InvalidInput(
+            f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the disks npa creates "
+            "on nebius; the kubernetes target is a cluster that exists, where it creates none",
+            fix=npa_command(
+                "workbench",
+                "workflow",
+                "plan-spec",
+                str(path),
+                "--run-id",
+                run_id,
+                "--target",
+                "kubernetes",
+                *(["--project", options.project] if options.project else []),
+            ),
+        )
+
+
 def plan_spec(
     path: Path,
     run_id: str,
@@ -191,10 +247,12 @@ def plan_spec(
         spec_store=workflow.storage.uri if workflow.storage else None,
     )
     plan = build_plan(workflow, run_id, store_uri=where.store)
+    if target == "kubernetes":
+        _refuse_cloud_quota(options, path, run_id)
+        # An existing cluster: npa creates no disks there, so no cloud quota applies.
+        plan.disks = []
     needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
-    requirements = (
-        cluster_requirements(needs) if target == "nebius" else local_requirements(workflow)
-    )
+    requirements = _requirements(target, needs, workflow)
     claims = load_existing(options.existing_file) if options.existing_file else []
     if claims and target == "local":
         raise InvalidInput("--existing describes cluster disks; the local target has none")
@@ -224,7 +282,7 @@ def plan_spec(
         read_outputs=pulumi_outputs(paths),
         read_disk=NebiusDiskLookup(endpoint=options.nebius_endpoint).get,
     )
-    if options.skip:
+    if options.skip or target == "kubernetes":
         assessment = QuotaAssessment(
             verdict="not-checked",
             lines=[],
@@ -244,9 +302,19 @@ def plan_spec(
             assessment.fix = "request more quota for the lines marked blocked, then plan again"
         elif assessment.verdict == "blocked-unknown":
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
+    note = None
+    if target == "kubernetes":
+        gpus = npa_command(
+            "workbench", "workflow", "gpus", "--cluster", "CONTEXT", "--spec", str(path)
+        )
+        note = (
+            "an existing cluster has no cloud quota for npa to check; which stages its nodes "
+            f"can run: {gpus}"
+        )
     return PlanResult(
         spec=str(path),
         target=target,
+        quota_note=note,
         store=store,
         plan=plan,
         quota=assessment,

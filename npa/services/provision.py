@@ -50,7 +50,7 @@ from npa.core.errors import (
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name
-from npa.core.suggest import closest, unknown
+from npa.core.targets import checked_target
 from npa.core.text import number, plural
 from npa.plan.infra import (
     GIB,
@@ -74,8 +74,6 @@ from npa.services.configure import ProjectSettings, load_config, redact, resolve
 from npa.services.plan import existing_text
 from npa.spec.model import Infrastructure
 
-Target = Literal["local", "kubernetes", "nebius"]
-TARGETS: tuple[str, ...] = ("local", "kubernetes", "nebius")
 Mode = Literal["preview", "blocked", "unreachable", "no-changes", "not-applied", "applied"]
 
 K8S_PLUGIN = ("resource", "kubernetes", "4.25.0-alpha.1768448096")
@@ -429,14 +427,7 @@ def layout(
     need_source: bool = True,
 ) -> Layout:
     """The stacks a target consists of, and the operation id of provisioning it."""
-    if target not in TARGETS:
-        guess = closest(target, TARGETS)
-        raise InvalidInput(
-            unknown("--target", target, TARGETS),
-            fix=npa_command("provision-if-absent", "--project", project, "--target", guess)
-            if guess
-            else npa_command("provision-if-absent", "--help"),
-        )
+    target = checked_target(target, ["provision-if-absent"], ["--project", project])
     if target == "local":
         spec = StackSpec(
             f"{project}.local",
