@@ -18,9 +18,10 @@ PYTEST_ARGS ?=
 # beside it. Files go out in collection order (not largest first), and tests/tiers.py puts the
 # cluster tier first in it, so it starts at once. PYTEST_WORKERS=0 runs one process, in order.
 PYTEST_WORKERS ?= 2
-# One pytest command for make test and make rehearse; tests/tiers.py prints each tier's time.
+# One pytest command for make test and make rehearse; tests/tiers.py prints each tier's time
+# and pytest the 40 longest test phases (what to look at when a run grows).
 TOOLS_ON_PATH = . "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH"
-PYTEST_RUN = $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
+PYTEST_RUN = $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
 .PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint check test rehearse demo demo-cluster bench clean
 

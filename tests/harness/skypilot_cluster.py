@@ -151,7 +151,7 @@ def sky_cluster_world(
             "PATH": f"{kubectl_dir}:{os.environ.get('PATH', '')}",
             "NPA_READYZ_WINDOW_SECONDS": "1",
             "NPA_READYZ_INTERVAL_SECONDS": "0.5",
-            "NPA_SKYPILOT_POLL_SECONDS": "3",
+            "NPA_SKYPILOT_POLL_SECONDS": "10",
         }
         env.pop("AWS_ENDPOINT_URL_S3", None)
         world = SkyCluster(

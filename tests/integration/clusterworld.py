@@ -89,9 +89,13 @@ def follow(
     run_id: str,
     until: Callable[[dict[str, Any]], bool],
     timeout: float = 600,
-    interval: float = 3,
+    interval: float = 12,
 ) -> tuple[dict[str, Any], list[str]]:
-    """``status`` until ``until`` holds; returns the last answer and every state seen."""
+    """``status`` until ``until`` holds; returns the last answer and every state seen.
+
+    Each ``status`` is a process that loads SkyPilot's client and a queue request that runs
+    SkyPilot's code in the controller pod: several CPU-seconds. Asked every 3 s, with the
+    supervisor polling as often, they kept both of CI's cores busy on their own."""
     deadline = time.monotonic() + timeout
     seen: list[str] = []
     while True:

@@ -272,7 +272,7 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     # A job's FAILED is not the run's while a retry is left: the watch goes on through the
     # relaunch and ends on the verdict after the last job, and only there.
     watched = world.npa(*WF, "status", run_id, "--project", world.project, "--watch", "--json",
-                        "--interval", "3", timeout=1500)  # fmt: skip
+                        "--interval", "10", timeout=1500)  # fmt: skip
     lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
     final = lines[-1]
     assert watched.code == 1, watched.stdout[-3000:] + watched.stderr
@@ -305,7 +305,7 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     # 0; npa checks the outputs, finds none and fails the run. No state the watch printed for
     # the run may be a final state other than that verdict.
     watched = world.npa(*WF, "status", run_id, "--project", world.project, "--watch", "--json",
-                        "--interval", "3", timeout=900)  # fmt: skip
+                        "--interval", "10", timeout=900)  # fmt: skip
     lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
     final = lines[-1]
     run_states = [e["after"] for e in lines[:-1] if e.get("event") == "state"]
