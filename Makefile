@@ -23,7 +23,7 @@ PYTEST_WORKERS ?= 2
 TOOLS_ON_PATH = . "$(TOOLS_ENV)" && PATH="$(CURDIR)/$(BIN):$$PATH"
 PYTEST_RUN = $(BIN)/pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=40
 
-.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint check test rehearse demo demo-cluster bench clean
+.PHONY: setup tools tools-demo prepare-test prepare-demo lint-tools lint check test test-all rehearse demo demo-cluster bench clean
 
 $(BIN)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +67,11 @@ check: lint
 
 test: prepare-test lint
 	$(TOOLS_ON_PATH) $(PYTEST_RUN) $(PYTEST_ARGS)
+
+# make test and the tests marked opt_in: too slow for CI's 90 minutes on two cores, each passed
+# for real (docs/development.md lists them).
+test-all: prepare-test lint
+	$(TOOLS_ON_PATH) NPA_TEST_OPT_IN=1 $(PYTEST_RUN) $(PYTEST_ARGS)
 
 # The integration and cluster tiers with every core kept busy (scripts/load-rehearsal): run it
 # before submitting work that touches supervision, watching or the test harness.

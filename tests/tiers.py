@@ -37,8 +37,9 @@ INTEGRATION_DIR = "tests/integration"
 # Every cluster test shares the session's cluster and the jobs controller its first launch
 # creates: they live in one file, which one xdist worker runs from top to bottom.
 CLUSTER_MODULE = "tests/integration/test_cluster_skypilot.py"
-# Markers that only mean something inside a tier.
-TIER_ONLY_MARKERS = {"cluster_opt_in": "cluster"}
+# Markers that only mean something inside some tiers: opt_in (tests/conftest.py) keeps a slow
+# test out of make test unless asked for; a unit test is never slow enough to need it.
+TIER_ONLY_MARKERS = {"opt_in": ("integration", "cluster")}
 
 
 class TierError(ValueError):
@@ -68,8 +69,10 @@ def tier_of(path: str, markers: set[str]) -> str:
             f"(move the test to the folder of its tier, or drop the marker)"
         )
     for marker, needs in TIER_ONLY_MARKERS.items():
-        if marker in markers and tier != needs:
-            raise TierError(f"{path}: marked {marker}, which only the {needs} tier may carry")
+        if marker in markers and tier not in needs:
+            raise TierError(
+                f"{path}: marked {marker}, which only the {' and '.join(needs)} tiers may carry"
+            )
     return tier
 
 

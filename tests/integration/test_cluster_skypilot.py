@@ -187,6 +187,7 @@ def first_pull_failure(world: SkyCluster, image: str) -> datetime:
     return min(times)
 
 
+@pytest.mark.opt_in  # 186 s; make test-all
 def test_a_stage_the_node_has_no_room_for_now_shows_why_and_ends_failed_startup(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -226,6 +227,7 @@ def test_a_stage_the_node_has_no_room_for_now_shows_why_and_ends_failed_startup(
     assert_cancelled_in_queue(world, job)
 
 
+@pytest.mark.opt_in  # 252 s; make test-all
 def test_a_wave_of_two_shards_runs_as_one_two_node_task(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -254,11 +256,9 @@ def test_a_wave_of_two_shards_runs_as_one_two_node_task(
     assert "shard 0 of 2" in logs.stdout and "shard 1 of 2" in logs.stdout, logs.stdout
 
 
-# With a retry the test takes about 6 minutes more on the loaded cluster worker (602 s against
-# about 250 s); it passed for real on 2026-12-03 and runs with NPA_CLUSTER_OPT_IN=1.
-@pytest.mark.parametrize(
-    "retries", [0, pytest.param(1, marks=pytest.mark.cluster_opt_in, id="1")], ids=str
-)
+# 199 s without a retry, 602 s with one (passed for real on 2026-12-03); make test-all.
+@pytest.mark.opt_in
+@pytest.mark.parametrize("retries", [0, 1], ids=str)
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sky_cluster: SkyCluster, tmp_path: Path, retries: int
 ) -> None:
@@ -407,6 +407,7 @@ def sky_jobs_named(world: SkyCluster, name: str) -> dict[int, str]:
     return found
 
 
+@pytest.mark.opt_in  # 134 s; make test-all
 def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -506,7 +507,7 @@ def test_a_task_pod_deleted_under_a_running_job_is_recovered(
     assert world.store_keys(prefix).get(f"{prefix}/done.txt", 0) > 0
 
 
-@pytest.mark.cluster_opt_in
+@pytest.mark.opt_in
 def test_an_input_that_cannot_be_fetched_stops_as_configuration(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -526,7 +527,7 @@ def test_an_input_that_cannot_be_fetched_stops_as_configuration(
     assert supervisor["relaunches"] == 0, supervisor
 
 
-@pytest.mark.cluster_opt_in
+@pytest.mark.opt_in
 def test_a_resumed_run_relaunches_only_the_stage_that_failed(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -718,6 +719,7 @@ def _group_members(pgid: int) -> list[int]:
     return members
 
 
+@pytest.mark.opt_in  # 472 s; make test-all
 def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -790,7 +792,7 @@ def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     assert restarted.returncode == 0, restarted.stdout + restarted.stderr
 
 
-@pytest.mark.cluster_opt_in  # 491 s more on the cluster worker; passed for real 2026-12-02
+@pytest.mark.opt_in  # 491 s more on the cluster worker; passed for real 2026-12-02
 def test_a_killed_jobs_controller_ends_the_job_failed_controller_and_npa_relaunches_it(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
@@ -820,7 +822,7 @@ def test_a_killed_jobs_controller_ends_the_job_failed_controller_and_npa_relaunc
 
 
 # Last in the module: a cluster of its own beside the session's, in a child pytest.
-@pytest.mark.parametrize("mode", ["fail", "sigkill"])
+@pytest.mark.parametrize("mode", ["fail", pytest.param("sigkill", marks=pytest.mark.opt_in)])
 def test_the_cluster_leaves_nothing_on_the_host(tmp_path: Path, mode: str) -> None:
     """A failing test, or a test run killed with no teardown at all (its guardian then undoes
     the host changes), leaves no process, port, mount, network, rule or cgroup behind."""

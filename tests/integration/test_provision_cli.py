@@ -388,6 +388,7 @@ def _namespace_or_none(core: Any, name: str) -> Any:
         raise
 
 
+@pytest.mark.opt_in  # 167 s on CI's loaded cores; make test-all
 def test_apply_streams_engine_progress_while_it_runs(
     npa_home: Path, pulumi_backend: PulumiBackend
 ) -> None:
@@ -453,6 +454,7 @@ def test_a_failed_apply_records_what_it_did_and_resumes(
     assert (npa_home / "store").is_dir()
 
 
+@pytest.mark.opt_in  # 289 s on CI's loaded cores; make test-all
 def test_an_arn_context_from_a_kubeconfig_list_and_npas_own_export_advice(
     npa_home: Path, pulumi_backend: PulumiBackend, kube: KubeCluster, k8s_plugin: None,
     tmp_path: Path,

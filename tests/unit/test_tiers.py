@@ -18,7 +18,8 @@ CASES = [
     ("tests/integration/test_storage.py", set(), "integration"),
     ("tests/integration/test_storage.py", {"integration", "skip"}, "integration"),
     (CLUSTER_MODULE, {"cluster"}, "cluster"),
-    (CLUSTER_MODULE, {"cluster", "cluster_opt_in"}, "cluster"),
+    (CLUSTER_MODULE, {"cluster", "opt_in"}, "cluster"),
+    ("tests/integration/test_storage.py", {"opt_in"}, "integration"),
     (CLUSTER_MODULE, set(), "cluster"),
 ]
 
@@ -32,7 +33,7 @@ REFUSED = [
     ("tests/integration/test_storage.py", {"unit"}, "marked unit"),
     ("tests/integration/test_storage.py", {"cluster"}, "marked cluster"),
     (CLUSTER_MODULE, {"integration", "cluster"}, "marked cluster, integration"),
-    ("tests/integration/test_storage.py", {"cluster_opt_in"}, "only the cluster tier"),
+    ("tests/unit/test_spec.py", {"opt_in"}, "only the integration and cluster tiers"),
 ]
 
 
@@ -53,7 +54,7 @@ def test_no_tier_or_a_contradicted_one_is_refused_with_the_reason(
 FOLDERS = st.sampled_from(
     ["tests/unit", "tests/integration", "tests", "tests/fakes", "tests/harness", "src/tests/unit"]
 )
-MARKERS = st.sets(st.sampled_from([*TIERS, "cluster_opt_in", "skip", "parametrize"]))
+MARKERS = st.sets(st.sampled_from([*TIERS, "opt_in", "skip", "parametrize"]))
 
 
 @given(
@@ -70,7 +71,7 @@ def test_a_tier_is_one_of_three_and_never_contradicts_a_declared_one(
     except TierError:
         declared = markers & set(TIERS)
         outside = not (path.startswith(("tests/unit/", "tests/integration/")))
-        assert outside or len(declared) >= 1 or "cluster_opt_in" in markers
+        assert outside or len(declared) >= 1 or "opt_in" in markers
         return
     assert tier in TIERS
     assert markers & set(TIERS) <= {tier}
