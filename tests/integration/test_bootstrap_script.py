@@ -325,3 +325,26 @@ def test_make_demo_bootstraps_only_the_demo_profile_and_make_test_everything() -
     [checked] = [line for line in test.stdout.splitlines() if line.startswith("shellcheck -x")]
     for script in (p for p in (REPO / "scripts").rglob("*") if p.is_file()):
         assert str(script.relative_to(REPO)) in checked.split()
+
+
+def test_the_system_folders_are_on_path_for_the_script_and_in_env_sh(tmp_path: Path) -> None:
+    # A PATH without the sbin folders (Debian's default for other users than root, env -i): the
+    # tools found there (iptables, which podman's network helper runs; mount; ip) must still be
+    # found, by the script and by whatever sources env.sh. The folders go last, never first.
+    sbin = [d for d in ("/usr/local/sbin", "/usr/sbin", "/sbin") if Path(d).is_dir()]
+    system_tool = next(
+        (name for name in ("iptables", "ip", "mount", "ldconfig")
+         if any(os.access(Path(d) / name, os.X_OK) for d in ("/usr/sbin", "/sbin"))), None,
+    )  # fmt: skip
+    assert system_tool, "this machine has no system tool in the sbin folders"
+    path = bare_path(tmp_path, "dpkg-query")
+    result = run_script(tmp_path, path, "--only", "busybox")
+    assert result.returncode == 0, result.stdout
+    env_sh = tmp_path / "cache" / "env.sh"
+    probe = f'. "{env_sh}"; . "{env_sh}"; echo "$PATH"; command -v {system_tool}'
+    sourced = subprocess.run([str(path / "bash"), "-c", probe], env={"PATH": str(path)},
+                             capture_output=True, text=True, timeout=30, check=False)  # fmt: skip
+    assert sourced.returncode == 0, sourced.stdout + sourced.stderr
+    searched, found = sourced.stdout.splitlines()
+    assert searched.split(":") == [str(path), *sbin]  # once each, after the user's own
+    assert Path(found).parent.as_posix() in sbin
