@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -330,6 +331,9 @@ mount -t overlay overlay -o "lowerdir=/,upperdir=$1/upper,workdir=$1/work" "$1/r
 mount --rbind /proc "$1/root/proc"
 mount --rbind /dev "$1/root/dev"
 mount -t tmpfs tmp "$1/root/tmp"
+# The tools the node borrows from the host (the venv's aws CLI) stay visible when the checkout
+# is under /tmp, which the node's own /tmp would hide.
+case "$2" in /tmp/*) mkdir -p "$1/root$2" && mount --rbind "$2" "$1/root$2" ;; esac
 exec chroot "$1/root" /bin/bash -c \\
   'cd / && setup=$SKY_SETUP run=$SKY_RUN && unset SKY_SETUP SKY_RUN &&
    /bin/bash -c "$setup" && exec /bin/bash -c "$run"'
@@ -369,7 +373,7 @@ def run_wave(task: Any, env: dict[str, str], folder: Path) -> list[subprocess.Co
         argv = ["unshare", "-m", "--propagation", "private", "/bin/sh", "-c", NODE, "node"]
         children.append(
             subprocess.Popen(
-                [*argv, str(sandbox)],
+                [*argv, str(sandbox), sys.prefix],
                 env=node_env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
