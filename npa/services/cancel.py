@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pydantic import Field
 
 from npa.backends.base import ExecutionBackend, JobRecord, JobState
-from npa.core.commands import npa_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.layout import manifest_lock
 from npa.core.output import Result
@@ -127,12 +126,6 @@ def cancel(
     return outcome
 
 
-def _cancel_command(located: Located) -> str:
-    """This very cancel, to run again."""
-    return npa_command("workbench", "workflow", "cancel", located.run_id, "--project",
-                       located.project)  # fmt: skip
-
-
 def _end_strays(
     located: Located, backend: ExecutionBackend, paths: NpaPaths, keep: int | None
 ) -> list[StrayJob]:
@@ -146,7 +139,7 @@ def _end_strays(
         raise Unavailable(
             f"run {located.run_id}: its job was handled, but npa could not ask for other jobs "
             f"under its names ({error.message})",
-            fix=_cancel_command(located),
+            fix=located.cancel_command(),
         ) from None
     if ended:
         lock = paths.lock(manifest_lock(located.project, located.run_id))
@@ -228,5 +221,5 @@ def _seen_after(
         "still_running", f"cancel was sent, but the job is still {state.value}", job_id,
         state.value,
     )  # fmt: skip
-    outcome.next = [located.status_command(), _cancel_command(located)]
+    outcome.next = [located.status_command(), located.cancel_command()]
     return outcome

@@ -192,6 +192,9 @@ class Located:
             "workbench", "workflow", "status", self.run_id, "--project", self.project, *extra
         )
 
+    def cancel_command(self) -> str:
+        return cmd("workbench", "workflow", "cancel", self.run_id, "--project", self.project)
+
 
 def _error(source: str, where: str, error: NpaError, detail: str = "") -> SourceAnswer:
     return SourceAnswer(

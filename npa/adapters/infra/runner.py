@@ -199,8 +199,6 @@ class InfraRunner:
     def __init__(self, backend: Backend, *, pulumi_bin: Path | None = None) -> None:
         self.backend = backend
         self.pulumi_bin = pulumi_bin or find_pulumi()
-        # Torn metadata files removed before pulumi read the backend (paths under it).
-        self.mended: list[str] = []
 
     # --- environment ----------------------------------------------------------------------
     def env(self) -> dict[str, str]:
@@ -270,13 +268,9 @@ class InfraRunner:
 
     def mend(self) -> list[str]:
         """Remove what a killed pulumi left half-written in a ``file://`` backend (see
-        ``mend_torn_sidecars``) before pulumi reads it; the files newly removed."""
+        ``mend_torn_sidecars``) before pulumi reads it; the files removed."""
         root = self.backend.local_dir
-        if root is None:
-            return []
-        new = [m for m in mend_torn_sidecars(root) if m not in self.mended]
-        self.mended += new
-        return new
+        return [] if root is None else mend_torn_sidecars(root)
 
     # --- reading state --------------------------------------------------------------------
     def exists(self, stack: str) -> bool:
