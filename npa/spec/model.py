@@ -55,6 +55,10 @@ STORE_URI = r"^(s3|gs|r2|file)://[!-~]+$"
 URI = re.compile(STORE_URI)
 
 
+# An input's one rule across its fields (the model and the validator's raw pass both check it).
+ONE_SOURCE = ("an input needs exactly one of 'uri' or 'from'", "keep one of the two")
+
+
 def rule_error(message: str, hint: str) -> PydanticCustomError:
     """A spec rule broken: the message and hint reach the user as they are."""
     return PydanticCustomError(RULE_ERROR, "{message}", {"message": message, "hint": hint})
@@ -215,7 +219,7 @@ class Input(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> Input:
         if (self.uri is None) == (self.from_ is None):
-            raise rule_error("an input needs exactly one of 'uri' or 'from'", "keep one of the two")
+            raise rule_error(*ONE_SOURCE)
         return self
 
 
