@@ -28,7 +28,6 @@ from npa.spec.loader import MAX_BYTES, LoadedDocument, Path, load_text
 from npa.spec.model import (
     ACCELERATORS,
     API_VERSION,
-    CONTEXT,
     DNS_LABEL,
     ENV_NAME,
     IDENT,
@@ -118,13 +117,11 @@ _PATTERN_HINTS = {
     ENV_NAME: "environment variable names use letters, digits and '_', not starting with a digit",
     LABEL_KEY: "label keys use letters, digits, '.', '_', '/' and '-', at most 63 characters",
     ACCELERATORS: "write the GPU model and count, e.g. H100:8",
-    CONTEXT: "use letters, digits and . _ @ : + -, with no '/' and no spaces",
     STORE_URI: "e.g. s3://bucket/prefix; percent-encode other characters (%20)",
     imageref.PATTERN: "write [registry[:port]/]repository[:tag][@sha256:<64 hex>] in lowercase",
 }
 _PATTERN_MESSAGES = {
     ACCELERATORS: "{value!r} is not NAME:N",
-    CONTEXT: "kube context {value!r} cannot be used as a name",
     STORE_URI: "{value!r} is not an object-store URI (s3://, gs://, r2:// or file:///) "
     "in printable ASCII without spaces",
     imageref.PATTERN: "{value!r} is not a valid image reference",
