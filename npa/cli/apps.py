@@ -13,10 +13,11 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-try:  # typer vendors click from 0.26 on; its parser raises the vendored exceptions
-    from typer._click.exceptions import ClickException, UsageError
-except ImportError:  # pragma: no cover (older typer: click itself)
-    from click.exceptions import ClickException, UsageError  # type: ignore[assignment]
+# The parser's exception classes, from the module typer's own BadParameter lives in: click's,
+# or the copy of click that newer typer releases carry.
+_PARSER_ERRORS: Any = sys.modules[typer.BadParameter.__module__]
+UsageError: type[Exception] = _PARSER_ERRORS.UsageError
+ClickException: type[Exception] = _PARSER_ERRORS.ClickException
 
 JSON_FLAG = "--json"
 
@@ -31,7 +32,7 @@ def asks_for_json(argv: Sequence[str]) -> bool:
     return False
 
 
-def usage_error_code(error: UsageError, argv: Sequence[str]) -> int:
+def usage_error_code(error: Any, argv: Sequence[str]) -> int:
     """Report a usage error (unknown flag, missing argument, bad value) the way every other
     error is reported: an error object on stdout under ``--json``, click's usage text
     otherwise; exit 2 either way."""
@@ -40,7 +41,7 @@ def usage_error_code(error: UsageError, argv: Sequence[str]) -> int:
 
     if not asks_for_json(argv):
         error.show()
-        return error.exit_code
+        return int(error.exit_code)
     path = error.ctx.command_path if error.ctx is not None else "npa"
     details: dict[str, Any] = {"usage": error.ctx.get_usage()} if error.ctx is not None else {}
     wrapped = InvalidInput(error.format_message(), fix=f"{path} --help", details=details)
@@ -71,8 +72,9 @@ class NpaGroup(TyperGroup):
         except UsageError as error:
             code = usage_error_code(error, argv)
         except ClickException as error:
-            error.show()
-            code = error.exit_code
+            shown: Any = error
+            shown.show()
+            code = shown.exit_code
         except typer.Abort:
             typer.echo("Aborted!", err=True)
             code = 1

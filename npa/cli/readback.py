@@ -12,7 +12,7 @@ import typer
 
 from npa.cli import complete
 from npa.cli.apps import workflow_app
-from npa.cli.common import JsonFlag, finish
+from npa.cli.common import ContextFlag, JsonFlag, chosen_context, finish
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -209,17 +209,10 @@ def logs(
 
 @workflow_app.command("gpus")
 def gpus(
-    cluster: Annotated[
-        str,
-        Opt(
-            "--cluster",
-            help="Kube context ($KUBECONFIG, or placed by provision-if-absent).",
-            autocompletion=complete.contexts,
-        ),
-    ],
     spec: Annotated[
         Path | None, Opt("--spec", help="Check which stages fit, and the remap submit applies.")
     ] = None,
+    context: ContextFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Per node: GPU label name, allocatable and requestable GPUs."""
@@ -227,7 +220,8 @@ def gpus(
     def produce() -> Result:
         from npa.services.gpus import gpus as service
 
-        return service(cluster, spec=spec)
+        chosen = chosen_context(context, ["npa", "workbench", "workflow", "gpus"], spec=spec)
+        return service(chosen, spec=spec)
 
     finish(as_json, produce)
 

@@ -213,6 +213,13 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
         )
 
 
+def _gpus_command(path: Path, context: str | None) -> str:
+    """Which stages the cluster's nodes can run; without the spec's context, gpus picks the
+    project's or the current one itself."""
+    ctx = ["--context", context] if context else []
+    return npa_command("workbench", "workflow", "gpus", *ctx, "--spec", str(path))
+
+
 def plan_spec(
     path: Path,
     run_id: str,
@@ -304,9 +311,7 @@ def plan_spec(
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
     note = None
     if target == "kubernetes":
-        gpus = npa_command(
-            "workbench", "workflow", "gpus", "--cluster", "CONTEXT", "--spec", str(path)
-        )
+        gpus = _gpus_command(path, workflow.infrastructure.context)
         note = (
             "an existing cluster has no cloud quota for npa to check; which stages its nodes "
             f"can run: {gpus}"

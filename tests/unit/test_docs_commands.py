@@ -125,7 +125,7 @@ def test_every_documented_command_exists_with_its_flags(where: str, number: int,
     [
         ("npa workbench workflow status RUN --project P --no-such-flag", "has no flag"),
         ("npa workbench workflow statuss RUN", "has no command 'statuss'"),
-        ("npa skypilot verify --context c", "has no flag --context"),
+        ("npa skypilot verify --context c --namespaces x", "has no flag --namespaces"),
         ("npa teardown --project p --target local --yes | tee x", None),
         ("npa workbench workflow status RUN --watch --interval=2", None),
     ],
