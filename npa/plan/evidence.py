@@ -100,8 +100,8 @@ class Disks:
             if self.size_bytes % GIB == 0
             else f"{number(self.size_bytes)} bytes"
         )
-        role = self.role or "a disk of no recorded role"
-        return f"{role}: {number(self.count)} x {size} {self.disk_type}"
+        disks = f"{number(self.count)} x {size} {self.disk_type}"
+        return f"{self.role}: {disks}" if self.role else f"{disks} (no role recorded)"
 
 
 @dataclass(frozen=True)

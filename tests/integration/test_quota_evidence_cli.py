@@ -122,6 +122,32 @@ def test_npa_s_own_backend_is_where_a_proof_is_read_by_default(
     assert res.json()["quota"]["existing"][0]["status"] == "proven"
 
 
+def test_the_checkpoint_npa_reads_is_what_pulumi_exports(pulumi_backend: PulumiBackend) -> None:
+    # A file:// backend's state is read as a file; any other backend through pulumi stack
+    # export. On a stack pulumi wrote, both give the same outputs and resources.
+    from npa.adapters.infra.runner import Backend, InfraRunner, read_stack_state
+    from npa.plan.evidence import SECRET, state_from_deployment
+
+    def program() -> None:
+        import pulumi
+
+        pulumi.export("agent_disk", {"id": "d1", "role": "agent", "size_gib": 100})
+        pulumi.export("pw", pulumi.Output.secret("hunter2"))
+
+    pulumi_backend.stack("npa-read", program, project="npa").up(on_output=lambda _line: None)
+    backend = Backend(pulumi_backend.url)
+    direct = read_stack_state(backend, "npa-read")
+    runner = InfraRunner(backend, pulumi_bin=pulumi_backend.pulumi_bin)
+    exported = runner.stack_export("npa-read")
+    assert direct is not None and exported is not None
+    mine, theirs = state_from_deployment(direct), state_from_deployment(exported)
+    assert mine.outputs == theirs.outputs
+    assert mine.outputs["pw"] == SECRET and "hunter2" not in str(direct)
+    assert [r["urn"] for r in mine.resources] == [r["urn"] for r in theirs.resources]
+    assert read_stack_state(backend, "npa-none") is None
+    assert runner.stack_export("npa-none") is None
+
+
 def test_an_unreadable_backend_is_unavailable_not_proof(npa_home: Path, tmp_path: Path) -> None:
     broken = tmp_path / "not-a-backend"
     broken.write_text("a file, not a directory")
