@@ -423,3 +423,83 @@ def render_report(report: RunReport) -> str:
             missing=[(s, o) for s in report.stages for o in s.missing_outputs],
         )
     )
+
+
+# --- the comparison page ---------------------------------------------------------------------
+
+COMPARE_TEMPLATE = "compare-report.html.j2"
+_BASE_FILL, _CANDIDATE_FILL = "#90a4ae", "#1565c0"
+
+
+def durations_svg(rows: list[dict[str, Any]], base: str, candidate: str) -> str:
+    """Grouped bars of each stage's duration in both runs (``rows`` as ``insights compare
+    --json`` gives its stages); a candidate stage that did not succeed is labelled with its
+    state, and a stage one run lacks reads "not in run" instead of a bar."""
+    if not rows:
+        return ""
+    seconds = [
+        (side or {}).get("duration_s") or 0.0
+        for row in rows
+        for side in (row.get("base"), row.get("candidate"))
+    ]
+    top = max([*seconds, 1e-3])
+    bar, gap, plot_h, left, foot = 16, 18, 220, 56, 90
+    width = left + len(rows) * (2 * bar + gap) + 20
+    height = plot_h + foot + 40
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="durations" width="{width}" '
+        f'height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        'aria-label="each stage\'s duration in the base and the candidate run">',
+        f'<rect x="{left}" y="8" width="10" height="10" fill="{_BASE_FILL}"/>'
+        f'<text x="{left + 14}" y="17" font-size="11">base {_e(base)}</text>'
+        f'<rect x="{left + 260}" y="8" width="10" height="10" fill="{_CANDIDATE_FILL}"/>'
+        f'<text x="{left + 274}" y="17" font-size="11">candidate {_e(candidate)}</text>',
+        f'<line x1="{left}" y1="{30 + plot_h}" x2="{width - 10}" y2="{30 + plot_h}" '
+        'stroke="#333"/>',
+        f'<text x="4" y="40" font-size="11">{top:.1f} s</text>',
+        f'<text x="4" y="{30 + plot_h}" font-size="11">0 s</text>',
+    ]
+    for i, row in enumerate(rows):
+        x = left + 6 + i * (2 * bar + gap)
+        for j, key in enumerate(("base", "candidate")):
+            side = row.get(key)
+            bx = x + j * bar
+            if side is None:
+                parts.append(
+                    f'<text x="{bx + bar / 2}" y="{26 + plot_h}" font-size="9" '
+                    f'text-anchor="middle" fill="{_RED}">not in run</text>'
+                )
+                continue
+            value = side.get("duration_s") or 0.0
+            h = max(round(value / top * plot_h, 1), 1.0)
+            fill = _BASE_FILL if key == "base" else _CANDIDATE_FILL
+            parts.append(
+                f'<rect class="bar-{key}" data-stage="{_e(row["stage"])}" x="{bx}" '
+                f'y="{30 + plot_h - h}" width="{bar - 2}" height="{h}" fill="{fill}">'
+                f"<title>{_e(row['stage'])} {key}: {value:.2f} s, {_e(side['state'])}</title>"
+                "</rect>"
+            )
+            if key == "candidate" and side["state"] != "SUCCEEDED":
+                parts.append(
+                    f'<text x="{bx + bar / 2}" y="{24 + plot_h - h}" font-size="10" '
+                    f'text-anchor="middle" fill="{_RED}">{_e(side["state"])}</text>'
+                )
+        parts.append(
+            f'<text x="{x + bar}" y="{44 + plot_h}" font-size="11" text-anchor="end" '
+            f'transform="rotate(-35 {x + bar} {44 + plot_h})">{_e(_clip(row["stage"], 18))}</text>'
+        )
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def render_compare(comparison: dict[str, Any], built_at: str) -> str:
+    """The comparison (``insights compare --json``'s fields) as one page that fetches nothing."""
+    template = _environment(str(templates_dir(COMPARE_TEMPLATE))).get_template(COMPARE_TEMPLATE)
+    base, candidate = comparison["base"]["run"], comparison["candidate"]["run"]
+    return str(
+        template.render(
+            c=comparison,
+            built_at=built_at,
+            chart=durations_svg(comparison["stages"], base, candidate),
+        )
+    )

@@ -14,6 +14,7 @@ from npa.render.report import (
     ReportWave,
     RunReport,
     dag_svg,
+    render_compare,
     render_report,
     state_colour,
     timeline_svg,
@@ -282,3 +283,40 @@ def test_the_dag_places_each_level_below_the_one_it_depends_on() -> None:
             ys[attrs["data-stage"]] = float(rect.get("y") or 0)
     assert ys["a"] < ys["b"] == ys["c"]
     assert sum(1 for t, _ in page.tags if t == "line") == 2
+
+
+def _side(state: str, seconds: float, classification: str | None = None) -> dict[str, object]:
+    return {"state": state, "classification": classification, "duration_s": seconds,
+            "output_bytes": 10, "retries": 0, "recoveries": 0}  # fmt: skip
+
+
+def test_the_comparison_page_draws_both_runs_and_names_the_divergence() -> None:
+    comparison = {
+        "first_divergence": {"stage": "b", "facet": "state", "base": "SUCCEEDED",
+                             "candidate": "FAILED (payload)", "sentence": f"stage b {HOSTILE}"},
+        "base": {"run": "wf/R1", "state": "SUCCEEDED", "prefix": "file:///s/R1"},
+        "candidate": {"run": "wf/R2", "state": "FAILED", "prefix": "file:///s/R2"},
+        "stages": [
+            {"stage": "a", "base": _side("SUCCEEDED", 2.0), "candidate": _side("SUCCEEDED", 4.0),
+             "differs": []},
+            {"stage": "b", "base": _side("SUCCEEDED", 1.0),
+             "candidate": _side("FAILED", 0.5, "payload"), "differs": ["state"]},
+            {"stage": "c", "base": _side("SUCCEEDED", 1.0), "candidate": None,
+             "differs": ["state"]},
+        ],
+    }  # fmt: skip
+    text = render_compare(comparison, "2026-01-01T00:00:00+00:00")
+    page = Page(text)
+    assert not [t for t, _ in page.tags if t in ("script", "img", "link")]
+    assert HOSTILE in "".join(page.text_in("p", id="first-divergence"))
+    bars = {(a["class"], a["data-stage"]): float(a["height"] or 0) for t, a in page.tags
+            if t == "rect" and a.get("class", "").startswith("bar-")}  # fmt: skip
+    assert set(bars) == {("bar-base", "a"), ("bar-candidate", "a"), ("bar-base", "b"),
+                         ("bar-candidate", "b"), ("bar-base", "c")}  # fmt: skip
+    assert bars[("bar-candidate", "a")] == 2 * bars[("bar-base", "a")]  # drawn to scale
+    labels = page.text_in("text")
+    assert "FAILED" in labels and "not in run" in labels
+    rows = {
+        a["data-stage"]: a["data-differs"] for t, a in page.tags if t == "tr" and "data-stage" in a
+    }
+    assert rows == {"a": "", "b": "state", "c": "state"}
