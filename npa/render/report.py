@@ -202,7 +202,7 @@ def dag_svg(stages: list[ReportStage]) -> str:
     if not stages:
         return ""
     places = _dag_places(stages)
-    width = max(x for x, _ in places.values()) + _NODE_W + 10
+    width = max(x for x, _ in places.values()) + _NODE_W + _GAP_X + 10  # room for routing
     height = max(y for _, y in places.values()) + _NODE_H + 10
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="dag" width="{width}" height="{height}" '
@@ -216,11 +216,7 @@ def dag_svg(stages: list[ReportStage]) -> str:
         for upstream in stage.depends_on:
             if upstream not in places:
                 continue
-            x1, y1 = places[upstream]
-            parts.append(
-                f'<line x1="{x1 + _NODE_W // 2}" y1="{y1 + _NODE_H}" x2="{x2 + _NODE_W // 2}" '
-                f'y2="{y2}" stroke="#555" stroke-width="1.2" marker-end="url(#arrow)"/>'
-            )
+            parts.append(_edge(places[upstream], (x2, y2)))
     for stage in stages:
         x, y = places[stage.name]
         colour = state_colour(stage.state)
@@ -238,6 +234,24 @@ def dag_svg(stages: list[ReportStage]) -> str:
         )
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _edge(start: tuple[int, int], end: tuple[int, int]) -> str:
+    """An arrow from the bottom of one box to the top of another, routed through the gaps
+    between rows and columns so that it never runs under a box it does not connect."""
+    sx, sy = start[0] + _NODE_W // 2, start[1] + _NODE_H
+    ex, ey = end[0] + _NODE_W // 2, end[1]
+    below, above = sy + _GAP_Y // 2, ey - _GAP_Y // 2
+    if above <= below:  # the next row: down, across, down
+        points = [(sx, sy), (sx, below), (ex, below), (ex, ey)]
+    else:  # rows between: along the gap right of the upstream box's column
+        side = start[0] + _NODE_W + _GAP_X // 2
+        points = [(sx, sy), (sx, below), (side, below), (side, above), (ex, above), (ex, ey)]
+    path = " ".join(f"{x},{y}" for x, y in points)
+    return (
+        f'<polyline points="{path}" fill="none" stroke="#555" stroke-width="1.2" '
+        'marker-end="url(#arrow)"/>'
+    )
 
 
 def _clip(text: str, width: int) -> str:

@@ -3,6 +3,7 @@ commands, missing outputs, sources and a hostile log, read back through an HTML 
 
 from __future__ import annotations
 
+import itertools
 from html.parser import HTMLParser
 
 from npa.render.report import (
@@ -282,7 +283,7 @@ def test_the_dag_places_each_level_below_the_one_it_depends_on() -> None:
             rect = page.tags[i + 2][1]  # title comes first, then the frame
             ys[attrs["data-stage"]] = float(rect.get("y") or 0)
     assert ys["a"] < ys["b"] == ys["c"]
-    assert sum(1 for t, _ in page.tags if t == "line") == 2
+    assert sum(1 for t, _ in page.tags if t == "polyline") == 2
 
 
 def _side(state: str, seconds: float, classification: str | None = None) -> dict[str, object]:
@@ -320,3 +321,33 @@ def test_the_comparison_page_draws_both_runs_and_names_the_divergence() -> None:
         a["data-stage"]: a["data-differs"] for t, a in page.tags if t == "tr" and "data-stage" in a
     }
     assert rows == {"a": "", "b": "state", "c": "state"}
+
+
+def test_no_edge_of_the_dag_runs_under_a_box() -> None:
+    # 40 stages in levels of 10 (wrapped rows), each fed by the stage 10 before and, for some,
+    # by one two levels up: edges that span several rows.
+    stages = [
+        ReportStage(
+            name=f"s{i}",
+            state="SUCCEEDED",
+            level=i // 10,
+            depends_on=[f"s{j}" for j in (i - 10, i - 19) if j >= 0 and j // 10 < i // 10],
+        )
+        for i in range(40)
+    ]
+    page = Page(dag_svg(stages))
+    boxes = [
+        (float(a["x"] or 0), float(a["y"] or 0), float(a["width"] or 0), float(a["height"] or 0))
+        for t, a in page.tags
+        if t == "rect" and a.get("rx") == "6"
+    ]
+    assert len(boxes) == 40
+    edges = [a["points"] or "" for t, a in page.tags if t == "polyline"]
+    assert len(edges) == sum(len(s.depends_on) for s in stages) > 40
+    for points in edges:
+        xy = [tuple(float(v) for v in p.split(",")) for p in points.split()]
+        for (x1, y1), (x2, y2) in itertools.pairwise(xy):
+            for bx, by, bw, bh in boxes:
+                inside_x = max(x1, x2) > bx and min(x1, x2) < bx + bw
+                inside_y = max(y1, y2) > by and min(y1, y2) < by + bh
+                assert not (inside_x and inside_y), (points, (bx, by))
