@@ -188,6 +188,21 @@ def test_hostile_output_is_escaped_never_markup() -> None:
     assert "ErrImagePull" in page.text_in("table", id="pending")
 
 
+def test_a_waiting_stage_names_why_its_pods_wait() -> None:
+    pods = [
+        PendingPod(pod="ns/a-0", reason="ImagePullBackOff", message="not found", image="r/x:1",
+                   fault="actionable_configuration: the image does not exist"),
+        PendingPod(pod="ns/a-1", reason="ImagePullBackOff", message="not found"),
+    ]  # fmt: skip
+    waiting = ReportStage(name="train", state="PENDING", waves_text="0/1 waves succeeded")
+    page = Page(render_report(_report(state="PENDING", final=False, stages=[waiting],
+                                      pending=pods)))  # fmt: skip
+    said = "".join(page.text_in("p", **{"class": "waits"}))
+    assert "ImagePullBackOff" in said and said.count("ImagePullBackOff") == 1
+    cells = page.text_in("table", id="pending")
+    assert "ns/a-0" in cells and "actionable_configuration: the image does not exist" in cells
+
+
 def test_nothing_on_the_page_is_fetched() -> None:
     text = render_report(_report(pending=[PendingPod(pod="ns/p", reason="Unschedulable",
                                                      message="0/1 nodes")]))  # fmt: skip
