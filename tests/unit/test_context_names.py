@@ -7,6 +7,9 @@ refused before anything is written."""
 
 from __future__ import annotations
 
+import contextlib
+import sys
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -39,11 +42,20 @@ def skypilot_reads(name: str) -> str | None:
     """The context SkyPilot reads from ``infra: k8s/<name>`` (None when it refuses it)."""
     from sky.utils.infra_utils import InfraInfo
 
+    # SkyPilot raises its refusal inside ux_utils.print_exception_no_traceback, which sets
+    # sys.tracebacklimit to 0 and never puts it back when the block raises: every later
+    # traceback.extract_stack in this process comes back empty (Pulumi's mocks then fail).
+    before = getattr(sys, "tracebacklimit", None)
     try:
-        region = InfraInfo.from_str(f"k8s/{name}").region
+        return InfraInfo.from_str(f"k8s/{name}").region
     except ValueError:
         return None
-    return region
+    finally:
+        if before is None:
+            with contextlib.suppress(AttributeError):
+                del sys.tracebacklimit
+        else:
+            sys.tracebacklimit = before
 
 
 def _spec_accepts(name: str) -> bool:
