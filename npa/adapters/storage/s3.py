@@ -7,9 +7,12 @@ botocore is imported when a store is opened, never at CLI import time.
 from __future__ import annotations
 
 import builtins
+import os
 import shlex
 import threading
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
@@ -21,6 +24,110 @@ _ABSENT_BUCKET = {"NoSuchBucket"}
 _REFUSED = {"AccessDenied", "403", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
 # A store that does not understand the conditional header answers one of these.
 _NO_CONDITIONAL = {"NotImplemented", "501"}
+
+
+# When none of these is set and no shared config file exists, botocore would read the endpoint,
+# region and credentials from the environment alone, so its session need not be loaded.
+_PROFILE_VARIABLES = ("AWS_PROFILE", "AWS_DEFAULT_PROFILE")
+
+
+@dataclass
+class S3Settings:
+    """Where an S3 client goes and as whom, resolved once for both clients (botocore's and
+    obstore's) with botocore's own precedence, so one configuration never reaches two stores.
+
+    - endpoint: the given one, else what botocore configures for S3 (``AWS_ENDPOINT_URL_S3``,
+      ``AWS_ENDPOINT_URL``, the profile's ``services`` section, the profile's
+      ``endpoint_url``), unless ``ignore_configured_endpoint_urls`` says not to;
+    - region: the given one (``npa configure`` also reads ``AWS_REGION``), else botocore's
+      (``AWS_DEFAULT_REGION``, then the profile's ``region``);
+    - credentials: botocore's chain for the profile (a named profile skips the environment's
+      keys, as botocore does).
+
+    ``session`` is botocore's session, or None when the environment alone decided (no profile,
+    keys in the environment, no shared config file): botocore is then not even imported."""
+
+    endpoint_url: str | None
+    region: str | None
+    credential_source: str
+    credentials: Any = None  # botocore's credentials (None: the environment's keys, or none)
+    env_keys: dict[str, str] | None = None
+    session: Any = None
+
+
+def s3_settings(
+    *,
+    endpoint_url: str | None = None,
+    region: str | None = None,
+    profile: str | None = None,
+    fix_hint: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> S3Settings:
+    """The one resolution of an S3 configuration (:class:`S3Settings`)."""
+    env = os.environ if env is None else env
+    keys = _env_keys(env)
+    if profile is None and keys is not None and not _shared_config(env):
+        return S3Settings(
+            endpoint_url=endpoint_url or _env_endpoint(env),
+            region=region or env.get("AWS_DEFAULT_REGION") or None,  # botocore's only variable
+            credential_source="env",
+            env_keys=keys,
+        )
+    import botocore.session
+    from botocore.configprovider import ConfiguredEndpointProvider
+    from botocore.exceptions import ProfileNotFound
+
+    session = botocore.session.Session(profile=profile)
+    try:
+        if endpoint_url is None and not session.get_config_variable(
+            "ignore_configured_endpoint_urls"
+        ):
+            endpoint_url = ConfiguredEndpointProvider(
+                full_config=session.full_config,
+                scoped_config=session.get_scoped_config(),
+                client_name="s3",
+            ).provide()
+        region = region or session.get_config_variable("region")
+        creds = session.get_credentials()
+    except ProfileNotFound:
+        raise InvalidInput(
+            f"AWS profile {profile!r} is not defined in the shared config or credentials file",
+            fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
+        ) from None
+    return S3Settings(
+        endpoint_url=endpoint_url or None,
+        region=region or None,
+        # The *method* names where credentials came from (env, shared-credentials-file, ...);
+        # it is safe to print, unlike the credentials themselves.
+        credential_source=str(creds.method) if creds is not None else "none",
+        credentials=creds,
+        session=session,
+    )
+
+
+def _env_keys(env: Mapping[str, str]) -> dict[str, str] | None:
+    key, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
+        return None
+    keys = {"access_key_id": key, "secret_access_key": secret}
+    if env.get("AWS_SESSION_TOKEN"):
+        keys["token"] = env["AWS_SESSION_TOKEN"]
+    return keys
+
+
+def _shared_config(env: Mapping[str, str]) -> bool:
+    """Whether botocore could read anything beyond the environment: a profile named there, or
+    a shared config file (which may set an endpoint or a region for the default profile)."""
+    if any(env.get(name) for name in _PROFILE_VARIABLES):
+        return True
+    path = env.get("AWS_CONFIG_FILE") or os.path.join(env.get("HOME") or "~", ".aws", "config")
+    return os.path.exists(os.path.expanduser(path))
+
+
+def _env_endpoint(env: Mapping[str, str]) -> str | None:
+    if (env.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS") or "").lower() == "true":
+        return None
+    return env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL") or None
 
 
 class S3Base(ObjectStore):
@@ -97,35 +204,34 @@ class S3Store(S3Base):
         timeout: float = 20.0,
     ) -> None:
         # botocore directly: boto3's resource layer costs start-up time and is not needed.
-        import botocore.session
         from botocore.config import Config
-        from botocore.exceptions import ProfileNotFound
 
-        super().__init__(bucket, prefix, endpoint_url, fix_hint)
-        session = botocore.session.Session(profile=profile)
-        try:
-            self.client: Any = session.create_client(
-                "s3",
-                region_name=region,
-                endpoint_url=endpoint_url,
-                # A store that stops answering fails within about ``timeout`` seconds, all
-                # attempts together: each waits at most a third of it.
-                config=Config(
-                    retries={"mode": "standard", "max_attempts": min(max_attempts, 3)},
-                    max_pool_connections=max_connections,
-                    connect_timeout=min(5.0, timeout / 4),
-                    read_timeout=timeout / 3,
-                ),
-            )
-            creds = session.get_credentials()
-        except ProfileNotFound:
-            raise InvalidInput(
-                f"AWS profile {profile!r} is not defined in the shared config or credentials file",
-                fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
-            ) from None
+        settings = s3_settings(
+            endpoint_url=endpoint_url, region=region, profile=profile, fix_hint=fix_hint
+        )
+        super().__init__(bucket, prefix, settings.endpoint_url, fix_hint)
+        self.region = settings.region
+        session = settings.session
+        if session is None:  # decided by the environment alone; botocore's client reads it too
+            import botocore.session
+
+            session = botocore.session.Session()
+        self.client: Any = session.create_client(
+            "s3",
+            region_name=settings.region,
+            endpoint_url=settings.endpoint_url,
+            # A store that stops answering fails within about ``timeout`` seconds, all
+            # attempts together: each waits at most a third of it.
+            config=Config(
+                retries={"mode": "standard", "max_attempts": min(max_attempts, 3)},
+                max_pool_connections=max_connections,
+                connect_timeout=min(5.0, timeout / 4),
+                read_timeout=timeout / 3,
+            ),
+        )
         # The *method* names where credentials came from (env, shared-credentials-file, ...);
         # it is safe to print, unlike the credentials themselves.
-        self.credential_source = creds.method if creds is not None else "none"
+        self.credential_source = settings.credential_source
 
     # --- helpers ------------------------------------------------------------------------
     def _key(self, key: str) -> str:

@@ -2,9 +2,8 @@
 default S3 client. It imports and starts in about 20 ms where a botocore client takes about
 300 ms, and its requests cost less client CPU (docs/storage-layout.md has the figures).
 
-Credentials: taken from ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` (and
-``AWS_SESSION_TOKEN``) when no profile is configured; otherwise botocore's own chain resolves
-them (profiles, SSO, assume-role, instance roles), and only that part of botocore is loaded.
+Endpoint, region and credentials come from :class:`npa.adapters.storage.s3.S3Settings`, the
+one resolution both S3 clients use (botocore's session and precedence, no botocore client).
 Payloads are signed (SigV4 ``x-amz-content-sha256``), so the store rejects bytes damaged in
 transit without a ``Content-MD5`` header.
 
@@ -14,8 +13,6 @@ obstore is imported when a store is opened, never at CLI import time.
 from __future__ import annotations
 
 import builtins
-import os
-import shlex
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -23,7 +20,7 @@ from typing import Any, TypeVar
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, check_key
 from npa.adapters.storage.s3 import S3Base
-from npa.core.errors import InvalidInput, StoreUnavailable
+from npa.core.errors import StoreUnavailable
 
 T = TypeVar("T")
 # How long npa lets obstore keep credentials from botocore's chain before asking again.
@@ -49,32 +46,21 @@ class ObstoreS3Store(S3Base):
         import obstore
         from obstore.store import S3Store
 
-        # botocore reads these when no endpoint is given; so must this client, or the two
-        # would reach different stores from the same configuration.
-        endpoint_url = (
-            endpoint_url
-            or os.environ.get("AWS_ENDPOINT_URL_S3")
-            or os.environ.get("AWS_ENDPOINT_URL")
+        from npa.adapters.storage.s3 import s3_settings
+
+        # One resolution for both clients: this one reaches the store botocore's would.
+        settings = s3_settings(
+            endpoint_url=endpoint_url, region=region, profile=profile, fix_hint=fix_hint
         )
+        endpoint_url = settings.endpoint_url
         super().__init__(bucket, prefix, endpoint_url, fix_hint)
         self._ob = obstore
-        self._no_credentials = False
-        config: dict[str, Any] = {}
-        env_key = os.environ.get("AWS_ACCESS_KEY_ID")
-        env_secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
-        provider = None
-        if profile is None and env_key and env_secret:
-            config["access_key_id"] = env_key
-            config["secret_access_key"] = env_secret
-            if os.environ.get("AWS_SESSION_TOKEN"):
-                config["token"] = os.environ["AWS_SESSION_TOKEN"]
-            self.credential_source = "env"
-        else:
-            provider, source, chain_region = _botocore_chain(profile, fix_hint)
-            self.credential_source = source
-            self._no_credentials = provider is None
-            region = region or chain_region
-        region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        self.credential_source = settings.credential_source
+        self._no_credentials = settings.credentials is None and settings.env_keys is None
+        config: dict[str, Any] = dict(settings.env_keys or {})
+        provider = _credential_provider(settings.credentials)
+        region = settings.region
+        self.region = region
         config["region"] = region or "us-east-1"
         if endpoint_url:
             # Both names: obstore lets AWS_ENDPOINT_URL_S3 win over a plain endpoint.
@@ -276,25 +262,11 @@ class ObstoreS3Store(S3Base):
         raise self._conflicts_exhausted(key)
 
 
-def _botocore_chain(
-    profile: str | None, fix_hint: str | None
-) -> tuple[Callable[[], dict[str, Any]] | None, str, str | None]:
-    """Credentials from botocore's chain (profile, SSO, roles, instance metadata), as an
-    obstore credential provider; also the method name and the profile's region."""
-    import botocore.session
-    from botocore.exceptions import ProfileNotFound
-
-    session = botocore.session.Session(profile=profile)
-    try:
-        creds = session.get_credentials()
-        region = session.get_config_variable("region")
-    except ProfileNotFound:
-        raise InvalidInput(
-            f"AWS profile {profile!r} is not defined in the shared config or credentials file",
-            fix=fix_hint or f"aws configure --profile {shlex.quote(profile or 'default')}",
-        ) from None
+def _credential_provider(creds: Any) -> Callable[[], dict[str, Any]] | None:
+    """botocore's credentials (the environment's, a profile's, SSO, a role, instance metadata)
+    as an obstore credential provider, refreshed as botocore refreshes them."""
     if creds is None:
-        return None, "none", region
+        return None
 
     def provide() -> dict[str, Any]:
         frozen = creds.get_frozen_credentials()
@@ -305,7 +277,7 @@ def _botocore_chain(
             "expires_at": datetime.now(UTC) + CREDENTIAL_REFRESH,
         }
 
-    return provide, str(creds.method), region
+    return provide
 
 
 def _etag(value: object) -> str | None:
