@@ -319,7 +319,7 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
             assert not task.file_mounts and task.workdir is None
     library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
     assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
-    assert f"cd {expected('split', '', '')['PWD']} && exec /bin/sh -c" in library
+    assert f'cd {expected("split", "", "")["PWD"]} && unset "$@" && exec /bin/sh -c' in library
 
 
 # --- the SkyPilot side, run -----------------------------------------------------------------
