@@ -23,7 +23,7 @@ from npa.backends.local.executor import ContainerRuntime, shard_variables
 from npa.backends.skypilot import tasks as sky_tasks
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_variable
-from npa.spec.model import Workflow
+from npa.spec.model import BASE_NAMES, Workflow
 from tests.tiers import examples
 from tests.unit.specdata import base_spec
 
@@ -230,6 +230,8 @@ def test_the_pod_command_runs_without_the_store_credentials(
 
 
 def test_a_secret_is_declared_by_name_from_a_named_source() -> None:
+    # The spec refuses a secret named after a base variable: the same names contract.py sets.
+    assert BASE_NAMES == {*contract.BASE, *contract.IMAGE_GIVES} == BASE
     spec = base_spec()
     spec["stages"][0]["secrets"] = {"HF_TOKEN": "env:MY_HF_TOKEN"}
     assert Workflow.model_validate(spec).stages[0].secrets == {"HF_TOKEN": "env:MY_HF_TOKEN"}
