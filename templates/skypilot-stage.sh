@@ -80,14 +80,18 @@ npa_shard() {
   NPA_ATTEMPT=$((${before:-0} + 1))
   echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$key" || npa_die "cannot count this start at $key"
   export NPA_SHARD NPA_ATTEMPT
-  rm -rf /npa/outputs && mkdir -p /npa/outputs
+  rm -rf /npa/outputs /npa/home && mkdir -p /npa/outputs /npa/home
 }
 
 # run: an output's folder (prefix) or its parent folder (file). $1: kind, $2: path.
 npa_output() { if [ "$1" = file ]; then mkdir -p "${2%/*}"; else mkdir -p "$2"; fi; }
 
-# run: the stage's command, in the contract's working directory.
-npa_command() { (cd /npa/source && exec /bin/sh -c "$1"); }
+# run: the stage's command, in the contract's working directory, without the variables named
+# after it (the store's credentials: the library's, never the command's). $1: the command.
+npa_command() {
+  _npa_cmd=$1; shift
+  (cd /npa/source && unset "$@" && exec /bin/sh -c "$_npa_cmd")
+}
 
 # run: what the shard left in one output. $1: kind, $2: path, $3: URI.
 npa_upload() {

@@ -52,6 +52,32 @@ RLIMIT_FIX = (
 )
 
 
+# Variables an engine's client reads for itself (where its storage, configuration and daemon
+# are): a container's value for one of them is given on the command line, not by name.
+CLIENT_VARIABLES = frozenset(
+    {
+        "HOME",
+        "PATH",
+        "TMPDIR",
+        "XDG_RUNTIME_DIR",
+        "XDG_CONFIG_HOME",
+        "XDG_DATA_HOME",
+        "CONTAINERS_CONF",
+        "CONTAINERS_STORAGE_CONF",
+        "CONTAINER_HOST",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "DOCKER_CONTEXT",
+    }
+)
+
+
+def client_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment to run :meth:`ContainerEngine.run_argv`'s command in: this process's,
+    which the client needs, with the values ``env`` passes by name."""
+    return {**os.environ, **{k: v for k, v in env.items() if k not in CLIENT_VARIABLES}}
+
+
 class ContainerEngineError(Unavailable):
     """The engine could not pull or start an image (exit 4: nothing about the stage is known)."""
 
@@ -177,18 +203,24 @@ class ContainerEngine:
     ) -> list[str]:
         """The command line that runs ``command`` in ``image``, attached, removed when it ends.
 
-        The image must have been pulled (``--pull=never``): a run never fetches bytes that
-        preflight did not see. ``userns`` is podman's ``--userns`` mode (rootless podman maps
-        the container's user to the caller with ``keep-id:uid=U,gid=G``).
+        The container's environment is its image's and ``env``, nothing else of the client's
+        (podman's ``--http-proxy`` would copy the client's proxy variables: turned off). The
+        values travel in the client's environment (:func:`client_env`), never on its command
+        line, except for a variable the client reads itself (:data:`CLIENT_VARIABLES`), whose
+        value must stay the client's own. The image must have been pulled (``--pull=never``):
+        a run never fetches bytes that preflight did not see. ``userns`` is podman's
+        ``--userns`` mode (rootless podman maps the container's user to the caller with
+        ``keep-id:uid=U,gid=G``).
         """
         argv = [self.binary, "run", "--rm", "--pull=never", "--name", name, "--workdir", workdir]
+        if self.name == "podman":
+            argv += ["--http-proxy=false", "--env-host=false"]
         for key, value in sorted(labels.items()):
             argv += ["--label", f"{key}={value}"]
         for mount in mounts:
             argv += ["--mount", mount.flag()]
         for key in sorted(env):
-            # The value travels in the client's environment, never on its command line.
-            argv += ["--env", key]
+            argv += ["--env", f"{key}={env[key]}" if key in CLIENT_VARIABLES else key]
         if user:
             argv += ["--user", user]
         if userns:

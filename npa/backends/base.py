@@ -238,6 +238,8 @@ class StageTask(BaseModel):
     task_name: str
     command: str
     env: dict[str, str]  # the stage's own variables, as the spec gives them
+    # The stage's secrets: variable name -> where its value is read (``env:VAR``), never a value.
+    secrets: dict[str, str] = Field(default_factory=dict)
     image: str | None  # the pinned image when the backend pulls images, else None
     depends_on: list[str]
     shards: int

@@ -17,6 +17,15 @@ adds the three per-shard variables of :func:`shard_env` when a shard starts:
 A backend that runs a stage as a host process, not in its image, cannot put it under ``/npa``:
 it gives each shard a root folder laid out the same way and moves every path there
 (:func:`relocate`), so paths differ by that root and nothing else.
+
+A stage's environment is built here, never inherited from whoever submitted or executes it
+(docs/spec.md, "A stage's environment"): the base :data:`BASE` (``HOME`` a folder of the shard's
+own, ``LANG``, ``TZ``), the contract's ``NPA_*``, the stage's own ``env``, and the values of
+the ``secrets`` it declares, each read from its named source when the shard starts
+(:func:`secret_values`) and written nowhere. ``PATH`` is the image's in an image; a host
+process, which has no image, gets :data:`HOST_PATH` (:func:`host_env`). The store credentials
+the stage library uses (:data:`STORE_VARIABLES`) are for the library alone: the command runs
+without them.
 """
 
 from __future__ import annotations
@@ -24,11 +33,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from npa.backends.base import RunTasks, StageTask
+from npa.core.errors import InvalidInput
 
 ROOT = "/npa"
 SOURCE_DIR = f"{ROOT}/source"
 INPUTS_DIR = f"{ROOT}/inputs"
 OUTPUTS_DIR = f"{ROOT}/outputs"
+HOME_DIR = f"{ROOT}/home"
 
 WAVE = "NPA_WAVE"
 SHARD = "NPA_SHARD"
@@ -36,6 +47,30 @@ ATTEMPT = "NPA_ATTEMPT"
 PER_SHARD = (WAVE, SHARD, ATTEMPT)
 #: The prefix of every variable npa sets; a stage's own ``env`` may not use it.
 RESERVED_PREFIX = "NPA_"
+
+#: The base every stage gets on every backend: a home folder of its own (empty, made afresh for
+#: each shard's start, as its outputs are), a UTF-8 locale every C library has, and UTC. The
+#: stage's own ``env`` may set any of them differently.
+BASE: dict[str, str] = {"HOME": HOME_DIR, "LANG": "C.UTF-8", "TZ": "UTC"}
+#: What a stage sees beside the variables npa sets: its image's ``PATH`` (an engine or the
+#: kubelet sets the default when the image has none).
+IMAGE_GIVES = ("PATH",)
+#: ``PATH`` for a stage run as a host process, which has no image: the default of Debian and of
+#: the OCI runtimes, never the submitter's (a stage that needs more sets ``PATH`` in its ``env``).
+HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: What the stage library on a pod reaches the store with (the project's store Secret); the
+#: stage's command runs without them unless its own ``env`` sets one.
+STORE_VARIABLES = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+)
+#: The one kind of secret source: a variable of the environment npa runs in when it starts the
+#: stage (the submitting shell's, which the local executor inherits).
+SECRET_FROM_ENV = "env:"
 
 
 def input_path(name: str) -> str:
@@ -50,9 +85,11 @@ def output_path(path: str) -> str:
 
 
 def stage_env(task: StageTask, run: RunTasks) -> dict[str, str]:
-    """Every contract variable that is the same for all shards of ``task``, then the stage's
-    own ``env``, in a fixed order (task files are compared byte for byte)."""
+    """The base, every contract variable that is the same for all shards of ``task``, then the
+    stage's own ``env``, in a fixed order (task files are compared byte for byte). No secret's
+    value: those are added when a shard starts."""
     env: dict[str, str] = {
+        **BASE,
         "NPA_WORKFLOW": run.workflow,
         "NPA_RUN_ID": run.run_id,
         "NPA_STAGE": task.stage,
@@ -71,6 +108,36 @@ def stage_env(task: StageTask, run: RunTasks) -> dict[str, str]:
         env["NPA_CHECKPOINT_LOADER"] = task.checkpoint_loader
     env.update(task.env)
     return env
+
+
+def stage_names(task: StageTask, run: RunTasks) -> set[str]:
+    """The name of every variable a shard of ``task`` sees on every backend: what
+    :func:`stage_env` fixes, the per-shard three, the secrets and what the image gives."""
+    return {*stage_env(task, run), *PER_SHARD, *task.secrets, *IMAGE_GIVES}
+
+
+def secret_values(secrets: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The value of each declared secret (name -> ``env:VAR``), read from ``environ``. Raises
+    InvalidInput naming the first whose source is unset or empty."""
+    values = {}
+    for name, source in sorted(secrets.items()):
+        variable = source.removeprefix(SECRET_FROM_ENV)
+        value = environ.get(variable, "") if source.startswith(SECRET_FROM_ENV) else ""
+        if not value:
+            raise InvalidInput(
+                f"secret {name} is read from {source}, which is not set in the environment "
+                "npa runs in",
+                fix=f"read -rs {variable} && export {variable}  # then submit again from here",
+            )
+        values[name] = value
+    return values
+
+
+def host_env(env: Mapping[str, str], root: str) -> dict[str, str]:
+    """What a host-process shard is given: :data:`HOST_PATH` (it has no image to give one),
+    then ``env`` (the stage's variables, the shard's and its secrets) with the contract's paths
+    moved under ``root``; nothing of the executor's own environment."""
+    return {"PATH": HOST_PATH, **relocate_env(env, root)}
 
 
 def shard_env(wave: int, shard: int, attempt: int) -> dict[str, str]:
@@ -93,5 +160,6 @@ def relocate_env(env: Mapping[str, str], root: str) -> dict[str, str]:
     moved = {}
     for key, value in env.items():
         path_var = key == "NPA_SOURCE_DIR" or key.startswith(("NPA_INPUT_", "NPA_OUTPUT_"))
+        path_var = path_var or (key == "HOME" and value == HOME_DIR)
         moved[key] = relocate(value, root) if path_var else value
     return moved

@@ -262,6 +262,7 @@ def stage_tasks(
                 task_name=task_name(plan.run_id, stage.name),
                 command=stage.command,
                 env=dict(stage.env),
+                secrets=dict(stage.secrets),
                 image=images.get(stage.tool),
                 depends_on=planned.depends_on,
                 shards=planned.waves.shards,

@@ -313,6 +313,23 @@ EnvName = Annotated[
 ]
 
 
+def _secret_source(value: str) -> str:
+    kind, _, name = value.partition(":")
+    if kind != "env" or not re.fullmatch(ENV_NAME, name):
+        raise rule_error(
+            f"secret source {value!r} is not env:VARIABLE",
+            "name the submitter's environment variable that holds the value, e.g. "
+            "env:HF_TOKEN (the value is read when the stage starts and written nowhere)",
+        )
+    return value
+
+
+SecretSource = Annotated[str, AfterValidator(_secret_source)]
+# Names npa gives every stage itself (docs/spec.md, "A stage's environment"); a secret may not
+# take one (its value travels by name, beside the engine's own PATH and HOME).
+BASE_NAMES = frozenset({"PATH", "HOME", "LANG", "TZ"})
+
+
 class Stage(_Strict):
     """One step of the workflow."""
 
@@ -322,6 +339,11 @@ class Stage(_Strict):
     env: dict[EnvName, str] = Field(
         default_factory=dict, description="Extra environment variables (NPA_* is reserved)."
     )
+    secrets: dict[EnvName, SecretSource] = Field(
+        default_factory=dict,
+        description="Variables whose values are credentials, each from a named source "
+        "(env:VARIABLE of the submitting environment); never written to a file.",
+    )
     inputs: list[Input] = Field(default_factory=list, description="Data the stage reads.")
     outputs: list[Output] = Field(default_factory=list, description="Data the stage writes.")
     resources: Resources = Field(default_factory=Resources, description="Per-task resources.")
@@ -329,6 +351,18 @@ class Stage(_Strict):
     depends_on: list[str] = Field(default_factory=list, description="Stages that run before.")
     retries: Int = Field(default=0, ge=0, le=100, description="Restarts after a failure.")
     checkpoint: Checkpoint | None = Field(default=None, description="Mid-stage resume.")
+
+    @model_validator(mode="after")
+    def _secret_names(self) -> Stage:
+        both = sorted(set(self.secrets) & set(self.env))
+        base = sorted(set(self.secrets) & BASE_NAMES)
+        if both or base:
+            raise rule_error(
+                f"stage {self.name!r}: secret {(both or base)[0]!r} "
+                + ("is also in env" if both else "is a variable npa sets itself"),
+                "give the secret a name of its own",
+            )
+        return self
 
 
 class DiskType(StrEnum):

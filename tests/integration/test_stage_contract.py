@@ -37,13 +37,15 @@ TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "FAILED_SETUP", "FAILED_STARTUP"
 SHARDS, PARALLEL = 4, 2  # two waves of two shards
 WAVES = SHARDS // PARALLEL
 
-# The stage's probe (a file of the run's source): every NPA_ variable and the stage's own, and
-# its working directory, with the shard's root folder written as /npa (a host process's
-# contract paths differ from the image's by that root and nothing else: the comparison proves
-# it).
+# The stage's probe (a file of the run's source): every NPA_ variable, the base npa sets, the
+# stage's own, any AWS_ variable (a pod's store credentials are the stage library's, never the
+# command's), and its working directory, with the shard's root folder written as /npa (a host
+# process's contract paths differ from the image's by that root and nothing else: the
+# comparison proves it).
 PROBE = """\
 root=${NPA_SOURCE_DIR%/source}
-{ env | grep -e '^NPA_' -e '^GREETING=' | sort; echo "PWD=$(pwd)"; } | sed "s#$root/#/npa/#g" > "$1"
+{ env | grep -e '^NPA_' -e '^GREETING=' -e '^HOME=' -e '^LANG=' -e '^TZ=' -e '^AWS_' | sort
+  echo "PWD=$(pwd)"; } | sed "s#$root/#/npa/#g" > "$1"
 """
 
 SPEC = """\
@@ -103,6 +105,9 @@ def expected(stage: str, run_id: str, run_prefix: str) -> dict[str, str]:
         "NPA_RUN_PREFIX": run_prefix,
         "NPA_SOURCE_DIR": "/npa/source",
         "PWD": "/npa/source",
+        "HOME": "/npa/home",
+        "LANG": "C.UTF-8",
+        "TZ": "UTC",
     }
     if stage == "split":
         return {
@@ -314,7 +319,7 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
             assert not task.file_mounts and task.workdir is None
     library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
     assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
-    assert f"cd {expected('split', '', '')['PWD']} && exec /bin/sh -c" in library
+    assert f'cd {expected("split", "", "")["PWD"]} && unset "$@" && exec /bin/sh -c' in library
 
 
 # --- the SkyPilot side, run -----------------------------------------------------------------

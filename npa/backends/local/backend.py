@@ -15,12 +15,14 @@ Capabilities: runs on this machine (the local disk must hold the outputs), execu
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from npa.adapters.containers import ContainerEngine
+from npa.backends import contract
 from npa.backends.base import (
     AdoptsPartialWaves,
     ExecutionBackend,
@@ -39,7 +41,14 @@ from npa.backends.base import (
 )
 from npa.backends.local import tasks
 from npa.backends.local.jobs import BACKEND, LocalJobTable, ProcessRecord, start_deadline
-from npa.core.errors import BackendError, BackendUnavailable, LaunchRejected, NotFound, NpaError
+from npa.core.errors import (
+    BackendError,
+    BackendUnavailable,
+    InvalidInput,
+    LaunchRejected,
+    NotFound,
+    NpaError,
+)
 from npa.core.paths import NpaPaths
 from npa.core.procs import ProcessIdentity, group_members, signal_group
 
@@ -76,6 +85,13 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
         for stage in submission.order:
             if stage not in submission.tasks:
                 raise LaunchRejected(f"no local task for stage {stage!r}")
+            # The executor reads each secret from the environment it inherits from here: one
+            # that is not set fails now, before a job exists, not when its stage starts.
+            declared = tasks.parse(submission.tasks[stage]).secrets
+            try:
+                contract.secret_values(declared, os.environ)
+            except InvalidInput as error:
+                raise InvalidInput(f"stage {stage}: {error.message}", fix=error.fix) from None
         job_id = self.table.create(submission)
         return f"{REQUEST_PREFIX}{job_id}"
 

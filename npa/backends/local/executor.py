@@ -56,6 +56,7 @@ from npa.adapters.containers import (
     RUN_LABEL,
     ContainerEngine,
     Mount,
+    client_env,
     find_engine,
     start_failure,
 )
@@ -682,9 +683,12 @@ class Executor:
             local = Path(contract.relocate(out.path, str(root)))
             (local if out.kind == "prefix" else local.parent).mkdir(parents=True, exist_ok=True)
         outputs.mkdir(exist_ok=True)
+        home = Path(contract.relocate(contract.HOME_DIR, str(root)))
+        home.mkdir(mode=0o700)
         if runtime is not None:
             assert task.user is not None
             runtime.writable(outputs, task.user)
+            runtime.writable(home, task.user)
             return root
         (root / "source").symlink_to(self.work / "source", target_is_directory=True)
         (root / "inputs").mkdir()
@@ -795,6 +799,12 @@ class Executor:
                 JobState.FAILED_SETUP,
                 f"stage {task.stage}: {error.message}"
                 + (f" (fix: {error.fix})" if error.fix else ""),
+            ) from None
+        try:
+            contract.secret_values(task.secrets, os.environ)
+        except NpaError as error:
+            raise StageFailed(
+                JobState.FAILED_SETUP, f"stage {task.stage}: {error.message} (fix: {error.fix})"
             ) from None
         inputs = self.fetch_inputs(task, runtime)
         budget = max(0, self.recorder.retry_budget(task.retries) - progress.retries_spent)
@@ -953,7 +963,8 @@ class Executor:
         container the contract's paths are mounts (and the container is removed by name if this
         executor dies); as a host process they are moved under the shard's root."""
         assert self.death_fd is not None
-        env = {**task.env, **contract.shard_env(wave, shard, attempt)}
+        secrets = contract.secret_values(task.secrets, os.environ)  # checked as the stage began
+        env = shard_variables(task, wave, shard, attempt, secrets)
         what = f"stage {task.stage} wave {wave} shard {shard}"
         if self.containers is not None and task.runtime == "container":
             name = f"npa-{self.job_id}-{task.stage}-w{wave}-s{shard}-a{attempt}"
@@ -962,24 +973,34 @@ class Executor:
             popen = spawn_shard(
                 self.containers.argv(task, name, env, root, inputs),
                 cwd=root,
-                env={**os.environ, **env},  # the engine's client reads the values by name
+                # What the engine's client needs to run, and the values it hands the container
+                # by name; the container sees nothing else of it.
+                env=client_env(env),
                 log=log,
                 exit_file=exit_file,
                 death_fd=self.death_fd,
                 on_death=remove,
             )
             return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file, remove)
-        env = contract.relocate_env(env, str(root))
         cwd = contract.relocate(task.workdir, str(root))
         popen = spawn_shard(
             ["/bin/sh", "-c", task.command],
             cwd=Path(cwd),
-            env={**_host_env(), **env, "PWD": cwd},
+            env={**contract.host_env(env, str(root)), "PWD": cwd},
             log=log,
             exit_file=exit_file,
             death_fd=self.death_fd,
         )
         return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file)
+
+
+def shard_variables(
+    task: LocalTask, wave: int, shard: int, attempt: int, secrets: dict[str, str]
+) -> dict[str, str]:
+    """Every variable npa gives one shard, on both runtimes: the stage's built environment
+    (:func:`contract.stage_env`, in its task), the shard's three and the secrets' values. A
+    container adds its image's ``PATH``; a host process gets :func:`contract.host_env`."""
+    return {**task.env, **contract.shard_env(wave, shard, attempt), **secrets}
 
 
 def _recorded_exits(records: Path, shards: list[int]) -> dict[int, int]:
@@ -1011,11 +1032,15 @@ class ContainerRuntime:
         root: Path,
         inputs: dict[str, Path],
     ) -> list[str]:
+        """The engine command that runs one shard: exactly the variables ``env`` holds (the
+        stage's, the shard's and its secrets), the contract's folders mounted, as the
+        contract's user."""
         assert task.image is not None and task.user is not None
         mounts = [Mount(self.source, contract.SOURCE_DIR, read_only=True)]
         by_name = {i.name: i for i in task.inputs}
         mounts += [Mount(path, by_name[n].path, read_only=True) for n, path in inputs.items()]
         mounts.append(Mount(root / "outputs", contract.OUTPUTS_DIR))
+        mounts.append(Mount(root / "home", contract.HOME_DIR))
         uid, _, gid = task.user.partition(":")
         userns = None if self.root else f"keep-id:uid={uid},gid={gid}"
         return self.engine.run_argv(
@@ -1081,12 +1106,6 @@ def _holds_data(path: Path) -> bool:
     if path.is_file():
         return True
     return path.is_dir() and any(p.is_file() for p in path.rglob("*"))
-
-
-def _host_env() -> dict[str, str]:
-    """The environment a host process inherits: the executor's, without npa's own variables, so
-    the stage sees exactly the contract's ``NPA_*``."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(contract.RESERVED_PREFIX)}
 
 
 def _last_line(text: str) -> str:

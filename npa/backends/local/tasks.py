@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from npa.backends import contract
 from npa.backends.base import RunTasks
@@ -51,6 +51,8 @@ class LocalTask(BaseModel):
     user: str | None  # uid:gid the container runs as (the tool's contract)
     workdir: str
     env: dict[str, str]  # the contract's variables fixed for the stage, then the stage's own
+    # The stage's secrets: name -> source (env:VAR), read when a shard starts; never a value.
+    secrets: dict[str, str] = Field(default_factory=dict)
     depends_on: list[str]
     shards: int
     parallel: int
@@ -80,6 +82,7 @@ def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, 
             user=f"{task.run_as_user}:{task.run_as_group}" if runtime == "container" else None,
             workdir=contract.SOURCE_DIR,
             env=contract.stage_env(task, run),
+            secrets=dict(task.secrets),
             depends_on=task.depends_on,
             shards=task.shards,
             parallel=task.parallel,

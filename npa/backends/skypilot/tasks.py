@@ -160,7 +160,10 @@ def run_script(task: StageTask, run: RunTasks) -> str:
     lines = [f". {LIBRARY_PATH}", _call("npa_shard", f"{stage_key(leaf, task.stage)}/attempts")]
     for out in task.outputs:
         lines.append(_call("npa_output", out.kind, contract.output_path(out.path)))
-    lines.append(_call("npa_command", task.command) + " || exit")
+    # The command runs without the store's credentials (the library's alone), unless the
+    # stage's own env sets one.
+    hidden = [name for name in contract.STORE_VARIABLES if name not in task.env]
+    lines.append(_call("npa_command", task.command, *hidden) + " || exit")
     for out in task.outputs:
         assert out.uri is not None
         uri = out.uri.rstrip("/")
@@ -169,8 +172,9 @@ def run_script(task: StageTask, run: RunTasks) -> str:
 
 
 def wave_envs(task: StageTask, run: RunTasks, wave: int) -> dict[str, str]:
-    """The contract's fixed variables with this wave's ``NPA_WAVE`` (``NPA_SHARD`` and
-    ``NPA_ATTEMPT`` are set on the node by the run script)."""
+    """The stage's built environment (:func:`contract.stage_env`: the base, the contract's
+    fixed variables, the stage's own ``env``) with this wave's ``NPA_WAVE`` (``NPA_SHARD`` and
+    ``NPA_ATTEMPT`` are set on the node by the run script; ``PATH`` is the image's)."""
     envs: dict[str, str] = {}
     for key, value in contract.stage_env(task, run).items():
         envs[key] = value
@@ -216,6 +220,12 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     library = _library(root)
     out: dict[str, str] = {}
     for task in run.tasks:
+        if task.secrets:
+            raise InvalidInput(
+                f"stage {task.stage} declares secrets ({', '.join(sorted(task.secrets))}), which "
+                "the SkyPilot backend cannot give a pod yet without writing them into its task",
+                fix="remove the stage's secrets, or run it here: --infra local",
+            )
         values = task_values(task, run, kube_context=kube_context, library=library)
         text = template.render(**values)
         _check_structure(text, values)
