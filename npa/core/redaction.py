@@ -176,6 +176,12 @@ _ASSIGNMENT = re.compile(
 )
 # --NAME VALUE (a flag and its value as separate words).
 _FLAG = re.compile(rf"(?P<pre>(?<![\w\-])--(?P<name>[A-Za-z][\w.\-]*)[ \t]+)(?!-){_VALUE}")
+# NAME VALUE after a word that sets a variable: a Dockerfile's ENV, csh's setenv, `aws configure
+# set`; and a .netrc's ``password VALUE``.
+_SET_WORDS = re.compile(
+    r"(?P<pre>(?:\b(?:ENV|setenv|set|export|declare -x)[ \t]+(?P<name>[A-Za-z_][\w.\-]*)"
+    rf"|\blogin[ \t]+\S+[ \t]+(?P<name2>password))[ \t]+){_VALUE}"
+)
 # ``docker login -p VALUE`` and the like (-p is a password there only).
 _LOGIN_P = re.compile(rf"(?P<pre>\blogin\b[^\n]*?[ \t]-p[ \t]*){_VALUE}")
 # A Kubernetes-style environment entry: name: X_TOKEN / value: V (YAML or JSON).
@@ -202,7 +208,8 @@ def _named(pattern: re.Pattern[str], kind: str, check_name: bool = True) -> Call
         pos = 0
         while (m := pattern.search(text, pos)) is not None:
             value, start, end = _value_of(m)
-            if (check_name and not secret_name(m.group("name"))) or not _secret_value(value):
+            name = m.group("name") or m.groupdict().get("name2") or ""
+            if (check_name and not secret_name(name)) or not _secret_value(value):
                 out.append(text[pos : m.end("pre")])
                 pos = m.end("pre")
                 continue
@@ -315,6 +322,7 @@ _SHAPES: tuple[Callable[[str], str], ...] = (
     _when(("value",), _named(_NAME_VALUE, "secret-variable")),
     _when(("login",), _named(_LOGIN_P, "password", check_name=False)),
     _when(_NAME_HINTS, _named(_FLAG, "secret-flag")),
+    _when(_NAME_HINTS, _named(_SET_WORDS, "secret-assignment")),
     _when(_NAME_HINTS, _named(_ASSIGNMENT, "secret-assignment")),
     _sub(_AWS_SECRET, _aws_secret),
 )

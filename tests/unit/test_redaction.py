@@ -78,15 +78,18 @@ def assignment(name: str, value: str, form: str) -> str:
         "header": f"{name}: {value}",
         "kube-env": f"env:\n- name: {name}\n  value: {value}",
         "kube-env-json": json.dumps({"name": name, "value": value}),
+        "dockerfile": f"ENV {name} {value}",
+        "aws-configure": f"aws configure set {name} {value}",
+        "declare": f'declare -x {name}="{value}"',
     }
     return forms[form]
 
 
 FORMS = ["env", "export-dq", "export-sq", "yaml", "yaml-dq", "ini", "json", "json-compact",
          "python", "flag-eq", "flag-space", "docker-env", "header", "kube-env",
-         "kube-env-json"]  # fmt: skip
+         "kube-env-json", "dockerfile", "aws-configure", "declare"]  # fmt: skip
 # Forms whose syntax cannot carry every character: a double-quoted value holds no " or \.
-QUOTE_SAFE = {"export-dq": '"\\', "yaml-dq": '"\\', "export-sq": "'"}
+QUOTE_SAFE = {"export-dq": '"\\', "yaml-dq": '"\\', "export-sq": "'", "declare": '"\\'}
 
 
 @SETTINGS
