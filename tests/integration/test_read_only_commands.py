@@ -131,6 +131,33 @@ def test_preflight_images_writes_only_its_documented_cache(
     assert list(scratch.iterdir()) == []
 
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("workbench", "workflow", "validate-spec", str(EXAMPLES / "tiny-local.yaml")),
+        ("workbench", "workflow", "plan-spec", str(EXAMPLES / "physical-ai.yaml"),
+         "--run-id", "20261203-000000-abcdef", "--quota-file", str(EXAMPLES / "quota-ample.yaml")),
+        ("configure", "--show"),
+    ],
+    ids=["validate-spec", "plan-spec", "configure-show"],
+)  # fmt: skip
+def test_the_other_read_only_gates_write_nothing(
+    args: tuple[str, ...], npa_home: Path, tmp_path: Path
+) -> None:
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    home = npa_home.parent
+    env = {"NPA_HOME": str(npa_home), "HOME": str(home), "TMPDIR": str(scratch)}
+    before = tree(home)
+    r = run_npa(*args, env=env, cwd=str(tmp_path))
+    assert r.code == 0, r.stdout + r.stderr
+    assert changed(before, tree(home)) == set()
+    assert list(scratch.iterdir()) == []
+
+
 STUB_PYTHON = """#!/bin/sh
 # A venv's python: answers npa's probe with a SkyPilot npa must repair, and as pip it starts a
 # grandchild and waits for ever (a slow install), recording its process group first.
