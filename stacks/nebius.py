@@ -150,7 +150,8 @@ def program() -> None:
     pulumi.export("cpu_node_group_id", cpu.id)
     pulumi.export("gpu_node_group_id", gpu.id)
     pulumi.export("agent_id", agent.id)
-    # Evidence for plan-spec --existing: the agent boot disk exists once this output does.
+    # Evidence for plan-spec --existing: each id below names a resource of this stack whose
+    # state records the disks' size and count (the agent's disk, the node groups' boot disks).
     pulumi.export("agent_boot_disk_id", agent_disk.id)
     pulumi.export("bucket", bucket.bucket)
     pulumi.export("kubeconfig", kubeconfig)

@@ -6,9 +6,86 @@ module. Keep module tops light: import services inside command functions.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Sequence
+from typing import Any
+
 import typer
+from typer.core import TyperGroup
+
+# The parser's exception classes, from the module typer's own BadParameter lives in: click's,
+# or the copy of click that newer typer releases carry.
+_PARSER_ERRORS: Any = sys.modules[typer.BadParameter.__module__]
+UsageError: type[Exception] = _PARSER_ERRORS.UsageError
+ClickException: type[Exception] = _PARSER_ERRORS.ClickException
+
+JSON_FLAG = "--json"
+
+
+def asks_for_json(argv: Sequence[str]) -> bool:
+    """Whether a command line asks for JSON: ``--json`` among its options (not after ``--``)."""
+    for arg in argv:
+        if arg == "--":
+            return False
+        if arg == JSON_FLAG:
+            return True
+    return False
+
+
+def usage_error_code(error: Any, argv: Sequence[str]) -> int:
+    """Report a usage error (unknown flag, missing argument, bad value) the way every other
+    error is reported: an error object on stdout under ``--json``, click's usage text
+    otherwise; exit 2 either way."""
+    from npa.core.errors import InvalidInput
+    from npa.core.output import emit_error
+
+    if not asks_for_json(argv):
+        error.show()
+        return int(error.exit_code)
+    path = error.ctx.command_path if error.ctx is not None else "npa"
+    details: dict[str, Any] = {"usage": error.ctx.get_usage()} if error.ctx is not None else {}
+    wrapped = InvalidInput(error.format_message(), fix=f"{path} --help", details=details)
+    return emit_error(wrapped, as_json=True)
+
+
+class NpaGroup(TyperGroup):
+    """The root group: every outcome of a command line, usage errors included, ends the one
+    way npa's errors end (``--json`` means JSON whatever went wrong)."""
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        try:
+            code = super().main(
+                args=argv,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except UsageError as error:
+            code = usage_error_code(error, argv)
+        except ClickException as error:
+            shown: Any = error
+            shown.show()
+            code = shown.exit_code
+        except typer.Abort:
+            typer.echo("Aborted!", err=True)
+            code = 1
+        code = code if isinstance(code, int) else 0
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
 
 app = typer.Typer(
+    cls=NpaGroup,
     name="npa",
     help=(
         "Declarative multi-stage GPU data pipelines on cloud Kubernetes: validate and plan a "

@@ -8,13 +8,27 @@ functions.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from npa.cli import complete
+
 if TYPE_CHECKING:
     from npa.core.output import Result
 
+# Every command that acts on a cluster names it the same way (--cluster is kept as an alias);
+# without it, chosen_context picks one in the documented order.
+ContextFlag = Annotated[
+    str | None,
+    typer.Option(
+        "--context",
+        "--cluster",
+        help="Kube context (default: the project's configured one, else current-context).",
+        autocompletion=complete.contexts,
+    ),
+]
 JsonFlag = Annotated[
     bool, typer.Option("--json", help="Print the result (or the error) as a JSON object.")
 ]
@@ -49,3 +63,26 @@ def finish(as_json: bool, produce: Callable[[], Result], *, compact: bool = Fals
     code = emit(result, as_json=as_json, compact=compact)
     if code:
         raise typer.Exit(code)
+
+
+def chosen_context(
+    flag: str | None,
+    command: list[str],
+    *,
+    project: str | None = None,
+    spec: Path | None = None,
+) -> str:
+    """The kube context a command acts on, in the one order (``choose_context``): ``--context``,
+    the spec's ``infrastructure.context``, the project's configured context, the kubeconfig's
+    current-context."""
+    from npa.services.configure import choose_context, no_context_error
+
+    spec_context = None
+    if flag is None and spec is not None:
+        from npa.spec.validate import load_workflow
+
+        spec_context = load_workflow(spec).infrastructure.context
+    chosen = choose_context(flag, project=project, spec_context=spec_context)
+    if chosen is None:
+        raise no_context_error(command)
+    return chosen.name

@@ -47,6 +47,10 @@ def compare(
     plot: Annotated[
         Path | None, Opt("--plot", help="Also draw per-stage durations to this PNG.")
     ] = None,
+    html: Annotated[
+        Path | None,
+        Opt("--html", help="Also write the comparison as one self-contained HTML page."),
+    ] = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Two runs side by side per stage; the first divergence is stated first."""
@@ -54,6 +58,6 @@ def compare(
     def produce() -> Result:
         from npa.services.insights import compare as service
 
-        return service(input_path, base_run, candidate_run, plot=plot)
+        return service(input_path, base_run, candidate_run, plot=plot, html=html)
 
     finish(as_json, produce)

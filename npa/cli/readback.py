@@ -12,7 +12,7 @@ import typer
 
 from npa.cli import complete
 from npa.cli.apps import workflow_app
-from npa.cli.common import JsonFlag, finish
+from npa.cli.common import ContextFlag, JsonFlag, chosen_context, finish
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -209,17 +209,10 @@ def logs(
 
 @workflow_app.command("gpus")
 def gpus(
-    cluster: Annotated[
-        str,
-        Opt(
-            "--cluster",
-            help="Kube context ($KUBECONFIG, or placed by provision-if-absent).",
-            autocompletion=complete.contexts,
-        ),
-    ],
     spec: Annotated[
         Path | None, Opt("--spec", help="Check which stages fit, and the remap submit applies.")
     ] = None,
+    context: ContextFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Per node: GPU label name, allocatable and requestable GPUs."""
@@ -227,7 +220,8 @@ def gpus(
     def produce() -> Result:
         from npa.services.gpus import gpus as service
 
-        return service(cluster, spec=spec)
+        chosen = chosen_context(context, ["npa", "workbench", "workflow", "gpus"], spec=spec)
+        return service(chosen, spec=spec)
 
     finish(as_json, produce)
 
@@ -269,3 +263,75 @@ def load_artifact(
         return service(run, project, destination=destination, workflow_uri=workflow_s3_uri)
 
     finish(as_json, bounded(read_timeout, produce))
+
+
+@workflow_app.command("report")
+def report(
+    run: RunArg,
+    project: ProjectOpt = None,
+    out: Annotated[
+        Path | None,
+        Opt("--out", help="The page to write (default: ./npa-report-RUN_ID.html)."),
+    ] = None,
+    open_page: Annotated[
+        bool, Opt("--open", help="Open the page in the default browser once it is written.")
+    ] = False,
+    watch: Annotated[
+        bool,
+        Opt(
+            "--watch",
+            help="Rewrite the page as the run moves, until it is final; the page "
+            "reloads itself meanwhile.",
+        ),
+    ] = False,
+    interval: Annotated[float, Opt("--interval", min=0.1, help="Seconds between checks.")] = 10.0,
+    timeout: Annotated[
+        float | None, Opt("--timeout", min=0, help="Stop watching after this many seconds.")
+    ] = None,
+    cached: Annotated[
+        bool, Opt("--cached", help="Store and local records only; the page says CACHED.")
+    ] = False,
+    workflow_s3_uri: PrefixOpt = None,
+    read_timeout: ReadTimeoutOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """One self-contained HTML page of the run (stages, timeline, outputs, failed logs, next
+    commands, and the sources it was read from); it fetches nothing. Exit codes as status: 4
+    when the run could not be read (no page is written when its store does not answer) or
+    parts of the page are missing, 3 NOT_FOUND; with --watch, 1 when the run ended failed."""
+
+    def produce() -> Result:
+        from npa.core.errors import InvalidInput
+        from npa.services import report as service
+
+        if watch and cached:
+            raise InvalidInput("--watch follows the live run; --cached never asks it: pick one")
+        opened: list[str] = []
+
+        def on_write(result: service.ReportResult) -> None:
+            if open_page and not opened:
+                opened.append(result.path)
+                _open_in_browser(result.path)
+            if not as_json:
+                state = "final" if result.final else "not final"
+                typer.echo(f"page {result.pages_written}: {result.state} ({state})", err=True)
+
+        if watch:
+            return service.watch_report(
+                run, project, out=out, interval=interval, timeout=timeout,
+                workflow_uri=workflow_s3_uri, on_write=on_write,
+                say=lambda line: typer.echo(line, err=True),
+            )  # fmt: skip
+        result = service.report(run, project, out=out, cached=cached, workflow_uri=workflow_s3_uri)
+        if open_page:
+            _open_in_browser(result.path)
+        return result
+
+    finish(as_json, bounded(read_timeout, produce), compact=watch)
+
+
+def _open_in_browser(path: str) -> None:
+    import webbrowser
+
+    if not webbrowser.open(Path(path).as_uri()):
+        typer.echo(f"no browser could be started here; open {path} yourself", err=True)

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from npa.cli import complete
 from npa.cli.apps import skypilot_app
-from npa.cli.common import JsonFlag, finish
+from npa.cli.common import ContextFlag, JsonFlag, chosen_context, finish
 
 if TYPE_CHECKING:
     from npa.core.output import Result
@@ -26,12 +25,7 @@ class OutputFormat(StrEnum):
 @skypilot_app.command("status")
 def status(
     project: Annotated[str, Opt("--project", help="Project alias (its namespace is npa-<alias>).")],
-    context: Annotated[
-        str,
-        Opt(
-            "--context", help="Kube context provisioning placed.", autocompletion=complete.contexts
-        ),
-    ],
+    context: ContextFlag = None,
     as_json: JsonFlag = False,
 ) -> None:
     """API server, jobs controller, kube context, identity, namespace/RBAC and client version."""
@@ -39,24 +33,18 @@ def status(
     def produce() -> Result:
         from npa.services.skypilot_health import skypilot_status
 
-        return skypilot_status(project, context)
+        chosen = chosen_context(context, ["npa", "skypilot", "status"], project=project)
+        return skypilot_status(project, chosen)
 
     finish(as_json, produce)
 
 
 @skypilot_app.command("verify")
 def verify(
-    cluster: Annotated[
-        str,
-        Opt(
-            "--cluster",
-            help="The kube context to verify ($KUBECONFIG first, then the placed one).",
-            autocompletion=complete.contexts,
-        ),
-    ],
     project: Annotated[
         str | None, Opt("--project", help="Check pod access in npa-<project>.")
     ] = None,
+    context: ContextFlag = None,
     namespace: Annotated[
         str | None, Opt("--namespace", help="Check pod access in this namespace instead.")
     ] = None,
@@ -70,7 +58,8 @@ def verify(
     def produce() -> Result:
         from npa.services.skypilot_health import verify as service
 
-        return service(cluster, project=project, namespace=namespace)
+        chosen = chosen_context(context, ["npa", "skypilot", "verify"], project=project)
+        return service(chosen, project=project, namespace=namespace)
 
     finish(as_json or output_format is OutputFormat.json, produce)
 

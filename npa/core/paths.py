@@ -36,13 +36,33 @@ _FOLDER_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01
 _FOLDER_MAX = 200
 
 
+def context_problem(value: str) -> str | None:
+    """Why ``value`` cannot name a kube context npa targets, or None: the one rule for context
+    names, for every command and the spec. Any name kubectl selects a context by is accepted
+    (ARNs with ``:`` and ``/``, ``user@team/ctx``), except what SkyPilot cannot address after
+    ``k8s/`` in a task's ``infra`` (it splits there on ``/`` and strips spaces): an empty name,
+    control characters, a ``/`` at either end or twice in a row, spaces at either end or beside
+    a ``/``."""
+    if not value:
+        return "is empty"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        return "holds control characters"
+    if value != value.strip():
+        return "starts or ends with a space"
+    parts = value.split("/")
+    if "" in parts:
+        return "starts or ends with '/' or has '//' (SkyPilot's k8s/<context> cannot hold it)"
+    if any(part != part.strip() for part in parts):
+        return "has a space beside a '/' (SkyPilot's k8s/<context> would drop it)"
+    return None
+
+
 def check_context_name(value: str) -> str:
-    """Return ``value`` if kubectl could select a context by it: any text but empty or
-    control characters (ARNs with ``:`` and ``/`` are ordinary context names)."""
-    if not value or any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    """Return ``value`` if :func:`context_problem` finds nothing, else raise InvalidInput."""
+    problem = context_problem(value)
+    if problem is not None:
         raise InvalidInput(
-            f"kube context {value!r} is not a context name: it is empty or holds control "
-            "characters",
+            f"kube context {value!r} is not a context name npa can use: it {problem}",
             fix="kubectl config get-contexts -o name",
         )
     return value

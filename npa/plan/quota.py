@@ -8,9 +8,10 @@ API, the local store's filesystem). The arithmetic trusts nothing it cannot chec
 - a reading counts only for the region (and project) the plan builds in (:class:`QuotaScope`):
   evidence read for another region is no evidence at all;
 - an existing resource is deducted only when its proof was checked (:class:`ExistingCheck`
-  ``proven``: a Pulumi stack output npa read back, a provider lookup, or the stack state npa
-  read itself). A claim in words is "claimed, unproven" and deducts nothing; a claim that does
-  not match what the plan needs gives ``blocked-unknown``.
+  ``proven``: the stack state or the provider records exactly the claimed disks, and the proof
+  proves no other claim; see :mod:`npa.plan.evidence`). A claim in words is "claimed,
+  unproven" and deducts nothing; a claim that does not match what the plan needs gives
+  ``blocked-unknown``.
 
 Only complete, consistent evidence can say ``ok``.
 """
@@ -20,7 +21,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, StringConstraints, Tag
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    model_validator,
+)
 
 from npa.core.errors import NpaError
 from npa.plan.infra import DISK_COUNT, GIB, DiskNeed, QuotaRequirement, Role, Unit
@@ -86,20 +95,35 @@ Name = Annotated[str, StringConstraints(min_length=1, max_length=512)]
 
 
 class PulumiOutputRef(BaseModel):
-    """A stack output npa reads back with the pulumi CLI."""
+    """What in a stack's state proves the claim: an output or a resource (exactly one)."""
 
     model_config = _Frozen
 
     stack: Name = Field(description="Stack name (npa's, or organization/project/stack).")
-    output: Name = Field(description="Output whose presence (and value) proves the resource.")
+    output: Name | None = Field(
+        default=None,
+        description="An output that is the id of a disk-holding resource in the stack's state, "
+        "or a record of the disks ({id, role, size_gib, disk_type}, or a list of them).",
+    )
+    resource: Name | None = Field(
+        default=None, description="A disk-holding resource of the stack, by URN or name."
+    )
     backend: Name | None = Field(
         default=None, description="State backend URL (default: npa's, file://$NPA_HOME/pulumi)."
     )
-    value: str | None = Field(default=None, description="The value the output must have.")
+    value: str | None = Field(
+        default=None, description="The value the output (or the resource's id) must have."
+    )
+
+    @model_validator(mode="after")
+    def _one_citation(self) -> PulumiOutputRef:
+        if (self.output is None) == (self.resource is None):
+            raise ValueError("name exactly one of output and resource")
+        return self
 
 
 class PulumiOutputProof(BaseModel):
-    """``evidence: {pulumi: {stack: S, output: O}}``."""
+    """``evidence: {pulumi: {stack: S, output: O}}`` or ``{pulumi: {stack: S, resource: R}}``."""
 
     model_config = _Frozen
 
@@ -135,8 +159,8 @@ Evidence = Annotated[
     Discriminator(
         _evidence_kind,
         custom_error_type="evidence",
-        custom_error_message="evidence must be text (a claim), {pulumi: {stack, output}} or "
-        "{nebius_disk: ID}",
+        custom_error_message="evidence must be text (a claim), {pulumi: {stack, output}}, "
+        "{pulumi: {stack, resource}} or {nebius_disk: ID}",
     ),
 ]
 

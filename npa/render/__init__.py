@@ -1,1 +1,1 @@
-"""Rendering: a validated workflow -> one SkyPilot task YAML per stage."""
+"""Rendering: a validated workflow -> one SkyPilot task YAML per stage; a run -> its report page."""

@@ -11,7 +11,6 @@ different bytes by the time the pod pulls it). All are pure: they read and write
 from __future__ import annotations
 
 import hashlib
-import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,9 +20,10 @@ import npa.backends.skypilot.tasks as skypilot_tasks
 from npa.backends.base import ExecutionBackend, RunTasks, StageTask, TaskInput, TaskOutput
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
+from npa.core.paths import context_problem
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.spec.imageref import DIGEST, parse_image_ref
-from npa.spec.model import CONTEXT, Tool, Workflow, store_uri_problem
+from npa.spec.model import Tool, Workflow, store_uri_problem
 
 
 @dataclass(frozen=True)
@@ -343,12 +343,9 @@ def render_workflow(
     problems = []
     if context is None:
         problems.append("no kube context: set infrastructure.context or pass --context")
-    elif not re.fullmatch(CONTEXT, context):
-        # The same rule as infrastructure.context: a name, never a path or several lines.
-        problems.append(
-            f"kube context {context!r} cannot be used as a name: use letters, digits and "
-            ". _ @ : + -, with no '/', spaces or newlines"
-        )
+    elif problem := context_problem(context):
+        # The one rule of infrastructure.context and every --context.
+        problems.append(f"kube context {context!r} {problem}")
     if store is not None and (problem := store_uri_problem(store)):
         # The same rule as storage.uri.
         problems.append(f"store {store!r} {problem}")

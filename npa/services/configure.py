@@ -15,6 +15,7 @@ import re
 import shlex
 import uuid
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
@@ -314,4 +315,58 @@ def record_project(
         config_file=str(paths.config_file),
         changed=changed,
         recorded={k: entry.get(k) for k in FIELDS},
+    )
+
+
+class ChosenContext(BaseModel):
+    """The kube context a command acts on, and where the choice came from."""
+
+    name: str
+    source: str  # "--context", "spec", "NPA_CONTEXT", "project <alias>", "current-context"
+
+
+def choose_context(
+    flag: str | None,
+    *,
+    project: str | None = None,
+    spec_context: str | None = None,
+    kubeconfig: Path | None = None,
+    paths: NpaPaths | None = None,
+) -> ChosenContext | None:
+    """The one order every command picks a kube context in: ``--context``, then the spec's
+    ``infrastructure.context`` (for commands that read a spec), then the project's configured
+    context (``NPA_CONTEXT``, then ``npa configure --context``), then the kubeconfig's
+    ``current-context`` (``--kubeconfig``, else ``$KUBECONFIG``, else ~/.kube/config). None
+    when none of them names one. Every choice is checked by the one context-name rule."""
+    from npa.adapters.kube import kubeconfig as kube
+
+    chosen: ChosenContext | None = None
+    if flag is not None:
+        chosen = ChosenContext(name=flag, source="--context")
+    elif spec_context is not None:
+        chosen = ChosenContext(name=spec_context, source="spec")
+    else:
+        setting = resolve_project(project, paths=paths).settings["context"]
+        if setting.value is not None and setting.source != "default":
+            where = setting.origin if setting.source == "env" else f"project {project or 'default'}"
+            chosen = ChosenContext(name=setting.value, source=str(where))
+    if chosen is None:
+        try:
+            current = kube.merge(kube.source_files(kubeconfig)).current_context
+        except kube.KubeconfigError:
+            current = None
+        if current:
+            chosen = ChosenContext(name=current, source="current-context")
+    if chosen is not None:
+        check_context_name(chosen.name)
+    return chosen
+
+
+def no_context_error(command: list[str]) -> InvalidInput:
+    """No flag, spec, configuration or current-context names a context for ``command``."""
+    return InvalidInput(
+        "no kube context: none was given with --context, the project configures none and the "
+        "kubeconfig has no current-context",
+        fix=shlex.join(["kubectl", "config", "get-contexts", "-o", "name"])
+        + f"  # the names {shlex.join([*command, '--context'])} takes",
     )

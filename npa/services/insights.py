@@ -136,6 +136,8 @@ class CompareResult(Result):
     stages: list[StageRow]
     plot: str | None = None
     plot_bytes: int | None = None
+    html: str | None = None
+    html_bytes: int | None = None
 
     def exit_code(self) -> int:
         return 0
@@ -154,6 +156,8 @@ class CompareResult(Result):
         lines += _table(self.stages)
         if self.plot:
             lines.append(f"plot: {self.plot} ({plural(self.plot_bytes or 0, 'byte')})")
+        if self.html:
+            lines.append(f"page: {self.html} ({plural(self.html_bytes or 0, 'byte')})")
         return lines
 
 
@@ -239,9 +243,15 @@ def _divergence(d: Divergence | None) -> DivergenceModel | None:
 
 
 def compare(
-    input_path: Path, base_run: str, candidate_run: str, *, plot: Path | None = None
+    input_path: Path,
+    base_run: str,
+    candidate_run: str,
+    *,
+    plot: Path | None = None,
+    html: Path | None = None,
 ) -> CompareResult:
-    """Compare two stored runs; optionally draw their per-stage durations to ``plot``."""
+    """Compare two stored runs; optionally draw their per-stage durations to ``plot`` (PNG),
+    and write the comparison as one self-contained page to ``html``."""
     with db.connect(input_path, create=False) as conn:
         base = db.load(conn, base_run)
         candidate = db.load(conn, candidate_run)
@@ -267,7 +277,24 @@ def compare(
             raise InvalidInput(f"--plot {plot} must name a .png file")
         result.plot_bytes = durations_png(pairs, base.run_id, candidate.run_id, plot)
         result.plot = str(plot)
+    if html is not None:
+        result.html_bytes = _write_page(result, html)
+        result.html = str(html.resolve())
     return result
+
+
+def _write_page(result: CompareResult, out: Path) -> int:
+    """The comparison as one HTML page that fetches nothing (its chart inline SVG)."""
+    from datetime import UTC, datetime
+
+    from npa.core.fsio import atomic_write_text
+    from npa.render.report import render_compare
+
+    text = render_compare(
+        result.model_dump(mode="json"), datetime.now(UTC).isoformat(timespec="seconds")
+    )
+    atomic_write_text(out, text, mode=0o644)
+    return len(text.encode("utf-8"))
 
 
 __all__ = ["CompareResult", "IngestResult", "compare", "ingest_run"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from npa.core.commands import npa_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
@@ -13,7 +12,7 @@ from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.targets import Target
 from npa.core.text import number, plural
-from npa.plan.evidence import OutputReader
+from npa.plan.evidence import StackState, StateReader
 from npa.plan.infra import (
     GIB,
     DiskNeed,
@@ -160,15 +159,17 @@ class QuotaOptions:
     extra_sources: list[QuotaSource] = field(default_factory=list)
 
 
-def pulumi_outputs(paths: NpaPaths) -> OutputReader:
-    """Reads a stack's outputs with the pulumi CLI, from the backend the evidence names or
-    npa's own (``file://$NPA_HOME/pulumi``)."""
+def pulumi_state(paths: NpaPaths) -> StateReader:
+    """Reads the state of the stack a proof cites, from the backend the proof names or npa's
+    own (``file://$NPA_HOME/pulumi``); a ``file://`` backend without starting pulumi."""
 
-    def read(ref: PulumiOutputRef) -> dict[str, Any] | None:
-        from npa.adapters.infra.runner import Backend, InfraRunner
+    def read(ref: PulumiOutputRef) -> StackState | None:
+        from npa.adapters.infra.runner import Backend, read_stack_state
+        from npa.plan.evidence import state_from_deployment
 
         url = ref.backend or f"file://{paths.pulumi_backend}"
-        return InfraRunner(Backend(url)).stack_outputs(ref.stack)
+        deployment = read_stack_state(Backend(url), ref.stack)
+        return None if deployment is None else state_from_deployment(deployment)
 
     return read
 
@@ -211,6 +212,13 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
                 *(["--project", options.project] if options.project else []),
             ),
         )
+
+
+def _gpus_command(path: Path, context: str | None) -> str:
+    """Which stages the cluster's nodes can run; without the spec's context, gpus picks the
+    project's or the current one itself."""
+    ctx = ["--context", context] if context else []
+    return npa_command("workbench", "workflow", "gpus", *ctx, "--spec", str(path))
 
 
 def plan_spec(
@@ -279,8 +287,9 @@ def plan_spec(
     existing = check_existing(
         claims,
         scope,
-        read_outputs=pulumi_outputs(paths),
+        read_state=pulumi_state(paths),
         read_disk=NebiusDiskLookup(endpoint=options.nebius_endpoint).get,
+        origin=str(options.existing_file),
     )
     if options.skip or target == "kubernetes":
         assessment = QuotaAssessment(
@@ -304,9 +313,7 @@ def plan_spec(
             assessment.fix = "resolve the unknown evidence listed above, then plan again"
     note = None
     if target == "kubernetes":
-        gpus = npa_command(
-            "workbench", "workflow", "gpus", "--cluster", "CONTEXT", "--spec", str(path)
-        )
+        gpus = _gpus_command(path, workflow.infrastructure.context)
         note = (
             "an existing cluster has no cloud quota for npa to check; which stages its nodes "
             f"can run: {gpus}"

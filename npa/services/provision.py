@@ -649,46 +649,37 @@ def _export_line(path: Path) -> str:
 # --- quota -----------------------------------------------------------------------------------
 
 
-def existing_disks(resources: Sequence[dict[str, Any]]) -> list[ExistingCheck]:
-    """Disks the nebius stack's state proves exist: node-group boot disks and the agent disk.
-    npa read the state itself (after a refresh), so these are proven."""
-    from npa.spec.model import DiskType
+def existing_disks(
+    stack: str, resources: Sequence[dict[str, Any]], backend: str | None = None
+) -> list[ExistingCheck]:
+    """The disks the nebius stack's (refreshed) state records: the node groups' boot disks and
+    the agent's disk, each a claim citing its resource and checked by the same rule as
+    ``plan-spec --existing`` (:func:`npa.plan.evidence.check_existing`)."""
+    from npa.plan.evidence import StackState, check_existing, resource_record
+    from npa.plan.quota import PulumiOutputProof, PulumiOutputRef
 
-    found: list[ExistingCheck] = []
+    claims = []
     for resource in resources:
-        outputs = resource.get("outputs") or {}
-        urn = str(resource.get("urn", ""))
-        name = urn.rsplit("::", 1)[-1]
-        kind = str(resource.get("type", ""))
-        if kind.endswith("mk8sV1NodeGroup:Mk8sV1NodeGroup") and name in ("cpu-nodes", "gpu-nodes"):
-            disk = (outputs.get("template") or {}).get("bootDisk") or {}
-            size = disk.get("sizeGibibytes")
-            count = outputs.get("fixedNodeCount")
-            if size and count:
-                claim = ExistingDisk(
-                    role="cpu_node" if name == "cpu-nodes" else "gpu_node",
-                    disk_type=DiskType(disk.get("type", "NETWORK_SSD")),
-                    size_gib=int(size),
-                    count=int(count),
-                    evidence=f"stack state {urn} (id {resource.get('id')})",
-                )
-                found.append(_read_back(claim))
-        elif kind.endswith("computeV1Disk:ComputeV1Disk") and name == "agent-boot-disk":
-            size = outputs.get("sizeGibibytes")
-            if size:
-                claim = ExistingDisk(
-                    role="agent",
-                    disk_type=DiskType(outputs.get("type", "NETWORK_SSD")),
-                    size_gib=int(size),
-                    evidence=f"stack state {urn} (id {resource.get('id')})",
-                )
-                found.append(_read_back(claim))
-    return found
-
-
-def _read_back(claim: ExistingDisk) -> ExistingCheck:
-    return ExistingCheck(
-        disk=claim, status="proven", detail=f"read back from the refreshed {claim.evidence}"
+        record = resource_record(resource)
+        if record is None:
+            continue
+        (disks,) = record.disks
+        assert disks.role is not None
+        ref = PulumiOutputRef(stack=stack, resource=str(resource["urn"]), backend=backend)
+        claims.append(
+            ExistingDisk.model_validate(
+                {
+                    "role": disks.role,
+                    "disk_type": disks.disk_type,
+                    "size_gib": disks.size_bytes // GIB,
+                    "count": disks.count,
+                    "evidence": PulumiOutputProof(pulumi=ref),
+                }
+            )
+        )
+    state = StackState(outputs={}, resources=list(resources))
+    return check_existing(
+        claims, QuotaScope(), read_state=lambda _ref: state, origin=f"the state of stack {stack}"
     )
 
 
@@ -944,7 +935,7 @@ def _existing_cloud_disks(
         return []
     if journal is not None:
         runner.refresh(cloud)
-    return existing_disks(runner.resources(cloud.name))
+    return existing_disks(cloud.name, runner.resources(cloud.name), runner.backend.url)
 
 
 def _preview_all(

@@ -12,7 +12,6 @@ import difflib
 import hashlib
 import json
 import os
-import re
 import shlex
 import shutil
 from collections.abc import Sequence
@@ -267,14 +266,12 @@ def _accelerators(
 def _check_names(context: str | None, store: str | None) -> None:
     """``--context`` and ``--store-uri`` checked as ``infrastructure.context`` and
     ``storage.uri`` are: a name, never a path or several lines, and an object-store URI."""
-    from npa.spec.model import CONTEXT, store_uri_problem
+    from npa.core.paths import context_problem
+    from npa.spec.model import store_uri_problem
 
     problems = []
-    if context is not None and not re.fullmatch(CONTEXT, context):
-        problems.append(
-            f"kube context {context!r} cannot be used as a name: use letters, digits and "
-            ". _ @ : + -, with no '/', spaces or newlines"
-        )
+    if context is not None and (problem := context_problem(context)):
+        problems.append(f"kube context {context!r} {problem}")
     if store is not None and (problem := store_uri_problem(store)):
         problems.append(f"store {store!r} {problem}")
     if problems:
@@ -296,8 +293,9 @@ def _render_fix(
     """The command that renders after all: the same one with the values npa can find
     (``context`` and ``store``: what this render used, if anything)."""
     from npa.adapters.kube import kubeconfig
+    from npa.core.paths import context_problem
     from npa.services.configure import resolve_project
-    from npa.spec.model import CONTEXT, store_uri_problem
+    from npa.spec.model import store_uri_problem
 
     if error.details.get("unpinned"):
         return (
@@ -306,7 +304,7 @@ def _render_fix(
         )
     argv = ["npa", "workbench", "workflow", "render", str(path), "--run-id", run_id]
     argv += ["--out", str(out)] + (["--digests", str(digests_file)] if digests_file else [])
-    if context is not None and not re.fullmatch(CONTEXT, str(context)):
+    if context is not None and context_problem(str(context)):
         context = None  # refused as a name: the fix offers the kubeconfig's current one
     if context is None:
         try:

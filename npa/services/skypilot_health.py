@@ -521,7 +521,7 @@ def _gpu_check(found: list[Any], context: str) -> Check:
         verdict="failed",
         answer="none usable",
         detail=detail,
-        fix=shlex.join(["npa", "workbench", "workflow", "gpus", "--cluster", context]),
+        fix=shlex.join(["npa", "workbench", "workflow", "gpus", "--context", context]),
         facts=facts,
     )
 

@@ -557,8 +557,8 @@ def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[st
         if reason.reason in IMAGE_REASONS:
             out.append(_preflight_images(located, spec))
         elif reason.reason == "Unschedulable":
-            context = located.kube_context or "CONTEXT"
-            out.append(cmd(*wf, "gpus", "--cluster", context, "--spec", spec))
+            ctx = ["--context", located.kube_context] if located.kube_context else []
+            out.append(cmd(*wf, "gpus", *ctx, "--spec", spec))
     return out
 
 
@@ -588,8 +588,8 @@ def _launch_fixes(located: Located, launches: list[LaunchFailure], log: str | No
     out = [log] if log else []
     if _NO_ROOM.search(launches[-1].error):
         spec = located.reservation.spec if located.reservation else "SPEC"
-        context = located.kube_context or "CONTEXT"
-        out.append(cmd("workbench", "workflow", "gpus", "--cluster", context, "--spec", spec))
+        ctx = ["--context", located.kube_context] if located.kube_context else []
+        out.append(cmd("workbench", "workflow", "gpus", *ctx, "--spec", spec))
     return out
 
 

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from npa.core.paths import context_problem
 from npa.spec import imageref
 
 API_VERSION = "npa/v1"
@@ -48,11 +49,15 @@ ACCELERATOR = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_.-]{0,63}):(?P<count>[1-
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]{0,127}$"
 LABEL_KEY = r"^[A-Za-z0-9._/-]{1,63}$"
 # Kube contexts become path components (clusters/<context>/kubeconfig).
-CONTEXT = r"^[A-Za-z0-9][A-Za-z0-9._@:+-]{0,252}$"
 # Object-store URIs: a scheme npa or SkyPilot can read, then printable ASCII without spaces
 # (anything else is percent-encoded, as in any URI).
 STORE_URI = r"^(s3|gs|r2|file)://[!-~]+$"
 URI = re.compile(STORE_URI)
+
+
+CONTEXT_HINT = "name a context of `kubectl config get-contexts -o name`"
+# An input's one rule across its fields (the model and the validator's raw pass both check it).
+ONE_SOURCE = ("an input needs exactly one of 'uri' or 'from'", "keep one of the two")
 
 
 def rule_error(message: str, hint: str) -> PydanticCustomError:
@@ -215,7 +220,7 @@ class Input(_Strict):
     @model_validator(mode="after")
     def _one_source(self) -> Input:
         if (self.uri is None) == (self.from_ is None):
-            raise rule_error("an input needs exactly one of 'uri' or 'from'", "keep one of the two")
+            raise rule_error(*ONE_SOURCE)
         return self
 
 
@@ -369,13 +374,23 @@ class GpuNodes(NodeGroup):
 class Infrastructure(_Strict):
     """The cluster shape the workflow needs; the quota arithmetic is computed from it."""
 
-    context: Annotated[str, StringConstraints(pattern=CONTEXT)] | None = Field(
-        default=None, description="Kubernetes context; render writes resources.infra k8s/<it>."
+    context: str | None = Field(
+        default=None,
+        description="Kubernetes context, as kubectl names it; render writes resources.infra "
+        "k8s/<it>.",
     )
     region: str | None = Field(default=None, description="Cloud region of the quotas.")
     agent: AgentInfra = Field(default_factory=AgentInfra)
     cpu_nodes: CpuNodes = Field(default_factory=CpuNodes)
     gpu_nodes: GpuNodes = Field(default_factory=GpuNodes)
+
+    @field_validator("context")
+    @classmethod
+    def _context(cls, value: str | None) -> str | None:
+        problem = None if value is None else context_problem(value)
+        if problem:
+            raise rule_error(f"kube context {value!r} {problem}", CONTEXT_HINT)
+        return value
 
 
 class Workflow(_Strict):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path as FsPath
 from typing import Any
 
@@ -28,22 +28,24 @@ from npa.spec.loader import MAX_BYTES, LoadedDocument, Path, load_text
 from npa.spec.model import (
     ACCELERATORS,
     API_VERSION,
-    CONTEXT,
     DNS_LABEL,
     ENV_NAME,
     IDENT,
     LABEL_KEY,
+    ONE_SOURCE,
     RULE_ERROR,
     STORE_URI,
     TOOL_REF,
     Checkpoint,
-    Infrastructure,
+    GpuNodes,
     Stage,
     Workflow,
     parse_accelerators,
     relative_path_problem,
 )
 
+# What a stage's fit against the GPU node group reads of that group.
+FIT_FIELDS = ("count", "accelerators")
 # Past this many dependency cycles, the rest are counted rather than spelled out.
 MAX_CYCLES_SHOWN = 50
 
@@ -66,12 +68,19 @@ class SpecIssue(BaseModel):
 class _Collector:
     doc: LoadedDocument | None
     issues: list[SpecIssue]
+    seen: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, path: Path, message: str, hint: str) -> None:
+        """Record a problem once: a rule that pass 1 (the model) and pass 2 (the raw document)
+        both check, so that it is reported whatever else fails, is not listed twice."""
+        where = format_path(path)
+        if (where, message) in self.seen:
+            return
+        self.seen.add((where, message))
         pos = self.doc.position(path) if self.doc else None
         self.issues.append(
             SpecIssue(
-                path=format_path(path),
+                path=where,
                 message=message,
                 hint=hint,
                 line=pos.line if pos else None,
@@ -108,13 +117,11 @@ _PATTERN_HINTS = {
     ENV_NAME: "environment variable names use letters, digits and '_', not starting with a digit",
     LABEL_KEY: "label keys use letters, digits, '.', '_', '/' and '-', at most 63 characters",
     ACCELERATORS: "write the GPU model and count, e.g. H100:8",
-    CONTEXT: "use letters, digits and . _ @ : + -, with no '/' and no spaces",
     STORE_URI: "e.g. s3://bucket/prefix; percent-encode other characters (%20)",
     imageref.PATTERN: "write [registry[:port]/]repository[:tag][@sha256:<64 hex>] in lowercase",
 }
 _PATTERN_MESSAGES = {
     ACCELERATORS: "{value!r} is not NAME:N",
-    CONTEXT: "kube context {value!r} cannot be used as a name",
     STORE_URI: "{value!r} is not an object-store URI (s3://, gs://, r2:// or file:///) "
     "in printable ASCII without spaces",
     imageref.PATTERN: "{value!r} is not a valid image reference",
@@ -185,13 +192,17 @@ def _pydantic_issues(exc: ValidationError, prefix: Path, out: _Collector) -> Non
 # --- pass 2: whole-document rules ------------------------------------------------------------
 
 
-def _infrastructure(raw: Mapping[str, Any]) -> Infrastructure | None:
-    """The infrastructure section when it is valid on its own (its problems are reported by
-    pass 1); None when it is not, so fit checks never run against a guess."""
-    if "infrastructure" not in raw:
-        return Infrastructure()
+def _gpu_nodes(raw: Mapping[str, Any]) -> GpuNodes | None:
+    """The GPU node group's count and accelerators, which is all the fit checks read, when those
+    two are valid on their own (their problems, and any elsewhere in ``infrastructure``, are
+    reported by pass 1); None when they are not, so fit checks never run against a guess. An
+    error elsewhere in the section therefore never hides a stage's fit error."""
+    infra = raw.get("infrastructure", {})
+    section = infra.get("gpu_nodes", {}) if isinstance(infra, dict) else None
+    if not isinstance(section, dict):
+        return None
     try:
-        return Infrastructure.model_validate(raw["infrastructure"])
+        return GpuNodes.model_validate({k: section[k] for k in FIT_FIELDS if k in section})
     except ValidationError:
         return None
 
@@ -245,9 +256,9 @@ def _index(
 def _check_references(raw: Mapping[str, Any], out: _Collector) -> None:
     stages = _mappings(raw.get("stages"))
     index = _index(raw, stages, out)
-    infra = _infrastructure(raw)
+    gpu_nodes = _gpu_nodes(raw)
     for i, stage in stages:
-        _check_stage(i, stage, index, infra, out)
+        _check_stage(i, stage, index, gpu_nodes, out)
     _check_cycles(stages, index, out)
 
 
@@ -261,7 +272,7 @@ def _check_stage(
     i: int,
     stage: dict[str, Any],
     index: _Index,
-    infra: Infrastructure | None,
+    gpu_nodes: GpuNodes | None,
     out: _Collector,
 ) -> None:
     at: Path = ("stages", i)
@@ -278,6 +289,10 @@ def _check_stage(
     inputs = _mappings(stage.get("inputs"))
     _unique_names(at, "input", inputs, out)
     for j, inp in inputs:
+        # The model checks this too, but only when the input's fields are valid; checked here,
+        # a bad name (or any other field) no longer hides it.
+        if (inp.get("uri") is None) == (inp.get("from") is None):
+            out.add((*at, "inputs", j), ONE_SOURCE[0], ONE_SOURCE[1])
         ref = inp.get("from")
         if "uri" in inp or not isinstance(ref, str):
             continue
@@ -339,9 +354,9 @@ def _check_stage(
     resources = stage.get("resources")
     accel = resources.get("accelerators") if isinstance(resources, dict) else None
     parsed = parse_accelerators(accel) if isinstance(accel, str) else None
-    if parsed is not None and infra is not None:
-        node = parse_accelerators(infra.gpu_nodes.accelerators)
-        if infra.gpu_nodes.count == 0:
+    if parsed is not None and gpu_nodes is not None:
+        node = parse_accelerators(gpu_nodes.accelerators)
+        if gpu_nodes.count == 0:
             out.add(
                 (*at, "resources", "accelerators"),
                 f"the stage needs {accel} but infrastructure.gpu_nodes.count is 0",
@@ -350,7 +365,7 @@ def _check_stage(
         elif node is not None and (node[0].lower() != parsed[0].lower() or parsed[1] > node[1]):
             out.add(
                 (*at, "resources", "accelerators"),
-                f"{accel} does not fit a GPU node ({infra.gpu_nodes.accelerators})",
+                f"{accel} does not fit a GPU node ({gpu_nodes.accelerators})",
                 "request at most the GPUs of one node, of the node's model",
             )
 

@@ -442,7 +442,7 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     assert not terminal(answer), json.dumps(answer, indent=1)
     [pod] = [p for p in answer["pending"] if p["reason"] == "Unschedulable"]
     assert "nvidia.com/gpu" in pod["message"] or "node affinity" in pod["message"], pod
-    assert any("gpus --cluster" in n for n in answer["next"]), answer["next"]
+    assert any("gpus --context" in n for n in answer["next"]), answer["next"]
     cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
     assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
     final, _ = follow(world, run_id, terminal, timeout=600)

@@ -1,6 +1,8 @@
 """The plan-spec evidence property: the bulk in process (typer's runner), a sample through the
-console script. Both are integration tests: with the pulumi CLI installed, checking a claim's
-stack-output proof starts it."""
+console script. Both are integration tests: a proof's stack state on a file:// backend is read
+as a file, but the mutated evidence names other backends too, and reading those starts the
+pulumi CLI (pulumi stack export). The proof rule itself, over claims and states given as data,
+is tests/unit/test_proof_property.py."""
 
 from __future__ import annotations
 

@@ -289,3 +289,46 @@ def test_a_stage_that_echoes_credentials_leaves_none_in_the_store(
         r = run_npa("workbench", "insights", "ingest-run", "--input-path", str(prefix),
                     "--output-path", str(target), env=env, timeout=60)  # fmt: skip
         assert r.code == 2 and "not a regular file" in r.stderr, r.stderr
+
+
+def test_compare_writes_a_page_with_its_chart_that_a_browser_opens(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    from tests.harness.browser import chromium_binary, luminance_spread, open_page
+
+    db = tmp_path / "insights.db"
+    for prefix in (runs["good_prefix"], runs["bad_prefix"]):
+        ingest(prefix.as_uri(), db)
+    page = tmp_path / "compare.html"
+    r = run_npa(
+        "workbench", "insights", "compare", "--input-path", str(db),
+        "--base-run", runs["good"], "--candidate-run", runs["bad"], "--html", str(page), "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert r.json()["html"] == str(page) and r.json()["html_bytes"] == page.stat().st_size
+    binary = chromium_binary()
+    if binary is None:
+        pytest.skip("no Chromium: scripts/bootstrap-tools --only chromium installs it")
+    script = """JSON.stringify({
+      first: document.querySelector('#first-divergence').textContent,
+      rows: [...document.querySelectorAll('#stages tr[data-stage]')].map(r =>
+        [r.dataset.stage, r.dataset.differs]),
+      base: document.querySelectorAll('svg.durations rect.bar-base').length,
+      candidate: document.querySelectorAll('svg.durations rect.bar-candidate').length,
+      labels: [...document.querySelectorAll('svg.durations text')].map(t => t.textContent),
+      scripts: document.scripts.length,
+    })"""
+    loaded = open_page(binary, page, script, tmp_path / "chromium")
+    (tmp_path / "compare.png").write_bytes(loaded.screenshot)
+    variance, colours = luminance_spread(loaded.screenshot)
+    assert variance > 100 and colours > 10
+    assert loaded.requests == [page.resolve().as_uri()], loaded.requests
+    dom = loaded.value
+    assert dom["first"].startswith("First divergence: stage total FAILED (payload)")
+    assert dict(dom["rows"]) == {
+        "generate": "",
+        "square": "metrics",
+        "total": "state retries outputs",
+    }
+    assert dom["base"] == dom["candidate"] == 3
+    assert "FAILED" in dom["labels"] and dom["scripts"] == 0

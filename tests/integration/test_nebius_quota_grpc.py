@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
+from npa.core.errors import InvalidInput
 from npa.plan.infra import DISK_COUNT, GIB, cluster_requirements, disk_needs
 from npa.plan.quota import QuotaScope, assess
 from npa.plan.quota_sources import FileQuotaSource, NebiusQuotaSource
@@ -286,15 +287,22 @@ def test_a_disk_the_compute_api_confirms_is_proven(disks: FakeDiskApi) -> None:
         claim = ExistingDisk(
             role="agent", size_gib=100, evidence=NebiusDiskProof(nebius_disk=disk_id)
         )
-        (result,) = check_existing([claim], scope, read_outputs=dict, read_disk=lookup.get)
+        try:
+            (result,) = check_existing([claim], scope, read_state=dict, read_disk=lookup.get)
+        except InvalidInput as error:  # the disk is there, and it is not the claimed one
+            return "refused", error.message
         return result.status, result.detail
 
     assert check("computedisk-ok")[0] == "proven"
     assert check("computedisk-small") == (
-        "refuted",
-        f"nebius disk computedisk-small: it is {50 * GIB} bytes, not 100 GiB: not deducted",
+        "refused",
+        "the --existing file: a proof must prove exactly the disks its claim names, and one "
+        "proof proves one claim; existing[0] (agent: 1 x 100 GiB NETWORK_SSD): nebius disk "
+        "computedisk-small, READY in project-e00test records 1 x 50 GiB NETWORK_SSD "
+        "(no role recorded)",
     )
-    assert "NETWORK_HDD" in check("computedisk-hdd")[1]
+    status, why = check("computedisk-hdd")
+    assert status == "refused" and "records 1 x 100 GiB NETWORK_HDD" in why, why
     assert "project-e00other" in check("computedisk-away")[1]
     assert "DELETING" in check("computedisk-going")[1]
     assert check("computedisk-none")[0] == "refuted"

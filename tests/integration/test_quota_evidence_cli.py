@@ -13,6 +13,7 @@ from npa.plan.quota_sources import LocalStoreSource
 from tests.harness.cli import run_npa
 from tests.harness.disks import tmpfs
 from tests.harness.pulumi import PulumiBackend, file_backend
+from tests.harness.stackstate import nebius_stack
 
 pytestmark = pytest.mark.integration
 
@@ -23,12 +24,15 @@ GIB = 2**30
 
 
 def agent_stack(backend: PulumiBackend, name: str = "npa-physai-nebius") -> None:
-    """A stack in npa's Pulumi project whose outputs prove the agent disk exists."""
+    """A stack in npa's Pulumi project whose ``agent_disk`` output records the agent disk (its
+    ``agent_boot_disk_id`` is an id no resource of its state has)."""
 
     def program() -> None:
         import pulumi
 
         pulumi.export("agent_boot_disk_id", "computedisk-e00proof")
+        disk = {"id": "computedisk-e00proof", "role": "agent", "size_gib": 100}
+        pulumi.export("agent_disk", {**disk, "disk_type": "NETWORK_SSD"})
         pulumi.export("empty", "")
 
     backend.stack(name, program, project="npa").up(on_output=lambda _line: None)
@@ -66,13 +70,13 @@ def test_a_stack_output_npa_reads_back_is_deducted_and_words_are_not(
     url = pulumi_backend.url
 
     proof = existing(tmp_path, f"{{pulumi: {{stack: npa-physai-nebius, output: "
-                               f"agent_boot_disk_id, backend: '{url}'}}}}")  # fmt: skip
+                               f"agent_disk, backend: '{url}'}}}}")  # fmt: skip
     res = plan("--existing", proof, "--json", env=env)
     assert res.code == 0, res.stdout + res.stderr
     quota = res.json()["quota"]
     (check,) = quota["existing"]
     assert check["status"] == "proven"
-    assert "agent_boot_disk_id = computedisk-e00proof" in check["detail"]
+    assert "output agent_disk: agent: 1 x 100 GiB NETWORK_SSD" in check["detail"], check
     assert (quota["lines"][0]["existing_gib"], quota["lines"][0]["required_new_gib"]) == (100, 1151)
 
     words = existing(tmp_path, "'pulumi stack npa-physai-nebius, trust me'")
@@ -83,7 +87,7 @@ def test_a_stack_output_npa_reads_back_is_deducted_and_words_are_not(
 
     for evidence, why in (
         (f"{{pulumi: {{stack: npa-physai-nebius, output: agent_id, backend: '{url}'}}}}",
-         "has no output agent_id (it has: agent_boot_disk_id, empty)"),
+         "has no output agent_id (it has: agent_boot_disk_id, agent_disk, empty)"),
         (f"{{pulumi: {{stack: npa-physai-nebius, output: empty, backend: '{url}'}}}}",
          "is empty"),
         (f"{{pulumi: {{stack: npa-other, output: agent_boot_disk_id, backend: '{url}'}}}}",
@@ -97,6 +101,14 @@ def test_a_stack_output_npa_reads_back_is_deducted_and_words_are_not(
         assert check["status"] == "refuted" and why in check["detail"], check
         assert res.json()["quota"]["lines"][0]["existing"] == 0
 
+    # An id that no resource of the stack's state has says nothing of a size or count.
+    bare = f"{{pulumi: {{stack: npa-physai-nebius, output: agent_boot_disk_id, backend: '{url}'}}}}"
+    res = plan("--existing", existing(tmp_path, bare), "--json", env=env)
+    assert res.code == 2, res.stdout + res.stderr
+    error = res.json()["error"]
+    assert "no resource with that id" in error["message"], error
+    assert "existing[0]: cite output agent_disk" in error["fix"], error
+
 
 def test_npa_s_own_backend_is_where_a_proof_is_read_by_default(
     pulumi_backend: PulumiBackend, npa_home: Path, tmp_path: Path
@@ -104,10 +116,36 @@ def test_npa_s_own_backend_is_where_a_proof_is_read_by_default(
     own = file_backend(npa_home / "pulumi", pulumi_backend.pulumi_bin)
     agent_stack(own)
     env = {**pulumi_backend.env, "NPA_HOME": str(npa_home)}
-    proof = existing(tmp_path, "{pulumi: {stack: npa-physai-nebius, output: agent_boot_disk_id}}")
+    proof = existing(tmp_path, "{pulumi: {stack: npa-physai-nebius, output: agent_disk}}")
     res = plan("--existing", proof, "--json", env=env)
     assert res.code == 0, res.stdout + res.stderr
     assert res.json()["quota"]["existing"][0]["status"] == "proven"
+
+
+def test_the_checkpoint_npa_reads_is_what_pulumi_exports(pulumi_backend: PulumiBackend) -> None:
+    # A file:// backend's state is read as a file; any other backend through pulumi stack
+    # export. On a stack pulumi wrote, both give the same outputs and resources.
+    from npa.adapters.infra.runner import Backend, InfraRunner, read_stack_state
+    from npa.plan.evidence import SECRET, state_from_deployment
+
+    def program() -> None:
+        import pulumi
+
+        pulumi.export("agent_disk", {"id": "d1", "role": "agent", "size_gib": 100})
+        pulumi.export("pw", pulumi.Output.secret("hunter2"))
+
+    pulumi_backend.stack("npa-read", program, project="npa").up(on_output=lambda _line: None)
+    backend = Backend(pulumi_backend.url)
+    direct = read_stack_state(backend, "npa-read")
+    runner = InfraRunner(backend, pulumi_bin=pulumi_backend.pulumi_bin)
+    exported = runner.stack_export("npa-read")
+    assert direct is not None and exported is not None
+    mine, theirs = state_from_deployment(direct), state_from_deployment(exported)
+    assert mine.outputs == theirs.outputs
+    assert mine.outputs["pw"] == SECRET and "hunter2" not in str(direct)
+    assert [r["urn"] for r in mine.resources] == [r["urn"] for r in theirs.resources]
+    assert read_stack_state(backend, "npa-none") is None
+    assert runner.stack_export("npa-none") is None
 
 
 def test_an_unreadable_backend_is_unavailable_not_proof(npa_home: Path, tmp_path: Path) -> None:
@@ -121,6 +159,103 @@ def test_an_unreadable_backend_is_unavailable_not_proof(npa_home: Path, tmp_path
     assert res.code == 0, res.stdout + res.stderr
     (check,) = res.json()["quota"]["existing"]
     assert check["status"] in ("unavailable", "refuted") and "not deducted" in check["detail"]
+
+
+# --- one proof, one claim (issue 28) -----------------------------------------------------------
+
+
+def quota_with(tmp_path: Path, available_gib: int) -> str:
+    """A quota file for eu-north1 with ``available_gib`` of NETWORK_SSD left, and disks to spare."""
+    path = tmp_path / "quota.yaml"
+    limit, usage = 4096 * GIB, (4096 - available_gib) * GIB
+    path.write_text(
+        "region: eu-north1\nquotas:\n"
+        f"  compute.disk.size.network-ssd: {{limit: {limit}, usage: {usage}}}\n"
+        "  compute.disk.count: {limit: 32, usage: 0}\n"
+    )
+    return str(path)
+
+
+def claims(tmp_path: Path, *items: tuple[str, int, int, str]) -> str:
+    """An --existing file: (role, size_gib, count, output of npa-physai-nebius) per claim."""
+    path = tmp_path / "existing.yaml"
+    path.write_text(
+        "existing:\n"
+        + "".join(
+            f"  - {{role: {role}, size_gib: {size}, count: {count}, evidence: "
+            f"{{pulumi: {{stack: npa-physai-nebius, output: {output}}}}}}}\n"
+            for role, size, count, output in items
+        )
+    )
+    return str(path)
+
+
+def plan_physai(tmp_path: Path, spec: str, quota: str, existing_file: str, npa_home: Path) -> Any:
+    return run_npa(*WF, "plan-spec", spec, "--run-id", "proof-1", "--quota-file", quota,
+                   "--existing", existing_file, "--json",
+                   env={"NPA_HOME": str(npa_home)})  # fmt: skip
+
+
+def test_an_agent_disk_id_does_not_prove_two_gpu_node_disks(npa_home: Path, tmp_path: Path) -> None:
+    # The case found in testing: two GPU nodes (2 x 1,023 GiB) and 228 GiB available; the
+    # agent disk's id offered as proof of both GPU node disks made the plan OK.
+    spec = tmp_path / "physai-2gpu.yaml"
+    text = (EXAMPLES / "physical-ai.yaml").read_text()
+    spec.write_text(text.replace("  gpu_nodes:\n    count: 1\n", "  gpu_nodes:\n    count: 2\n"))
+    nebius_stack(npa_home / "pulumi", gpu=(2, 1023))
+    quota = quota_with(tmp_path, 228)
+    wrong = claims(tmp_path, ("gpu_node", 1023, 2, "agent_boot_disk_id"))
+    res = plan_physai(tmp_path, str(spec), quota, wrong, npa_home)
+    assert res.code == 2, res.stdout + res.stderr
+    error = res.json()["error"]
+    assert error["kind"] == "invalid_input"
+    message = error["message"]
+    assert "existing[0] (gpu_node: 2 x 1,023 GiB NETWORK_SSD)" in message, message
+    assert "agent: 1 x 100 GiB NETWORK_SSD" in message, message  # what the state records
+    # The fix names the output of the same stack that records exactly these disks.
+    assert error["fix"].startswith(f"edit {wrong}  # existing[0]: cite output gpu_node_group_id")
+
+    # The output that records the GPU node group proves them, and only then are they deducted.
+    right = claims(tmp_path, ("gpu_node", 1023, 2, "gpu_node_group_id"))
+    res = plan_physai(tmp_path, str(spec), quota, right, npa_home)
+    assert res.code == 0, res.stdout + res.stderr
+    quota_result = res.json()["quota"]
+    assert quota_result["verdict"] == "ok"
+    assert quota_result["lines"][0]["existing_gib"] == 2046
+    # A count the state does not record is refused too: the group has two nodes, not one.
+    one = claims(tmp_path, ("gpu_node", 1023, 1, "gpu_node_group_id"))
+    res = plan_physai(tmp_path, str(spec), quota, one, npa_home)
+    assert res.code == 2, res.stdout + res.stderr
+    error = res.json()["error"]
+    assert "records gpu_node: 2 x 1,023 GiB NETWORK_SSD" in error["message"], error
+    assert "role: gpu_node, disk_type: NETWORK_SSD, size_gib: 1023, count: 2" in error["fix"]
+
+
+def test_one_output_does_not_prove_two_claims(npa_home: Path, tmp_path: Path) -> None:
+    # The agent disk's id offered for the agent disk and the CPU node disk at once.
+    nebius_stack(npa_home / "pulumi")
+    quota = quota_with(tmp_path, 1023)  # enough only once both 228 GiB are deducted
+    twice = claims(
+        tmp_path,
+        ("agent", 100, 1, "agent_boot_disk_id"),
+        ("cpu_node", 128, 1, "agent_boot_disk_id"),
+    )
+    res = plan_physai(tmp_path, PHYSAI, quota, twice, npa_home)
+    assert res.code == 2, res.stdout + res.stderr
+    message = res.json()["error"]["message"]
+    assert "existing[1] (cpu_node: 1 x 128 GiB NETWORK_SSD)" in message, message
+    assert "already proves existing[0]" in message, message
+    assert "existing[1]: cite output cpu_node_group_id" in res.json()["error"]["fix"]
+
+    # Each claim with the output that records it: both proven, both deducted.
+    apart = claims(
+        tmp_path, ("agent", 100, 1, "agent_boot_disk_id"), ("cpu_node", 128, 1, "cpu_node_group_id")
+    )
+    res = plan_physai(tmp_path, PHYSAI, quota, apart, npa_home)
+    assert res.code == 0, res.stdout + res.stderr
+    result = res.json()["quota"]
+    assert [c["status"] for c in result["existing"]] == ["proven", "proven"]
+    assert (result["verdict"], result["lines"][0]["existing_gib"]) == ("ok", 228)
 
 
 def _free(path: Path) -> int:

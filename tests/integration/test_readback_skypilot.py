@@ -117,7 +117,7 @@ def test_pending_reports_the_pod_level_reason_and_the_next_command(world: dict[s
         body = status(world).json()
         (reason,) = body["pending"]
         assert reason["reason"] == "Unschedulable" and "Insufficient" in reason["message"]
-        assert any(f"gpus --cluster {kube.context}" in n for n in body["next"])
+        assert any(f"gpus --context {kube.context}" in n for n in body["next"])
         text = run_npa(*WF, "status", world["run_id"], "--project", "team", env=world["env"])
         assert "Unschedulable" in text.stdout and "kubernetes-pods: found" in text.stdout
     finally:

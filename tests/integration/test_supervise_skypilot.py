@@ -224,7 +224,7 @@ def test_launches_the_controller_keeps_failing_are_shown_then_end_the_run_failed
     [source] = [s for s in answer["sources"] if s["source"] == "launch-attempts"]
     assert source["answer"] == "found" and "2 failed launches" in source["detail"]
     assert answer["next"][0] == source["fix"] and "--controller 1" in source["fix"]
-    assert any("gpus --cluster" in n for n in answer["next"]), answer["next"]
+    assert any("gpus --context" in n for n in answer["next"]), answer["next"]
     generate = answer["stages"]["generate"]
     assert generate["state"] == "PENDING" and generate["detail"] == "Job is in backoff"
     text = run_npa(

@@ -28,7 +28,8 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     )  # fmt: skip
     (wheel,) = dist.glob("npa-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert any(n.endswith(".data/data/share/npa/templates/skypilot-task.yaml.j2") for n in names)
+    for template in ("skypilot-task.yaml.j2", "run-report.html.j2", "compare-report.html.j2"):
+        assert any(n.endswith(f".data/data/share/npa/templates/{template}") for n in names)
 
     prefix = tmp_path / "prefix"
     # --ignore-installed: without it pip "upgrades" the venv's own npa, uninstalling it.
@@ -59,6 +60,17 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     module, templates = probe.stdout.split()
     assert Path(module).is_relative_to(site)
     assert Path(templates) == (prefix / "share/npa/templates").resolve()
+    # The report page renders from the installed template too.
+    page = subprocess.run(
+        [sys.executable, "-c",
+         "from npa.core.templates import templates_dir as d; from npa.render import report as r; "
+         "print(d(r.TEMPLATE)); print(len(r.render_report(r.RunReport(project='p', run_id='R', "
+         "workflow=None, state='SUCCEEDED', trustworthy=True, final=True, reason='-', "
+         "checked_at='-', built_at='-'))))"],
+        capture_output=True, text=True, env=env, cwd=elsewhere, check=True,
+    )  # fmt: skip
+    found, size = page.stdout.split()
+    assert Path(found) == (prefix / "share/npa/templates").resolve() and int(size) > 1000
     rendered = sorted(p.name for p in out.iterdir())
     assert rendered == ["augment.yaml", "curate.yaml", "evaluate.yaml", "render.json"]
     # The environment running the tests still has its own npa (later tests start it).

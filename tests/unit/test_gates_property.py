@@ -25,6 +25,7 @@ from typer.testing import CliRunner
 from npa.plan.infra import GIB, cluster_requirements, disk_needs, known_quotas
 from npa.spec.model import Workflow
 from npa.spec.validate import validate_text
+from tests.harness.stackstate import agent_disk, node_group
 from tests.tiers import examples
 from tests.unit.specdata import base_spec, doc_paths
 
@@ -70,7 +71,8 @@ NEAR = [
 KEYS = [
     "limit", "usage", "unlimited", "region", "project", "source", "quotas", "colour", SSD, COUNT,
     "compute.disk.size.network-hdd", "compute.disks.count", "role", "size_gib", "count",
-    "disk_type", "evidence", "pulumi", "nebius_disk", "stack", "output", "value", "backend",
+    "disk_type", "evidence", "pulumi", "nebius_disk", "stack", "output", "resource", "value",
+    "backend",
 ]  # fmt: skip
 scalars = st.one_of(
     st.sampled_from(NEAR), st.integers(min_value=-(2**64), max_value=2**64), st.text(max_size=8)
@@ -222,23 +224,29 @@ def evidence_ok(evidence: Any) -> bool:
             and all(c.isascii() and (c.isalnum() or c == "-") for c in disk)
         )
     ref = evidence.get("pulumi")
-    if not isinstance(ref, dict) or set(ref) - {"stack", "output", "backend", "value"}:
+    if not isinstance(ref, dict) or set(ref) - {"stack", "output", "resource", "backend", "value"}:
         return False
-    for key in ("stack", "output", "backend"):
-        if key not in ref or (key == "backend" and ref[key] is None):
+    for key in ("stack", "output", "resource", "backend"):
+        if key not in ref or (key != "stack" and ref[key] is None):
             continue
         if not (isinstance(ref[key], str) and 1 <= len(ref[key]) <= 512):
             return False
+    # It cites exactly one thing in the stack's state: an output or a resource.
+    cites = [key for key in ("output", "resource") if ref.get(key) is not None]
     value = ref.get("value")
-    return "stack" in ref and "output" in ref and (value is None or isinstance(value, str))
+    return "stack" in ref and len(cites) == 1 and (value is None or isinstance(value, str))
 
 
-def quota_supports_ok(doc: dict[str, Any], spec: dict[str, Any]) -> bool:
-    """Every line the plan needs has one consistent, in-region figure that is enough."""
+def quota_supports_ok(
+    doc: dict[str, Any], spec: dict[str, Any], deducted: dict[str, int] | None = None
+) -> bool:
+    """Every line the plan needs has one consistent, in-region figure that is enough for what
+    is left to create once ``deducted`` (per quota name) is taken off."""
     infra = Workflow.model_validate(spec).infrastructure
     region = infra.region or REGION
     needed = {r.name: r.required for r in cluster_requirements(disk_needs(infra))}
     for name, required in needed.items():
+        required = max(required - (deducted or {}).get(name, 0), 0)
         entry = doc["quotas"].get(name)
         if not isinstance(entry, dict) or entry.get("region", doc.get("region")) != region:
             return False
@@ -330,3 +338,84 @@ def test_provision_never_creates_on_evidence_that_is_not_evidence(
     if assessment.verdict == "ok":
         assert quota_supports_ok(quota, spec), (quota, assessment)
     assert all(line.existing == 0 for line in assessment.lines)
+
+
+# --- provision's gate deducts only the disks its state records --------------------------------
+
+
+@st.composite
+def nebius_states(draw: st.DrawFn) -> list[dict[str, Any]]:
+    """The resources a nebius stack's state may record: the agent disk and each node group,
+    present or not, of sizes, types and counts that may or may not be the plan's."""
+    # Mostly the plan's own disks (cluster_spec: agent 100, cpu 1 x 128, gpu 1 x 1023 GiB).
+    types = st.sampled_from(("NETWORK_SSD", "NETWORK_SSD", "NETWORK_HDD"))
+    counts = st.sampled_from((1, 1, 2))
+    found = []
+    if draw(st.booleans()):
+        size = draw(st.sampled_from((100, 100, 128)))
+        found.append(agent_disk("s", "computedisk-1", size, draw(types)))
+    for role, planned in (("cpu", 128), ("gpu", 1023)):
+        if draw(st.booleans()):
+            size = draw(st.sampled_from((planned, planned, 100)))
+            found.append(node_group("s", role, f"ng-{role}", draw(counts), size, draw(types)))
+    return found
+
+
+def recorded(resource: dict[str, Any]) -> tuple[str, str, int, int]:
+    """(role, type, GiB, count) as the resource records it, read independently of npa."""
+    name, out = resource["urn"].split("::")[-1], resource["outputs"]
+    if name == "agent-boot-disk":
+        return "agent", out["type"], out["sizeGibibytes"], 1
+    boot = out["template"]["bootDisk"]
+    return f"{name.split('-')[0]}_node", boot["type"], boot["sizeGibibytes"], out["fixedNodeCount"]
+
+
+@settings(
+    max_examples=examples(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(quota=quota_mutations(), resources=nebius_states())
+def test_provision_deducts_exactly_what_its_state_records(
+    quota: Any, resources: list[dict[str, Any]], npa_home: Path
+) -> None:
+    """provision-if-absent's gate, given the disks its refreshed state records (checked by the
+    rule plan-spec --existing follows), deducts exactly those when they fit the plan, nothing
+    otherwise, and says ok only when the quota covers the rest."""
+    from npa.core.errors import InvalidInput
+    from npa.core.paths import NpaPaths
+    from npa.services.provision import ProvisionRequest, existing_disks, quota_gate
+
+    spec = cluster_spec()
+    infra = Workflow.model_validate(spec).infrastructure
+    existing = existing_disks("s", resources)
+    claims = [recorded(r) for r in resources]
+    assert [c.status for c in existing] == ["proven"] * len(resources)
+    assert sorted((c.disk.role, c.disk.disk_type.value, c.disk.size_gib, c.disk.count)
+                  for c in existing) == sorted(claims)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "quota.yaml"
+        path.write_text(yaml.safe_dump(quota, sort_keys=False))
+        req = ProvisionRequest(project=None, target="nebius", quota_files=[path])
+        try:
+            assessment = quota_gate(req, NpaPaths(npa_home), infra, existing=existing)
+        except InvalidInput:
+            assert not quota_input_ok(quota)
+            event("input error")
+            return
+    needs = {n.role: n for n in disk_needs(infra)}
+    fits = all(
+        role in needs
+        and (needs[role].disk_type.value, needs[role].size_gib) == (kind, size)
+        and count <= needs[role].count
+        for role, kind, size, count in claims
+    )
+    deducted = {COUNT: sum(c[3] for c in claims) if fits else 0}
+    for _, kind, size, count in claims:
+        name = "compute.disk.size." + kind.lower().replace("_", "-")
+        deducted[name] = deducted.get(name, 0) + (count * size * GIB if fits else 0)
+    for line in assessment.lines:
+        assert line.existing == deducted.get(line.name, 0), (line, claims)
+    event(f"{assessment.verdict}, {'deducted' if fits and claims else 'nothing deducted'}")
+    if assessment.verdict == "ok":
+        assert quota_supports_ok(quota, spec, deducted), (quota, assessment)

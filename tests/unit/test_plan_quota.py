@@ -10,7 +10,7 @@ import pytest
 from npa.core.errors import InvalidInput, Unavailable
 from npa.core.layout import wave_count
 from npa.plan.dag import levels, topological_order
-from npa.plan.evidence import check_existing
+from npa.plan.evidence import StackState, check_existing
 from npa.plan.infra import (
     DISK_COUNT,
     GIB,
@@ -30,6 +30,7 @@ from npa.plan.quota import (
 )
 from npa.plan.quota_sources import FileQuotaSource, LocalStoreSource, load_existing
 from npa.spec.model import DiskType, Infrastructure, Workflow
+from tests.harness.stackstate import agent_disk
 from tests.unit.specdata import base_spec
 
 pytestmark = pytest.mark.unit
@@ -199,11 +200,12 @@ def test_example_quota_files_give_the_documented_verdicts() -> None:
     assert (blocked.verdict, line(blocked, SSD).shortfall_gib) == ("blocked", 1230)
     claims = load_existing(Path("examples/existing-agent.yaml"))
 
-    def stack_outputs(ref: PulumiOutputRef) -> dict[str, str]:
+    def stack_state(ref: PulumiOutputRef) -> StackState:
         assert (ref.stack, ref.output) == ("npa-physai-nebius", "agent_boot_disk_id")
-        return {"agent_boot_disk_id": "computedisk-e00example"}
+        disk = agent_disk(ref.stack, "computedisk-e00example", 100)
+        return StackState({"agent_boot_disk_id": "computedisk-e00example"}, [disk])
 
-    existing = check_existing(claims, scope, read_outputs=stack_outputs)
+    existing = check_existing(claims, scope, read_state=stack_state)
     ok = assess(
         REQUIREMENTS,
         [FileQuotaSource(Path("examples/quota-ample.yaml"))],

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from npa.core.errors import InvalidInput, Unavailable
-from npa.plan.evidence import DiskFacts, check_existing
+from npa.plan.evidence import DiskFacts, StackState, check_existing
 from npa.plan.infra import DISK_COUNT, GIB, cluster_requirements, disk_needs, known_quotas
 from npa.plan.quota import (
     ExistingDisk,
@@ -26,6 +26,7 @@ from npa.plan.quota import (
 )
 from npa.plan.quota_sources import FileQuotaSource, load_existing
 from npa.spec.model import Infrastructure
+from tests.harness.stackstate import agent_disk
 
 pytestmark = pytest.mark.unit
 
@@ -212,10 +213,10 @@ def claim(evidence: Any, size: int = 100) -> ExistingDisk:
     return ExistingDisk(role="agent", size_gib=size, evidence=evidence)
 
 
-def outputs_of(stacks: dict[str, dict[str, Any]]) -> Any:
+def states_of(stacks: dict[str, StackState]) -> Any:
     asked: list[str] = []
 
-    def read(ref: PulumiOutputRef) -> dict[str, Any] | None:
+    def read(ref: PulumiOutputRef) -> StackState | None:
         asked.append(ref.stack)
         if ref.stack == "broken":
             raise Unavailable("the state backend cannot be read")
@@ -229,7 +230,19 @@ def pulumi(stack: str, output: str, value: str | None = None) -> PulumiOutputPro
     return PulumiOutputProof(pulumi=PulumiOutputRef(stack=stack, output=output, value=value))
 
 
-STACKS = {"npa-a": {"agent_boot_disk_id": "computedisk-1", "empty": "", "pw": "[secret]"}}
+AGENT = agent_disk("npa-a", "computedisk-1", 100)
+RECORD = {"id": "computedisk-9", "role": "agent", "size_gib": 100, "disk_type": "NETWORK_SSD"}
+STACKS = {
+    "npa-a": StackState(
+        outputs={
+            "agent_boot_disk_id": "computedisk-1",
+            "agent_disk": RECORD,
+            "empty": "",
+            "pw": "[secret]",
+        },
+        resources=[AGENT],
+    )
+}
 
 
 @pytest.mark.parametrize(
@@ -239,8 +252,11 @@ STACKS = {"npa-a": {"agent_boot_disk_id": "computedisk-1", "empty": "", "pw": "[
         ("pulumi stack npa-a output agent_boot_disk_id=computedisk-1", "unproven"),
         (pulumi("npa-a", "agent_boot_disk_id"), "proven"),
         (pulumi("npa-a", "agent_boot_disk_id", "computedisk-1"), "proven"),
+        (pulumi("npa-a", "agent_disk"), "proven"),
+        (PulumiOutputProof(pulumi=PulumiOutputRef(stack="npa-a", resource="agent-boot-disk")),
+         "proven"),
         (pulumi("npa-a", "agent_boot_disk_id", "computedisk-2"), "refuted"),
-        (pulumi("npa-a", "pw"), "proven"),
+        (pulumi("npa-a", "pw"), "unproven"),
         (pulumi("npa-a", "pw", "hunter2"), "unproven"),
         (pulumi("npa-a", "empty"), "refuted"),
         (pulumi("npa-a", "nothing"), "refuted"),
@@ -248,10 +264,10 @@ STACKS = {"npa-a": {"agent_boot_disk_id": "computedisk-1", "empty": "", "pw": "[
         (pulumi("broken", "agent_boot_disk_id"), "unavailable"),
         (NebiusDiskProof(nebius_disk="computedisk-1"), "unavailable"),  # no API client given
     ],
-)
+)  # fmt: skip
 def test_only_a_proof_npa_checked_is_deducted(evidence: Any, status: str) -> None:
     available = 1151  # exactly what is left to create once the agent's 100 GiB exist
-    (check,) = check_existing([claim(evidence)], NORTH, read_outputs=outputs_of(STACKS))
+    (check,) = check_existing([claim(evidence)], NORTH, read_state=states_of(STACKS))
     assert check.status == status, check.detail
     source = FixedSource({SSD: (available * GIB, 0), DISK_COUNT: (2, 0)})
     result = assess(REQUIREMENTS, [source], needs=NEEDS, existing=[check], scope=NORTH)
@@ -277,10 +293,89 @@ class FixedSource:
 
 
 def test_a_stack_is_read_once_however_often_it_is_named() -> None:
-    read = outputs_of(STACKS)
+    read = states_of(STACKS)
     claims = [claim(pulumi("npa-a", "agent_boot_disk_id")), claim(pulumi("npa-a", "pw"))]
-    assert [c.status for c in check_existing(claims, NORTH, read_outputs=read)] == ["proven"] * 2
+    checks = check_existing(claims, NORTH, read_state=read)
+    assert [c.status for c in checks] == ["proven", "unproven"]
     assert read.asked == ["npa-a"]
+
+
+@pytest.mark.parametrize(
+    ("claimed", "evidence", "why"),
+    [
+        # The agent disk's id does not prove GPU node disks, nor two agent disks.
+        ({"role": "gpu_node", "size_gib": 100}, pulumi("npa-a", "agent_boot_disk_id"),
+         "records agent: 1 x 100 GiB NETWORK_SSD"),
+        ({"role": "agent", "size_gib": 100, "count": 2}, pulumi("npa-a", "agent_disk"),
+         "records agent: 1 x 100 GiB NETWORK_SSD"),
+        ({"role": "agent", "size_gib": 101}, pulumi("npa-a", "agent_boot_disk_id"),
+         "records agent: 1 x 100 GiB NETWORK_SSD"),
+        ({"role": "agent", "size_gib": 100, "disk_type": "NETWORK_HDD"},
+         pulumi("npa-a", "agent_boot_disk_id"), "records agent: 1 x 100 GiB NETWORK_SSD"),
+        # An output that is an id of nothing in the state, or of something holding no disk.
+        ({"role": "agent", "size_gib": 100}, pulumi("npa-c", "disk_id"),
+         "no resource with that id"),
+        ({"role": "agent", "size_gib": 100}, pulumi("npa-c", "cluster_id"),
+         "records no disk size and count"),
+        ({"role": "agent", "size_gib": 100}, pulumi("npa-c", "half"),
+         "must have exactly id, role, size_gib and disk_type"),
+    ],
+)  # fmt: skip
+def test_a_proof_of_other_disks_is_refused(
+    claimed: dict[str, Any], evidence: Any, why: str
+) -> None:
+    stacks = {
+        **STACKS,
+        "npa-c": StackState(
+            outputs={"disk_id": "computedisk-404", "cluster_id": "mk8s-1", "half": {"id": "x"}},
+            resources=[{"urn": "urn:pulumi:c::npa::nebius:index/mk8sV1Cluster:Mk8sV1Cluster::"
+                        "cluster", "type": "nebius:index/mk8sV1Cluster:Mk8sV1Cluster",
+                        "id": "mk8s-1", "outputs": {}}],
+        ),
+    }  # fmt: skip
+    with pytest.raises(InvalidInput) as caught:
+        check_existing(
+            [ExistingDisk.model_validate({**claimed, "evidence": evidence})],
+            NORTH,
+            read_state=states_of(stacks),
+            origin="existing.yaml",
+        )
+    error = caught.value
+    assert error.message.startswith("existing.yaml: ") and "existing[0] (" in error.message
+    assert why in error.message, error.message
+    assert error.fix is not None and error.fix.startswith("edit existing.yaml  # existing[0]: ")
+    assert error.details["refused"][0]["claim"] == "existing[0]"
+
+
+def test_one_proof_proves_one_claim_whatever_cites_it() -> None:
+    # The same disk through the same output, through its resource, and through its id at the
+    # provider: the first claim is proven, every later one refused.
+    def disk(disk_id: str) -> DiskFacts | None:
+        return DiskFacts(disk_id, "project-e00a", 100 * GIB, "NETWORK_SSD", "READY")
+
+    by_resource = PulumiOutputRef(stack="npa-a", resource=AGENT["urn"])
+    cited = [
+        pulumi("npa-a", "agent_boot_disk_id"),
+        pulumi("npa-a", "agent_boot_disk_id"),
+        PulumiOutputProof(pulumi=by_resource),
+        NebiusDiskProof(nebius_disk="computedisk-1"),
+    ]
+    with pytest.raises(InvalidInput) as caught:
+        check_existing(
+            [claim(e) for e in cited], NORTH, read_state=states_of(STACKS), read_disk=disk
+        )
+    refused = caught.value.details["refused"]
+    assert [r["claim"] for r in refused] == ["existing[1]", "existing[2]", "existing[3]"]
+    assert all("already proves existing[0]" in r["why"] for r in refused)
+    # Two claims of one disk each, from a list output of two disks, is one claim too many:
+    # the output records two disks, so it proves a claim of two.
+    two = [dict(RECORD, id="d1"), dict(RECORD, id="d2")]
+    state = {"s": StackState(outputs={"disks": two})}
+    pair = ExistingDisk(role="agent", size_gib=100, count=2, evidence=pulumi("s", "disks"))
+    (check,) = check_existing([pair], NORTH, read_state=states_of(state))
+    assert check.status == "proven"
+    with pytest.raises(InvalidInput):
+        check_existing([claim(pulumi("s", "disks"))] * 2, NORTH, read_state=states_of(state))
 
 
 def test_a_provider_lookup_checks_project_size_type_and_state() -> None:
@@ -288,7 +383,9 @@ def test_a_provider_lookup_checks_project_size_type_and_state() -> None:
         table = {
             "ok": DiskFacts("ok", "project-e00a", 100 * GIB, "NETWORK_SSD", "READY"),
             "big": DiskFacts("big", "project-e00a", 101 * GIB, "NETWORK_SSD", "READY"),
+            "hdd": DiskFacts("hdd", "project-e00a", 100 * GIB, "NETWORK_HDD", "READY"),
             "new": DiskFacts("new", "project-e00a", 100 * GIB, "NETWORK_SSD", "CREATING"),
+            "away": DiskFacts("away", "project-e00b", 100 * GIB, "NETWORK_SSD", "READY"),
         }
         if disk_id == "down":
             raise Unavailable("connection refused")
@@ -298,13 +395,17 @@ def test_a_provider_lookup_checks_project_size_type_and_state() -> None:
         disk_claim = ExistingDisk(
             role="agent", size_gib=100, count=count, evidence=NebiusDiskProof(nebius_disk=disk_id)
         )
-        (check,) = check_existing([disk_claim], NORTH, read_outputs=dict, read_disk=disk)
+        try:
+            (check,) = check_existing([disk_claim], NORTH, read_state=dict, read_disk=disk)
+        except InvalidInput:
+            return "refused"
         return check.status
 
     assert status("ok") == "proven"
-    assert [status(d) for d in ("big", "new", "gone")] == ["refuted"] * 3
+    assert [status(d) for d in ("new", "gone", "away")] == ["refuted"] * 3
     assert status("down") == "unavailable"
-    assert status("ok", count=2) == "refuted"
+    # One id proves one disk, of the size and type it has: the same rule as a stack's state.
+    assert [status("big"), status("hdd"), status("ok", count=2)] == ["refused"] * 3
 
 
 @pytest.mark.parametrize(
@@ -315,6 +416,7 @@ def test_a_provider_lookup_checks_project_size_type_and_state() -> None:
         "{role: agent, size_gib: 100, evidence: ''}",
         "{role: agent, size_gib: 100, evidence: 7}",
         "{role: agent, size_gib: 100, evidence: {pulumi: {stack: s}}}",
+        "{role: agent, size_gib: 100, evidence: {pulumi: {stack: s, output: o, resource: r}}}",
         "{role: agent, size_gib: 100, evidence: {pulumi: {stack: s, output: o, colour: x}}}",
         "{role: agent, size_gib: 100, evidence: {proof: yes}}",
         "{role: agent, size_gib: 100, evidence: {nebius_disk: 'a b'}}",

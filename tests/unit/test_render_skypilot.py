@@ -82,6 +82,24 @@ def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
     assert [(t.name, t.num_nodes) for t in square] == [("npa-tiny-1-square-w0", 2)]
 
 
+@pytest.mark.parametrize(
+    "context",
+    ["arn:aws:eks:us-east-1:123456789012:cluster/gpu-prod", "user@team/ctx", "my cluster"],
+)
+def test_any_context_kubectl_names_renders_to_a_task_skypilot_reads_back(
+    tmp_path: Path, context: str
+) -> None:
+    out = tmp_path / "out"
+    render_spec(
+        Path("examples/tiny-local.yaml"),
+        "ctx-1",
+        out,
+        kube_context=context,
+        store_uri="s3://npa-test/workflows",
+    )
+    assert check_all(out, context)
+
+
 def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> None:
     spec = base_spec()
     spec["stages"][0]["env"] = {

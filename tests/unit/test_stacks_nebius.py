@@ -141,12 +141,15 @@ def test_existing_disks_from_state_are_deducted() -> None:
             "outputs": {"type": "NETWORK_SSD", "sizeGibibytes": 100},
         },
     ]
-    disks = existing_disks(state)
+    disks = existing_disks("demo.nebius", state)
     assert all(d.status == "proven" for d in disks)
     assert sorted((d.disk.role, d.disk.size_gib, d.disk.count) for d in disks) == [
         ("agent", 100, 1),
         ("cpu_node", 128, 1),
     ]
+    # Each claim cites the resource that records it: the rule plan-spec --existing follows.
+    cited = sorted(str(d.disk.evidence.pulumi.resource) for d in disks)  # type: ignore[union-attr]
+    assert cited == sorted(r["urn"] for r in state)
     from npa.plan.infra import cluster_requirements, disk_needs
     from npa.plan.quota import QuotaReading, assess
     from npa.spec.model import Infrastructure

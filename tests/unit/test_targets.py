@@ -67,7 +67,7 @@ def test_plan_spec_for_an_existing_cluster_has_no_disks_and_no_quota_to_check() 
     assert "no disks: the cluster exists" in text.stdout
     assert "GiB network-ssd" not in text.stdout  # nebius' disks are not planned there
     assert "quota: NOT-CHECKED: an existing cluster has no cloud quota" in text.stdout
-    assert f"npa workbench workflow gpus --cluster CONTEXT --spec {PHYSAI}" in text.stdout
+    assert f"npa workbench workflow gpus --context nebius-physai --spec {PHYSAI}" in text.stdout
     js = invoke_npa(*args, "--json").json()
     assert js["target"] == "kubernetes" and js["plan"]["disks"] == []
     assert js["quota"]["verdict"] == "not-checked" and js["quota"]["lines"] == []

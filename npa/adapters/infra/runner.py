@@ -14,8 +14,10 @@ snapshot in a temporary backend, since the engine locks the stack even for a pre
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -148,6 +150,36 @@ class Backend:
     def lock_dir(self, stack: str) -> Path | None:
         root = self.local_dir
         return None if root is None else root / ".pulumi" / "locks" / _ORG / PROJECT / stack
+
+
+_STACK_PART = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def read_stack_state(backend: Backend, stack: str) -> dict[str, Any] | None:
+    """The state (``deployment``) of ``stack`` in ``backend``, read-only, or None when there is
+    no such stack. A ``file://`` backend's checkpoint is read as a file (no pulumi process, no
+    lock taken); any other backend through ``pulumi stack export``. Unavailable when the state
+    cannot be read."""
+    parts = stack.split("/")
+    if len(parts) not in (1, 3) or any(not _STACK_PART.match(p) or p in (".", "..") for p in parts):
+        raise Unavailable(f"{stack!r} is not a stack name (STACK or organization/project/STACK)")
+    root = backend.local_dir
+    if root is None:
+        return InfraRunner(backend).stack_export(stack)
+    project, name = (PROJECT, stack) if len(parts) == 1 else (parts[1], parts[2])
+    path = root / ".pulumi" / "stacks" / project / f"{name}.json"
+    try:
+        if path.is_file():
+            text = path.read_text("utf-8")
+        elif path.with_suffix(".json.gz").is_file():
+            text = gzip.decompress(path.with_suffix(".json.gz").read_bytes()).decode("utf-8")
+        else:
+            return None
+        data = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise Unavailable(f"the state of stack {stack} ({path}) cannot be read: {exc}") from None
+    latest = data.get("checkpoint", {}).get("latest") if isinstance(data, dict) else None
+    return dict(latest) if isinstance(latest, dict) else {}
 
 
 @dataclass(frozen=True)
@@ -304,22 +336,23 @@ class InfraRunner:
         deployment = self.deployment(stack) or {}
         return list(deployment.get("resources") or [])
 
-    def stack_outputs(self, stack: str) -> dict[str, Any] | None:
-        """The stack's outputs as ``pulumi stack output --json`` prints them (a secret shows
-        as ``[secret]``), or None when the backend has no such stack. Read-only."""
+    def stack_export(self, stack: str) -> dict[str, Any] | None:
+        """The stack's state as ``pulumi stack export`` prints its ``deployment`` (a secret
+        stays encrypted), or None when the backend has no such stack. Read-only; for any
+        backend, a stack of any project (``organization/project/stack``)."""
         qualified = stack if "/" in stack else f"{_ORG}/{PROJECT}/{stack}"
-        with tempfile.TemporaryDirectory(prefix="npa-outputs-") as cwd:
+        with tempfile.TemporaryDirectory(prefix="npa-export-") as cwd:
             # An empty working directory: a Pulumi.yaml where npa runs must not be picked up.
             try:
                 proc = run_child(
-                    [str(self.pulumi_bin), "stack", "output", "--json", "--stack", qualified],
+                    [str(self.pulumi_bin), "stack", "export", "--stack", qualified],
                     cwd=cwd,
                     env={**os.environ, **self.env()},
                     timeout=OUTPUT_READ_SECONDS,
                 )
             except subprocess.TimeoutExpired:
                 raise Unavailable(
-                    f"pulumi stack output of {qualified} did not answer within "
+                    f"pulumi stack export of {qualified} did not answer within "
                     f"{OUTPUT_READ_SECONDS} s (backend {self.backend.url})"
                 ) from None
         if proc.returncode != 0:
@@ -327,13 +360,14 @@ class InfraRunner:
                 return None
             tail = " ".join(proc.stderr.strip().splitlines()[-3:])
             raise Unavailable(
-                f"pulumi stack output of {qualified} failed (backend {self.backend.url}): {tail}"
+                f"pulumi stack export of {qualified} failed (backend {self.backend.url}): {tail}"
             )
         try:
-            outputs = json.loads(proc.stdout or "{}")
+            exported = json.loads(proc.stdout or "{}")
         except json.JSONDecodeError:
-            raise Unavailable(f"pulumi stack output of {qualified} printed no JSON") from None
-        return dict(outputs) if isinstance(outputs, dict) else None
+            raise Unavailable(f"pulumi stack export of {qualified} printed no JSON") from None
+        deployment = exported.get("deployment") if isinstance(exported, dict) else None
+        return dict(deployment) if isinstance(deployment, dict) else {}
 
     def pending_operations(self, stack: str) -> list[dict[str, Any]]:
         deployment = self.deployment(stack) or {}

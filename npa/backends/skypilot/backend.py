@@ -378,7 +378,7 @@ class SkyPilotBackend(
         )
 
     def gpus_fix(self) -> str:
-        return shlex.join(["npa", "workbench", "workflow", "gpus", "--cluster", str(self.context)])
+        return shlex.join(["npa", "workbench", "workflow", "gpus", "--context", str(self.context)])
 
     def pull_context(self) -> str | None:
         return self.context

@@ -23,7 +23,6 @@ meant, so spec text cannot change the task's structure.
 
 from __future__ import annotations
 
-import os
 import shlex
 from functools import lru_cache
 from pathlib import Path
@@ -43,6 +42,7 @@ from npa.core.layout import (
     stage_key,
     wave_task_name,
 )
+from npa.core.templates import templates_dir as core_templates_dir
 
 TEMPLATE = "skypilot-task.yaml.j2"
 LIBRARY = "skypilot-stage.sh"
@@ -58,24 +58,8 @@ class YamlText(str):
 
 
 def templates_dir() -> Path:
-    """``$NPA_TEMPLATES_DIR``, else the repository's ``templates/`` (a checkout or an editable
-    install), else the copy an installed wheel put under ``<prefix>/share/npa/templates``."""
-    override = os.environ.get("NPA_TEMPLATES_DIR")
-    if override:
-        return Path(override)
-    checkout = Path(__file__).resolve().parents[3] / "templates"
-    if (checkout / TEMPLATE).is_file():
-        return checkout
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        files = distribution("npa").files or []
-    except PackageNotFoundError:
-        files = []
-    for file in files:
-        if file.name == TEMPLATE and file.parent.name == "templates":
-            return Path(str(file.locate())).resolve().parent
-    return checkout  # missing: the caller's error names this path
+    """The folder of the task template (see :func:`npa.core.templates.templates_dir`)."""
+    return core_templates_dir(TEMPLATE)
 
 
 def _finalize(value: Any) -> Any:

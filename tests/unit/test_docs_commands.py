@@ -1,0 +1,170 @@
+"""The docs cannot drift from the CLI: every ``npa ...`` command line in README.md, docs/ and the
+runbooks under skills/ (in a fenced code block or an inline code span) names a command that
+exists, with flags that command has. The runbooks' index lists every runbook, and each has the
+front matter an agent reads (name, description)."""
+
+from __future__ import annotations
+
+import functools
+import re
+import shlex
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SKILLS = ROOT / "skills"
+# Where a shell line stops being the npa command: a pipe, a list, a comment, a redirection.
+_END = re.compile(r"\s(?:\||&&|\|\||;|#|>|2>)(?:\s|$)")
+_FENCE = re.compile(r"^\s*```")
+
+
+def doc_files() -> list[Path]:
+    return [
+        ROOT / "README.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+        *sorted(SKILLS.rglob("*.md")),
+    ]
+
+
+def command_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, command) of each npa command in fenced blocks and inline code spans."""
+    fenced = False
+    pending: tuple[int, str] | None = None
+    for number, line in enumerate(text.splitlines(), 1):
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            if pending is not None:  # the continuation of a line ending in a backslash
+                start, head = pending
+                joined = head + " " + line.strip()
+            else:
+                start, joined = number, line.strip().removeprefix("$ ")
+            if joined.endswith("\\"):
+                pending = (start, joined[:-1].rstrip())
+                continue
+            pending = None
+            if joined.startswith("npa "):
+                yield start, joined
+            continue
+        for span in re.findall(r"`([^`]+)`", line):
+            if span.startswith("npa "):
+                yield number, span
+
+
+@functools.cache
+def _root() -> Any:
+    import typer.main
+
+    from npa.cli.main import app
+
+    return typer.main.get_command(app)
+
+
+def _leaf(tokens: list[str]) -> tuple[Any, list[str], list[str]]:
+    command: Any = _root()
+    path = ["npa"]
+    while tokens and getattr(command, "commands", None) and tokens[0] in command.commands:
+        command = command.commands[tokens[0]]
+        path.append(tokens.pop(0))
+    return command, path, tokens
+
+
+def problems(line: str) -> list[str]:
+    """What is wrong with one documented command line ([] when the CLI accepts its shape)."""
+    line = _END.split(line, maxsplit=1)[0]
+    try:
+        tokens = shlex.split(line)[1:]
+    except ValueError as exc:
+        return [f"not a shell line ({exc})"]
+    command, path, rest = _leaf(tokens)
+    where = " ".join(path)
+    if getattr(command, "commands", None):
+        if rest and not rest[0].startswith("-") and rest[0] != "...":
+            return [f"{where} has no command {rest[0]!r}"]
+        return []
+    flags = {"-h", "--help"}
+    for param in command.params:
+        flags.update(param.opts)
+        flags.update(param.secondary_opts)
+    found = []
+    for token in rest:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("-") and flag not in ("-", "--") and flag not in flags:
+            found.append(f"{where} has no flag {flag}")
+    return found
+
+
+def _documented() -> list[tuple[str, int, str]]:
+    out = []
+    for path in doc_files():
+        for number, line in command_lines(path.read_text("utf-8")):
+            out.append((str(path.relative_to(ROOT)), number, line))
+    return out
+
+
+DOCUMENTED = _documented()
+
+
+def test_the_docs_have_commands_to_check() -> None:
+    assert len(DOCUMENTED) >= 60
+    assert {where.split("/")[0] for where, _, _ in DOCUMENTED} >= {"README.md", "docs", "skills"}
+
+
+@pytest.mark.parametrize(("where", "number", "line"), DOCUMENTED, ids=lambda v: str(v)[:40])
+def test_every_documented_command_exists_with_its_flags(where: str, number: int, line: str) -> None:
+    assert problems(line) == [], f"{where}:{number}: {line}"
+
+
+@pytest.mark.parametrize(
+    ("line", "expected"),
+    [
+        ("npa workbench workflow status RUN --project P --no-such-flag", "has no flag"),
+        ("npa workbench workflow statuss RUN", "has no command 'statuss'"),
+        ("npa skypilot verify --context c --namespaces x", "has no flag --namespaces"),
+        ("npa teardown --project p --target local --yes | tee x", None),
+        ("npa workbench workflow status RUN --watch --interval=2", None),
+    ],
+)
+def test_the_checker_finds_drift(line: str, expected: str | None) -> None:
+    found = problems(line)
+    if expected is None:
+        assert found == []
+    else:
+        assert any(expected in p for p in found), found
+
+
+def test_continued_lines_are_one_command() -> None:
+    text = "```sh\nnpa workbench workflow render s.yaml --run-id R \\\n    --no-such x\n```\n"
+    [(number, line)] = list(command_lines(text))
+    assert number == 2
+    assert problems(line) == ["npa workbench workflow render has no flag --no-such"]
+
+
+def _front_matter(path: Path) -> dict[str, Any]:
+    text = path.read_text("utf-8")
+    assert text.startswith("---\n"), path
+    head = text.split("---\n", 2)[1]
+    data = yaml.safe_load(head)
+    assert isinstance(data, dict), path
+    return data
+
+
+def test_every_runbook_is_indexed_and_described() -> None:
+    runbooks = sorted(SKILLS.rglob("SKILL.md"))
+    assert len(runbooks) >= 4
+    index = (SKILLS / "README.md").read_text("utf-8")
+    linked = set(re.findall(r"\]\(([^)]+/SKILL\.md)\)", index))
+    assert linked == {str(p.relative_to(SKILLS)) for p in runbooks}
+    names = set()
+    for runbook in runbooks:
+        meta = _front_matter(runbook)
+        assert isinstance(meta.get("name"), str) and meta["name"], runbook
+        assert isinstance(meta.get("description"), str) and len(meta["description"]) > 20
+        names.add(meta["name"])
+        assert any(line for _, line in command_lines(runbook.read_text("utf-8"))), runbook
+    assert len(names) == len(runbooks)
