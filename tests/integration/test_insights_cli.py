@@ -205,7 +205,7 @@ def test_credentials_the_ingesting_machine_never_held_are_not_stored(
     spec["stages"][2]["command"] = (
         "; ".join(f"echo {shlex.quote(line)}" for line in printed) + "; exit 3"
     )
-    _, prefix = _run(npa_home, yaml.safe_dump(spec), tmp_path / "leaky")
+    run_id, prefix = _run(npa_home, yaml.safe_dump(spec), tmp_path / "leaky")
     logged = "".join(p.read_text() for p in prefix.glob("stages/total/logs/*.log"))
     assert password in logged and key_id in logged  # the run really printed them
 
@@ -222,6 +222,17 @@ def test_credentials_the_ingesting_machine_never_held_are_not_stored(
         tails = " ".join(row[0] for row in conn.execute("SELECT tail FROM logs"))
     assert "REG_PASSWORD='[REDACTED:secret-assignment]'" in tails
     assert f"ghcr.io/o/i@{digest}" in tails
+
+    # The run's HTML report (a file others may read) quotes the failed stage's log tail through
+    # the same redaction.
+    page = tmp_path / "page.html"
+    report = run_npa("workbench", "workflow", "report", run_id, "--project", "demo",
+                     "--out", str(page), "--cached", env=env)  # fmt: skip
+    assert page.is_file(), report.stdout + report.stderr
+    html = page.read_text()
+    assert "REDACTED:secret-assignment" in html, html[-2000:]
+    for secret in (password, bearer, basic, key_id, aws_secret, url_password):
+        assert secret not in html, secret
 
 
 def test_a_stage_that_echoes_credentials_leaves_none_in_the_store(
