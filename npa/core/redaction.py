@@ -208,7 +208,8 @@ def _named(pattern: re.Pattern[str], kind: str, check_name: bool = True) -> Call
         pos = 0
         while (m := pattern.search(text, pos)) is not None:
             value, start, end = _value_of(m)
-            name = m.group("name") or m.groupdict().get("name2") or ""
+            found = m.groupdict()
+            name = found.get("name") or found.get("name2") or ""
             if (check_name and not secret_name(name)) or not _secret_value(value):
                 out.append(text[pos : m.end("pre")])
                 pos = m.end("pre")

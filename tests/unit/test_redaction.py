@@ -251,6 +251,30 @@ def test_digests_commit_ids_and_ordinary_words_are_kept(
     assert redact_shapes(text) == text
 
 
+@SETTINGS
+@given(
+    password=secret_values(string.ascii_letters + string.digits + "!%^*()_+-=.,;~@#"),
+    tool=st.sampled_from(["docker", "podman", "helm registry", "oras"]),
+    user=st.sampled_from(["-u robot ", "--username robot ", ""]),
+    form=st.sampled_from(["-p {p}", "-p={p}", "--password {p}", "--password={p}",
+                          "-p '{p}'", '--password "{p}"']),
+)  # fmt: skip
+def test_login_passwords_on_a_command_line_are_redacted(
+    password: str, tool: str, user: str, form: str
+) -> None:
+    text = f"+ {tool} login {user}{form.format(p=password)} registry.example.com"
+    out = redact_shapes(text)
+    assert password not in out, out
+    assert out.endswith(" registry.example.com")
+
+
+def test_a_netrc_password_is_redacted() -> None:
+    text = "machine registry.example.com login robot password s3cr3t-netrc-pw\n"
+    assert redact_shapes(text) == (
+        "machine registry.example.com login robot password [REDACTED:secret-assignment]\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("name", "secret"),
     [
