@@ -24,6 +24,7 @@ from pathlib import Path
 
 from npa.core.errors import InvalidInput, NpaError, ToolMissing, Unavailable
 from npa.core.faults import classify_pull_failure
+from npa.core.procs import run_child
 
 ENGINES = ("podman", "docker")
 PROBE_TIMEOUT = 30.0
@@ -126,15 +127,7 @@ class ContainerEngine:
         self, args: Sequence[str], *, timeout: float, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
         try:
-            return subprocess.run(
-                [self.binary, *args],
-                input=stdin,
-                stdin=None if stdin is not None else subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                check=False,
-            )
+            return run_child([self.binary, *args], input=stdin, timeout=timeout)
         except subprocess.TimeoutExpired:
             raise ContainerEngineError(
                 f"{self.name} {args[0]} did not finish within {timeout:.0f}s",
@@ -303,13 +296,7 @@ def _works(binary: str, name: str) -> bool:
         "version", "--format", "{{.Server.Version}}"
     ]  # fmt: skip
     try:
-        result = subprocess.run(
-            [binary, *probe],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=PROBE_TIMEOUT,
-            check=False,
-        )
+        result = run_child([binary, *probe], timeout=PROBE_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0

@@ -11,6 +11,12 @@ leader, when it still lives, is the process npa recorded. The kernel keeps a pid
 while any process uses it as its pid, its group's id or its session's id (a zombie included), so
 a parent that has not yet reaped a group's leader can signal the group by that id safely.
 
+Every helper process npa waits on (pip, a container engine, a credential helper, pulumi) is
+started by :func:`run_child`: in a process group of its own, and ended with all its descendants
+when npa ends early (a timeout, Ctrl-C, SIGTERM or SIGHUP; :func:`end_children_on_signals`). The
+processes that are meant to outlive the command that started them (a run's watcher, the SkyPilot
+API server's keeper) are started apart, in sessions of their own, and documented as such.
+
 A temporary file npa writes carries its writer in its name (:func:`writer_tag`: this host, the
 pid, the start time), so whoever finds the file can tell a writer that died on this host (its
 file is removed at once) from a live one or another host's (:func:`temp_abandoned`).
@@ -24,7 +30,10 @@ import hashlib
 import os
 import signal
 import socket
+import subprocess
+import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -210,3 +219,75 @@ def temp_abandoned(tag: str, age: float) -> bool:
     if writer is not None and writer[0] == host_id():
         return not writer[1].alive()
     return age > TEMP_MAX_AGE
+
+
+# --- helper processes that end with npa ---------------------------------------------------------
+
+# A helper group still alive this long after SIGKILL is reported by end_group's caller only.
+CHILD_END_WAIT = 5.0
+_children: dict[int, ProcessIdentity] = {}
+_children_lock = threading.Lock()
+
+
+def run_child(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    input: str | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(argv, capture_output=True, text=True)`` with the child in a process
+    group of its own that ends with npa: on ``timeout`` (``subprocess.TimeoutExpired`` is then
+    raised, as ``subprocess.run`` does), on any exception in npa while it waits (Ctrl-C's
+    KeyboardInterrupt included), and on SIGTERM/SIGHUP once :func:`end_children_on_signals`
+    is in force. Its own group keeps a terminal's Ctrl-C from reaching it directly: npa ends
+    it, with everything it started."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        process_group=0,
+    )
+    leader = ProcessIdentity.of(proc.pid)
+    with _children_lock:
+        _children[proc.pid] = leader
+    try:
+        out, err = proc.communicate(input, timeout=timeout)
+    except BaseException:
+        end_group(leader, CHILD_END_WAIT)
+        proc.communicate()  # reap it and close the pipes
+        raise
+    finally:
+        with _children_lock:
+            _children.pop(proc.pid, None)
+    return subprocess.CompletedProcess(list(argv), proc.returncode, out, err)
+
+
+def end_children() -> None:
+    """SIGKILL the process group of every helper :func:`run_child` is waiting on."""
+    with _children_lock:
+        leaders = list(_children.values())
+    for leader in leaders:
+        end_group(leader, CHILD_END_WAIT)
+
+
+def _end_on_signal(signum: int, frame: object) -> None:
+    end_children()
+    # Leave as an exit, not by the signal's default action: finally blocks and atexit handlers
+    # (temporary directories, locks) still run. 128 + N is what a shell reports for signal N.
+    raise SystemExit(128 + signum)
+
+
+def end_children_on_signals() -> None:
+    """Make SIGTERM and SIGHUP end every helper npa waits on, then npa itself (exit 128+N).
+    Installed by the command line's entry point; a process that handles these signals its own
+    way (a run's executor) installs its own handlers after this."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _end_on_signal)

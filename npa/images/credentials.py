@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from npa.core.errors import InvalidInput
+from npa.core.procs import run_child
 from npa.core.userfiles import read_user_text
 from npa.images.reference import DEFAULT_DOMAIN, LEGACY_HUB_DOMAINS
 
@@ -142,14 +143,7 @@ def run_helper(name: str, host: str, chosen_by: str) -> tuple[Credential | None,
         return None, f"{chosen_by} sends {host} to {program}, which is not on PATH"
     server = HUB_SERVER if host == DEFAULT_DOMAIN else host
     try:
-        proc = subprocess.run(
-            [found, "get"],
-            input=server,
-            capture_output=True,
-            text=True,
-            timeout=HELPER_TIMEOUT,
-            check=False,
-        )
+        proc = run_child([found, "get"], input=server, timeout=HELPER_TIMEOUT)
     except subprocess.TimeoutExpired:
         return None, f"{program} did not answer for {host} within {HELPER_TIMEOUT:g}s"
     except OSError as exc:

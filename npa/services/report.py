@@ -26,6 +26,7 @@ from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
 from npa.core.fsio import atomic_write_text
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
+from npa.core.redaction import scrub
 from npa.launch.supervision import classify_pull_failure
 from npa.render.report import (
     Marker,
@@ -263,7 +264,10 @@ def _add_log(
         report.incomplete.append(f"the log of stage {stage.name}: {error.message}")
         return
     stage.log_lines = len(got.lines)
-    stage.log_tail = [line[:LINE_WIDTH] for line in got.lines[-LOG_TAIL:]]
+    # A page is a file others may read: a credential the stage printed is not copied into it
+    # (redacted as one text, so a key block across lines goes whole).
+    tail = scrub("\n".join(got.lines[-LOG_TAIL:]), npa_home=read.paths.root).split("\n")
+    stage.log_tail = [line[:LINE_WIDTH] for line in tail] if got.lines else []
     shown = f"the last {len(stage.log_tail)} of {len(got.lines)} lines" if got.lines else "no lines"
     stage.log_note = f"{shown}, from {got.answered_by or 'no source'} ({got.empty_means})"
     if got.exit_code():

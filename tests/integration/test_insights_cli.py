@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sqlite3
 import time
 from pathlib import Path
@@ -173,6 +174,65 @@ def test_an_unreachable_store_is_unavailable_not_absent(tmp_path: Path) -> None:
     )  # fmt: skip
     assert r.code == 4, r.stdout + r.stderr
     assert not (tmp_path / "db").exists()
+
+
+def test_credentials_the_ingesting_machine_never_held_are_not_stored(
+    npa_home: Path, tmp_path: Path
+) -> None:
+    """The stage prints a registry password, a bearer token, a docker auth string, an AWS key
+    pair and a URL with a password; the machine that ingests holds none of them (its HOME has
+    no Docker, AWS or kube config, its environment no such variable). Their shapes alone keep
+    every one of them out of the SQLite file; the digest the stage printed is kept."""
+    import base64
+
+    import yaml
+
+    password, bearer = "hunter2-Registry-pw", "ya29.a0AfB_byC9Ex4mpleT0ken"
+    basic = base64.b64encode(f"robot:{password}".encode()).decode()
+    key_id, aws_secret = "AKIAIOSFODNN7EXAMPLE", "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+    url_password = "pat-9f3a1c77"
+    digest = "sha256:" + "0123456789abcdef" * 4
+    printed = (
+        f"export REG_PASSWORD='{password}'",
+        f"Authorization: Bearer {bearer}",
+        '{"auths": {"registry.example.com": {"auth": "' + basic + '"}}}',
+        f"aws_access_key_id={key_id}",
+        f"secret {aws_secret}",
+        f"pushing to https://robot:{url_password}@registry.example.com/v2/",
+        f"pushed ghcr.io/o/i@{digest}",
+    )
+    spec = yaml.safe_load((EXAMPLES / "tiny-local.yaml").read_text())
+    spec["stages"][2]["command"] = (
+        "; ".join(f"echo {shlex.quote(line)}" for line in printed) + "; exit 3"
+    )
+    run_id, prefix = _run(npa_home, yaml.safe_dump(spec), tmp_path / "leaky")
+    logged = "".join(p.read_text() for p in prefix.glob("stages/total/logs/*.log"))
+    assert password in logged and key_id in logged  # the run really printed them
+
+    bare_home = tmp_path / "ingesting-home"
+    bare_home.mkdir()
+    env = {"NPA_HOME": str(npa_home), "HOME": str(bare_home), "KUBECONFIG": "",
+           "DOCKER_CONFIG": str(bare_home / "docker")}  # fmt: skip
+    out = tmp_path / "reports" / "insights.db"
+    ingest(str(prefix), out, env=env)
+    stored = b"".join(p.read_bytes() for p in out.parent.iterdir())
+    for secret in (password, bearer, basic, key_id, aws_secret, url_password):
+        assert secret.encode() not in stored, secret
+    with sqlite3.connect(out) as conn:
+        tails = " ".join(row[0] for row in conn.execute("SELECT tail FROM logs"))
+    assert "REG_PASSWORD='[REDACTED:secret-assignment]'" in tails
+    assert f"ghcr.io/o/i@{digest}" in tails
+
+    # The run's HTML report (a file others may read) quotes the failed stage's log tail through
+    # the same redaction.
+    page = tmp_path / "page.html"
+    report = run_npa("workbench", "workflow", "report", run_id, "--project", "demo",
+                     "--out", str(page), "--cached", env=env)  # fmt: skip
+    assert page.is_file(), report.stdout + report.stderr
+    html = page.read_text()
+    assert "REDACTED:secret-assignment" in html, html[-2000:]
+    for secret in (password, bearer, basic, key_id, aws_secret, url_password):
+        assert secret not in html, secret
 
 
 def test_a_stage_that_echoes_credentials_leaves_none_in_the_store(

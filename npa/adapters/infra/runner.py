@@ -41,7 +41,7 @@ from npa.core.errors import (
     Unavailable,
 )
 from npa.core.paths import tools_cache_root
-from npa.core.procs import pid_running
+from npa.core.procs import pid_running, run_child
 
 # The Pulumi project name; the same as the top-level Pulumi.yaml so the plain CLI sees the stacks.
 PROJECT = "npa"
@@ -344,14 +344,11 @@ class InfraRunner:
         with tempfile.TemporaryDirectory(prefix="npa-export-") as cwd:
             # An empty working directory: a Pulumi.yaml where npa runs must not be picked up.
             try:
-                proc = subprocess.run(
+                proc = run_child(
                     [str(self.pulumi_bin), "stack", "export", "--stack", qualified],
                     cwd=cwd,
                     env={**os.environ, **self.env()},
-                    capture_output=True,
-                    text=True,
                     timeout=OUTPUT_READ_SECONDS,
-                    check=False,
                 )
             except subprocess.TimeoutExpired:
                 raise Unavailable(

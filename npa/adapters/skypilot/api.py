@@ -4,7 +4,8 @@ Nothing here starts anything. SkyPilot's SDK starts a local API server on most c
 is running; these functions ask the health endpoint first and only call the SDK further when
 the server already answered healthy. :func:`configured_server_url` and
 :func:`server_reachable` do not even import SkyPilot (importing it creates ``~/.sky``), so a
-read-only command can find out the server is down and say so without touching anything.
+read-only command can find out the server is down and say so without touching anything; the
+functions that do import it run it with its home in a temporary directory (:mod:`.home`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from npa.adapters.skypilot.home import private_home
 
 ServerState = Literal[
     "healthy", "not_running", "unreachable", "unhealthy", "needs_auth", "version_mismatch"
@@ -130,7 +133,13 @@ def kubeconfig_env(path: str | Path | None) -> Iterator[None]:
 
 
 def api_server() -> ServerAnswer:
-    """Ask the configured API server's health endpoint once, without starting a server."""
+    """Ask the configured API server's health endpoint once, without starting a server (and,
+    as every function here, with SkyPilot's home moved off ``~/.sky``: :mod:`.home`)."""
+    with private_home():
+        return _api_server()
+
+
+def _api_server() -> ServerAnswer:
     from sky.server import common
 
     url = common.get_server_url()
@@ -165,6 +174,11 @@ def jobs_controller() -> ControllerAnswer:
     The answer covers every user's controller; an empty list from a healthy server is an
     authoritative "absent" (SkyPilot creates the controller on the next managed-job launch).
     """
+    with private_home():
+        return _jobs_controller()
+
+
+def _jobs_controller() -> ControllerAnswer:
     import sky
 
     try:
@@ -194,6 +208,11 @@ def check_kubernetes(kubeconfig: Path, context: str) -> tuple[bool, str]:
     It is the code the API server runs for each allowed context (networking dependencies, then
     the credential probe and SkyPilot's optional checks), pointed at npa's kubeconfig file.
     """
+    with private_home():
+        return _check_kubernetes(kubeconfig, context)
+
+
+def _check_kubernetes(kubeconfig: Path, context: str) -> tuple[bool, str]:
     from sky.provision.kubernetes import utils as kube_utils
 
     missing = kube_utils.check_port_forward_mode_dependencies(False)

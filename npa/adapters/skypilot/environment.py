@@ -13,6 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from npa.adapters.skypilot.home import private_home
+from npa.core.procs import run_child
+
 SKYPILOT_VERSION = "0.14.1"
 # The client version npa is tested with (constraints.txt); 36+ breaks SkyPilot's pod_config
 # validation, which deserialises through the client's models.
@@ -76,13 +79,8 @@ def inspect(venv: Path, *, timeout: float = 120) -> EnvironmentFacts:
     if not python.exists():
         return EnvironmentFacts(venv, False, detail=f"{python} does not exist")
     try:
-        proc = subprocess.run(
-            [str(python), "-c", _PROBE],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        with private_home():  # the probe imports SkyPilot: it would create ~/.sky
+            proc = run_child([str(python), "-c", _PROBE], timeout=timeout)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EnvironmentFacts(venv, True, detail=f"could not run {python}: {exc}")
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("NPA-PROBE ")), None)
@@ -129,7 +127,8 @@ class CommandFailed(Exception):
 
 
 def _run(argv: list[str]) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=1800)
+    # pip and venv run in a process group that ends with npa (SIGTERM, Ctrl-C, the timeout).
+    proc = run_child(argv, timeout=1800)
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-5:])
         raise CommandFailed(f"{' '.join(argv)} exited {proc.returncode}: {tail}")

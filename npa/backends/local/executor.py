@@ -72,6 +72,7 @@ from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, w
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
 from npa.core.procs import GroupMember, ProcessIdentity, end_group, group_members, signal_group
+from npa.core.redaction import scrub
 from npa.core.text import plural
 
 POLL_SECONDS = 0.05
@@ -878,7 +879,8 @@ class Executor:
             tail = log.read_text(errors="replace")[-4000:] if log.is_file() else ""
             engine = self.containers.engine
             error = start_failure(engine, tail, task.image)
-            why = error.message if error else _last_line(tail)
+            # Words from the shard's log are the stage's own output: it may echo a credential.
+            why = scrub(error.message if error else _last_line(tail))
             fix = f" (fix: {error.fix})" if error and error.fix else ""
             return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{fix}"
         return None

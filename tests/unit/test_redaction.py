@@ -1,0 +1,340 @@
+"""Credential-shaped text is redacted by its shape, on a machine that never held the value.
+
+Each class is generated (names, values, quoting, separators, surrounding text) rather than
+listed, because independent testers try forms this file does not name. What must survive is
+generated too: image digests, git commit ids, names that only resemble secret names.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import string
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from npa.core.redaction import known_secrets, redact_shapes, secret_name
+from npa.insights.scan import RunFacts, StageFacts, redact_facts
+from tests.tiers import examples
+
+pytestmark = pytest.mark.unit
+
+SETTINGS = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+# What a password may hold (no white space: an unquoted value ends at one).
+PASSWORD_CHARS = string.ascii_letters + string.digits + "!@#%^*()_+-=.,/:;?~[]{}|<>"
+SECRET_WORDS = ["PASSWORD", "PASSWD", "PASSPHRASE", "SECRET", "TOKEN", "API_KEY", "AUTH",
+                "ACCESS_KEY", "PRIVATE_KEY", "CREDENTIALS", "SECRET_KEY", "PWD"]  # fmt: skip
+PREFIX_WORDS = ["", "REG", "DB", "CI_DEPLOY", "GITHUB", "HF", "MY_APP", "AWS", "X", "NPA"]
+
+
+@st.composite
+def secret_names(draw: st.DrawFn) -> str:
+    """A secret-holding name in one of the spellings programs use."""
+    prefix = draw(st.sampled_from(PREFIX_WORDS))
+    word = draw(st.sampled_from(SECRET_WORDS))
+    words = [w for w in prefix.split("_") + word.split("_") if w]
+    style = draw(st.sampled_from(["UPPER_SNAKE", "lower_snake", "kebab", "camel", "dotted"]))
+    if style == "UPPER_SNAKE":
+        return "_".join(words)
+    if style == "lower_snake":
+        return "_".join(words).lower()
+    if style == "kebab":
+        return "-".join(words).lower()
+    if style == "dotted":
+        return ".".join(words).lower()
+    first, *rest = [w.lower() for w in words]
+    return first + "".join(w.capitalize() for w in rest)
+
+
+@st.composite
+def secret_values(draw: st.DrawFn, alphabet: str = PASSWORD_CHARS) -> str:
+    """A value that is a credential: long enough, with a letter and a digit."""
+    body = draw(st.text(alphabet=alphabet, min_size=6, max_size=40))
+    value = draw(st.sampled_from(string.ascii_letters)) + body + draw(st.sampled_from("0123456789"))
+    assume(not value.startswith(("[REDACTED", "$")))
+    return value
+
+
+def assignment(name: str, value: str, form: str) -> str:
+    """``name`` set to ``value`` in the syntax of one kind of file or command line."""
+    forms = {
+        "env": f"{name}={value}",
+        "export-dq": f'export {name}="{value}"',
+        "export-sq": f"export {name}='{value}'",
+        "yaml": f"{name}: {value}",
+        "yaml-dq": f'{name}: "{value}"',
+        "ini": f"{name} = {value}",
+        "json": json.dumps({name: value, "image": "r/i"}),
+        "json-compact": json.dumps({name: value}, separators=(",", ":")),
+        "python": repr({name: value, "n": 3}),
+        "flag-eq": f"--{name}={value}",
+        "flag-space": f"--{name} {value}",
+        "docker-env": f"docker run -e {name}={value} img",
+        "header": f"{name}: {value}",
+        "kube-env": f"env:\n- name: {name}\n  value: {value}",
+        "kube-env-json": json.dumps({"name": name, "value": value}),
+        "dockerfile": f"ENV {name} {value}",
+        "aws-configure": f"aws configure set {name} {value}",
+        "declare": f'declare -x {name}="{value}"',
+    }
+    return forms[form]
+
+
+FORMS = ["env", "export-dq", "export-sq", "yaml", "yaml-dq", "ini", "json", "json-compact",
+         "python", "flag-eq", "flag-space", "docker-env", "header", "kube-env",
+         "kube-env-json", "dockerfile", "aws-configure", "declare"]  # fmt: skip
+# Forms whose syntax cannot carry every character: a double-quoted value holds no " or \.
+QUOTE_SAFE = {"export-dq": '"\\', "yaml-dq": '"\\', "export-sq": "'", "declare": '"\\'}
+
+
+@SETTINGS
+@given(
+    name=secret_names(),
+    value=secret_values(),
+    form=st.sampled_from(FORMS),
+    before=st.sampled_from(["", "+ ", "debug: ", "[stage total] ", "2026-12-03T10:00:00Z "]),
+    after=st.sampled_from(["", "\n", " # set by CI", "\nnext line"]),
+)
+def test_a_value_assigned_to_a_secret_name_is_redacted_in_every_syntax(
+    name: str, value: str, form: str, before: str, after: str
+) -> None:
+    assume(not any(c in value for c in QUOTE_SAFE.get(form, "")))
+    text = before + assignment(name, value, form) + after
+    assume(text.count(value) == 1)
+    out = redact_shapes(text)
+    assert value not in out, out
+    assert "[REDACTED:" in out
+    assert name in out  # what was there is still said
+    assert redact_shapes(out) == out  # a second pass changes nothing
+
+
+@SETTINGS
+@given(
+    key_id=st.text(alphabet=string.ascii_uppercase + string.digits, min_size=16, max_size=16),
+    prefix=st.sampled_from(["AKIA", "ASIA"]),
+    secret=st.text(alphabet=string.ascii_letters + string.digits + "/+", min_size=40, max_size=40),
+    around=st.sampled_from([("", ""), ("key ", " used"), ("(", ")"), ('"', '"'), ("=", ";")]),
+)
+def test_aws_keys_are_redacted_standing_alone(
+    key_id: str, prefix: str, secret: str, around: tuple[str, str]
+) -> None:
+    assume(any(c.isupper() for c in secret) and any(c.islower() for c in secret))
+    assume(any(c.isdigit() for c in secret) and secret.count("/") <= 3)
+    left, right = around
+    text = f"{left}{prefix}{key_id}{right} and {left}{secret}{right}"
+    out = redact_shapes(text)
+    assert prefix + key_id not in out and secret not in out, out
+
+
+HEADER_FORMS = ["Authorization: {s} {t}", "authorization={s} {t}", '-H "Authorization: {s} {t}"',
+                '{{"Authorization": "{s} {t}"}}', "using {s} {t} now",
+                "Proxy-Authorization: {s} {t}"]  # fmt: skip
+TOKEN_CHARS = string.ascii_letters + string.digits + "-._~+/"
+
+
+@SETTINGS
+@given(
+    token=st.text(alphabet=TOKEN_CHARS, min_size=8, max_size=80),
+    scheme=st.sampled_from(["Bearer", "bearer", "Basic", "BEARER"]),
+    form=st.sampled_from(HEADER_FORMS),
+)
+def test_authorization_values_and_bearer_tokens_are_redacted(
+    token: str, scheme: str, form: str
+) -> None:
+    assume(len(token) >= 20 or any(c.isdigit() or c in "+/=.~" for c in token))
+    text = form.format(s=scheme, t=token)
+    assume(text.count(token) == 1)
+    out = redact_shapes(text)
+    assert token not in out, out
+    assert scheme in out
+
+
+@SETTINGS
+@given(
+    user=st.text(alphabet=string.ascii_letters + string.digits + "._-", min_size=1, max_size=12),
+    password=secret_values(string.ascii_letters + string.digits + "!$%^*()_+-=.,;~"),
+    scheme=st.sampled_from(["https", "http", "postgres", "s3", "git+https", "redis"]),
+    host=st.sampled_from(["reg.example.com", "10.0.0.7:5000", "db.internal:5432/app"]),
+)
+def test_urls_lose_their_password(user: str, password: str, scheme: str, host: str) -> None:
+    text = f"pushing to {scheme}://{user}:{password}@{host}/v2/ now"
+    assume(text.count(password) == 1)
+    out = redact_shapes(text)
+    assert password not in out, out
+    assert f"{scheme}://{user}:" in out and host in out
+
+
+@SETTINGS
+@given(
+    user=st.text(alphabet=string.ascii_letters + string.digits, min_size=1, max_size=12),
+    password=secret_values(),
+    host=st.sampled_from(["ghcr.io", "registry.example.com:5000", "docker.io"]),
+    compact=st.booleans(),
+)
+def test_docker_auth_strings_are_redacted(
+    user: str, password: str, host: str, compact: bool
+) -> None:
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    config = {"auths": {host: {"auth": auth, "identitytoken": password}}}
+    text = json.dumps(config, separators=(",", ":") if compact else None)
+    out = redact_shapes(text)
+    assert auth not in out and password not in out, out
+    assert json.loads(out)["auths"][host]  # the structure is still readable
+
+
+@SETTINGS
+@given(
+    label=st.sampled_from(["RSA ", "EC ", "OPENSSH ", "ENCRYPTED ", ""]),
+    body=st.lists(
+        st.text(alphabet=string.ascii_letters + string.digits + "+/", min_size=8, max_size=64),
+        min_size=1,
+        max_size=6,
+    ),
+    cut=st.booleans(),
+)
+def test_private_key_blocks_are_redacted_even_when_cut(
+    label: str, body: list[str], cut: bool
+) -> None:
+    end = "" if cut else f"\n-----END {label}PRIVATE KEY-----\nafter"
+    text = f"before\n-----BEGIN {label}PRIVATE KEY-----\n" + "\n".join(body) + end
+    out = redact_shapes(text)
+    for line in body:
+        assert line not in out
+    assert out.startswith("before\n")
+    assert out.endswith("" if cut else "after")
+
+
+@SETTINGS
+@given(
+    header=st.sampled_from(['{"alg":"HS256","typ":"JWT"}', '{"alg":"RS256"}']),
+    claims=st.dictionaries(
+        st.sampled_from(["sub", "iss", "exp", "aud"]), st.text(min_size=1, max_size=20)
+    ),
+    signature=st.binary(min_size=16, max_size=64),
+)
+def test_jwts_are_redacted(header: str, claims: dict[str, str], signature: bytes) -> None:
+    def part(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).decode().rstrip("=")
+
+    jwt = ".".join([part(header.encode()), part(json.dumps(claims).encode()), part(signature)])
+    out = redact_shapes(f"token={jwt}&x=1 and bare {jwt}")
+    assert jwt not in out and jwt.split(".")[2] not in out
+
+
+ORDINARY_WORDS = ["the", "stage", "failed", "token", "secret", "password", "authentication",
+                  "bearer", "wave", "retry", "key", "sort", "object", "Basic", "Bearer",
+                  "max_tokens", "author"]  # fmt: skip
+
+
+@SETTINGS
+@given(
+    hexdigits=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+    commit=st.text(alphabet="0123456789abcdef", min_size=40, max_size=40),
+    words=st.lists(st.sampled_from(ORDINARY_WORDS), min_size=1, max_size=12),
+)
+def test_digests_commit_ids_and_ordinary_words_are_kept(
+    hexdigits: str, commit: str, words: list[str]
+) -> None:
+    text = (
+        f"image ghcr.io/org/train@sha256:{hexdigits} digest: sha256:{hexdigits}\n"
+        f"commit {commit} built\n" + " ".join(words) + "\n"
+        "max_tokens: 512 secret_name: npa-store secret_ref: npa-store object key: stages/a.bin "
+        "author: Ada token_count: 12 password_file: /run/secrets/pw "
+        "--registry-auth ghcr.io=env:GHCR_IO_AUTH credential_source: env:GHCR_IO_AUTH "
+        "public_key: ssh-ed25519 https://example.com/v2/ s3://bucket/prefix/npa-workflow"
+    )
+    assert redact_shapes(text) == text
+
+
+@SETTINGS
+@given(
+    password=secret_values(string.ascii_letters + string.digits + "!%^*()_+-=.,;~@#"),
+    tool=st.sampled_from(["docker", "podman", "helm registry", "oras"]),
+    user=st.sampled_from(["-u robot ", "--username robot ", ""]),
+    form=st.sampled_from(["-p {p}", "-p={p}", "--password {p}", "--password={p}",
+                          "-p '{p}'", '--password "{p}"']),
+)  # fmt: skip
+def test_login_passwords_on_a_command_line_are_redacted(
+    password: str, tool: str, user: str, form: str
+) -> None:
+    text = f"+ {tool} login {user}{form.format(p=password)} registry.example.com"
+    out = redact_shapes(text)
+    assert password not in out, out
+    assert out.endswith(" registry.example.com")
+
+
+def test_a_netrc_password_is_redacted() -> None:
+    text = "machine registry.example.com login robot password s3cr3t-netrc-pw\n"
+    assert redact_shapes(text) == (
+        "machine registry.example.com login robot password [REDACTED:secret-assignment]\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [
+        ("REG_PASSWORD", True), ("api-token", True), ("secretKey", True), ("SSH_KEY", True),
+        ("client-key-data", True), ("aws_secret_access_key", True), ("AWS_ACCESS_KEY_ID", True),
+        ("identitytoken", True), ("PULUMI_CONFIG_PASSPHRASE", True), ("REG_AUTH", True),
+        ("X-Auth-Token", True), ("MYSQL_PWD", True),
+        ("max_tokens", False), ("secret_name", False), ("sort_key", False), ("public_key", False),
+        ("author", False), ("monkey", False), ("key", False), ("token_count", False),
+        ("password_file", False), ("auth_type", False),
+    ],
+)  # fmt: skip
+def test_names_that_hold_secrets(name: str, secret: bool) -> None:
+    assert secret_name(name) is secret
+
+
+def test_insights_redact_shapes_when_the_ingesting_machine_holds_no_credential() -> None:
+    """The registry password a stage printed is not in this machine's environment or files:
+    its shape alone takes it out of every text insights keeps."""
+    leaked = (
+        "export REG_PASSWORD='hunter2-Registry-pw'\n"
+        "Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJyb2JvdCJ9.c2lnbmF0dXJl\n"
+        "aws_access_key_id=AKIAIOSFODNN7EXAMPLE\n"
+        "https://robot:pat-9f3a1c77@registry.example.com/v2/\n"
+        "image ghcr.io/o/i@sha256:" + "ab" * 32
+    )
+    facts = RunFacts(
+        "wf", "r", "p", "local", "FAILED", "", "", "file:///x", "h",
+        {"attempts": [{"detail": leaked}]},
+        [StageFacts("one", 0, "FAILED", None, leaked, None, None, None, 1, 1, 0, None, None, 0,
+                    log_tails={"k": leaked})],
+        {"logs/supervisor.log": leaked},
+    )  # fmt: skip
+    clean = redact_facts(facts, known_secrets({}))
+    for text in (
+        clean.stages[0].detail,
+        clean.stages[0].log_tails["k"],
+        clean.supervisor["attempts"][0]["detail"],
+        clean.run_logs["logs/supervisor.log"],
+    ):
+        assert text is not None
+        for secret in ("hunter2-Registry-pw", "c2lnbmF0dXJl", "AKIAIOSFODNN7EXAMPLE",
+                       "pat-9f3a1c77"):  # fmt: skip
+            assert secret not in text, text
+        assert text.endswith("sha256:" + "ab" * 32)
+
+
+def test_a_passphrase_file_and_a_passphrase_variable_are_known_values(tmp_path: object) -> None:
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    passphrase = tmp_path / "passphrase"
+    passphrase.write_text("correct horse battery\n")
+    env = {
+        "HOME": str(tmp_path),
+        "PULUMI_CONFIG_PASSPHRASE_FILE": str(passphrase),
+        "OTHER_PASSPHRASE": "staple-gun-99",
+    }
+    found = known_secrets(env)
+    out = found.redact("said correct horse battery and staple-gun-99")
+    assert out == (
+        "said [REDACTED:file:PULUMI_CONFIG_PASSPHRASE_FILE] and [REDACTED:env:OTHER_PASSPHRASE]"
+    )
