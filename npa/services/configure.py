@@ -29,7 +29,7 @@ from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name, safe_component
 from npa.core.suggest import closest, unknown
 
-Source = Literal["flag", "env", "file", "default"]
+Source = Literal["flag", "env", "file", "aws-config", "default"]
 
 CONFIG_VERSION = 1
 DEFAULT_PROJECT = "default"
@@ -220,9 +220,31 @@ def show(project: str | None, *, paths: NpaPaths | None = None) -> Configuration
     """``npa configure --show``: the named project, or every configured one."""
     paths = paths or NpaPaths.from_env()
     if project is not None:
-        return ConfigurationView(projects=[resolve_project(project, paths=paths)])
+        return ConfigurationView(projects=[_with_aws_config(resolve_project(project, paths=paths))])
     names = sorted(load_config(paths)["projects"]) or [DEFAULT_PROJECT]
-    return ConfigurationView(projects=[resolve_project(n, paths=paths) for n in names])
+    return ConfigurationView(
+        projects=[_with_aws_config(resolve_project(n, paths=paths)) for n in names]
+    )
+
+
+def _with_aws_config(settings: ProjectSettings) -> ProjectSettings:
+    """``settings`` with the endpoint and region the S3 client will take from the AWS
+    configuration (the one resolution, ``s3_settings``) where npa's own sources set none, so
+    --show never calls a region the profile sets the default."""
+    from npa.adapters.storage.s3 import s3_settings
+
+    profile = settings.settings["profile"].value
+    try:
+        resolved = s3_settings(profile=profile, credentials=False)
+    except InvalidInput:
+        return settings  # a profile that does not exist: the store says so when opened
+    found = {"endpoint_url": resolved.endpoint_url, "region": resolved.region}
+    origin = f"profile {profile or 'default'}"
+    for name, value in found.items():
+        if settings.settings[name].source == "default" and value is not None:
+            shown = redact(value) if name == "endpoint_url" else value
+            settings.settings[name] = Setting(value=shown, source="aws-config", origin=origin)
+    return settings
 
 
 def _flag(name: str) -> str:

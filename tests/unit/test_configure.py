@@ -105,3 +105,29 @@ def test_show_writes_nothing(npa_home: Path) -> None:
     show("p1")
     show("never-configured")
     assert snapshot() == before
+
+
+def test_show_names_the_region_and_endpoint_the_aws_config_gives(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The S3 client takes them from the profile (s3_settings); --show must not call them unset.
+    (tmp_path / ".aws").mkdir()
+    (tmp_path / ".aws" / "config").write_text(
+        "[default]\nregion = eu-north1\nendpoint_url = http://minio.test:9000\n"
+        "[profile team]\nregion = ap-south-1\n"
+    )
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("AWS_CONFIG_FILE", raising=False)
+    [p] = show("p1").projects
+    assert p.settings["region"].value == "eu-north1"
+    assert (p.settings["region"].source, p.settings["region"].origin) == (
+        "aws-config",
+        "profile default",
+    )
+    assert p.settings["endpoint_url"].value == "http://minio.test:9000"
+    record_project("p2", {"profile": "team"})
+    [q] = show("p2").projects
+    assert q.settings["region"].value == "ap-south-1" and q.settings["endpoint_url"].value is None
+    monkeypatch.setenv("AWS_REGION", "sa-east-1")  # npa's own sources still come first
+    [r] = show("p1").projects
+    assert (r.settings["region"].value, r.settings["region"].source) == ("sa-east-1", "env")

@@ -62,8 +62,11 @@ def s3_settings(
     profile: str | None = None,
     fix_hint: str | None = None,
     env: Mapping[str, str] | None = None,
+    credentials: bool = True,
 ) -> S3Settings:
-    """The one resolution of an S3 configuration (:class:`S3Settings`)."""
+    """The one resolution of an S3 configuration (:class:`S3Settings`). Without
+    ``credentials`` the chain is not asked (it may ask the instance metadata service over the
+    network) and ``credential_source`` is ``not-resolved``."""
     env = os.environ if env is None else env
     keys = _env_keys(env)
     if profile is None and keys is not None and not _shared_config(env):
@@ -88,7 +91,7 @@ def s3_settings(
                 client_name="s3",
             ).provide()
         region = region or session.get_config_variable("region")
-        creds = session.get_credentials()
+        creds = session.get_credentials() if credentials else None
     except ProfileNotFound:
         raise InvalidInput(
             f"AWS profile {profile!r} is not defined in the shared config or credentials file",
@@ -99,7 +102,9 @@ def s3_settings(
         region=region or None,
         # The *method* names where credentials came from (env, shared-credentials-file, ...);
         # it is safe to print, unlike the credentials themselves.
-        credential_source=str(creds.method) if creds is not None else "none",
+        credential_source=(
+            "not-resolved" if not credentials else str(creds.method) if creds else "none"
+        ),
         credentials=creds,
         session=session,
     )
