@@ -216,3 +216,41 @@ def luminance_spread(data: bytes, sample: int = 4) -> tuple[float, int]:
             greys.append(0.299 * px[0] + 0.587 * px[1] + 0.114 * px[2])
     mean = sum(greys) / len(greys)
     return sum((g - mean) ** 2 for g in greys) / len(greys), len(colours)
+
+
+# What the tests read of the rendered page, through the browser's own DOM.
+REPORT_DOM = """JSON.stringify({
+  title: document.title,
+  state: document.querySelector('#run-state').textContent.trim(),
+  stages: [...document.querySelectorAll('#stages tr[data-stage]')].map(r =>
+    [r.dataset.stage, r.dataset.state, r.querySelector('.failure-class').textContent.trim()]),
+  nodes: [...document.querySelectorAll('svg.dag g.node')].map(g =>
+    [g.dataset.stage, g.textContent]),
+  commands: [...document.querySelectorAll('pre.command code')].map(c => c.textContent),
+  missing: [...document.querySelectorAll('#missing-outputs li')].map(l => l.textContent),
+  outputs: [...document.querySelectorAll('tr[data-output]')].map(r =>
+    [r.closest('section').dataset.stage, r.dataset.output, r.dataset.status]),
+  log: [...document.querySelectorAll('pre.log')].map(p => p.textContent).join(''),
+  sources: [...document.querySelectorAll('#sources tr[data-source]')].map(r =>
+    [r.dataset.source, r.dataset.standing]),
+  bars: document.querySelectorAll('svg.timeline rect.bar').length,
+  dagHeight: document.querySelector('svg.dag').getBoundingClientRect().height,
+  scripts: document.scripts.length,
+  images: document.images.length,
+  refresh: [...document.querySelectorAll('meta[http-equiv=refresh]')].length,
+  banner: (document.querySelector('#not-live') || {textContent: ''}).textContent,
+})"""
+
+
+def look_at_report(chromium: str, page: Path, tmp_path: Path, name: str) -> dict[str, Any]:
+    """Open the page; keep its screenshot beside it and check nothing was fetched."""
+    loaded = open_page(chromium, page, REPORT_DOM, tmp_path / f"chromium-{name}")
+    shot = tmp_path / f"{name}.png"
+    shot.write_bytes(loaded.screenshot)
+    variance, colours = luminance_spread(loaded.screenshot)
+    assert variance > 100 and colours > 10, (shot, variance, colours)
+    # The DevTools request log: the document itself, and nothing else.
+    assert loaded.requests == [page.resolve().as_uri()], loaded.requests
+    dom: dict[str, Any] = loaded.value
+    assert dom["scripts"] == 0 and dom["images"] == 0
+    return dom

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.harness.browser import chromium_binary, luminance_spread, open_page
+from tests.harness.browser import chromium_binary
+from tests.harness.browser import look_at_report as look
 from tests.harness.cli import run_npa
 from tests.harness.procs import wait_until
 
@@ -25,29 +26,6 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 WF = ("workbench", "workflow")
 HOSTILE = "<script>document.title='pwned'</script><img src='https://example.invalid/x.png'>"
-
-# What the tests read of the rendered page, through the browser's own DOM.
-DOM = """JSON.stringify({
-  title: document.title,
-  state: document.querySelector('#run-state').textContent.trim(),
-  stages: [...document.querySelectorAll('#stages tr[data-stage]')].map(r =>
-    [r.dataset.stage, r.dataset.state, r.querySelector('.failure-class').textContent.trim()]),
-  nodes: [...document.querySelectorAll('svg.dag g.node')].map(g =>
-    [g.dataset.stage, g.textContent]),
-  commands: [...document.querySelectorAll('pre.command code')].map(c => c.textContent),
-  missing: [...document.querySelectorAll('#missing-outputs li')].map(l => l.textContent),
-  outputs: [...document.querySelectorAll('tr[data-output]')].map(r =>
-    [r.closest('section').dataset.stage, r.dataset.output, r.dataset.status]),
-  log: [...document.querySelectorAll('pre.log')].map(p => p.textContent).join(''),
-  sources: [...document.querySelectorAll('#sources tr[data-source]')].map(r =>
-    [r.dataset.source, r.dataset.standing]),
-  bars: document.querySelectorAll('svg.timeline rect.bar').length,
-  dagHeight: document.querySelector('svg.dag').getBoundingClientRect().height,
-  scripts: document.scripts.length,
-  images: document.images.length,
-  refresh: [...document.querySelectorAll('meta[http-equiv=refresh]')].length,
-  banner: (document.querySelector('#not-live') || {textContent: ''}).textContent,
-})"""
 
 
 @pytest.fixture(scope="module")
@@ -94,20 +72,6 @@ def report(env: dict[str, str], run_id: str, out: Path, *extra: str) -> Any:
     res = run_npa(*WF, "report", run_id, "--project", "demo", "--out", str(out), "--json",
                   *extra, env=env)  # fmt: skip
     return res
-
-
-def look(chromium: str, page: Path, tmp_path: Path, name: str) -> dict[str, Any]:
-    """Open the page; keep its screenshot beside it and check nothing was fetched."""
-    loaded = open_page(chromium, page, DOM, tmp_path / f"chromium-{name}")
-    shot = tmp_path / f"{name}.png"
-    shot.write_bytes(loaded.screenshot)
-    variance, colours = luminance_spread(loaded.screenshot)
-    assert variance > 100 and colours > 10, (shot, variance, colours)
-    # The DevTools request log: the document itself, and nothing else.
-    assert loaded.requests == [page.resolve().as_uri()], loaded.requests
-    dom: dict[str, Any] = loaded.value
-    assert dom["scripts"] == 0 and dom["images"] == 0
-    return dom
 
 
 def test_a_succeeded_run_reads_as_such_in_the_browser(
