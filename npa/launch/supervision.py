@@ -32,6 +32,7 @@ from enum import StrEnum
 
 from npa.backends.base import JobState
 from npa.core.faults import PULL_REASONS, Classification, PullFault, classify_pull_failure
+from npa.core.redaction import redact_shapes
 from npa.runs.manifest import SupervisorAttempt, SupervisorRecord, now_iso
 
 __all__ = [
@@ -125,6 +126,12 @@ def failure_signature(status: str, reason: str | None) -> str:
     return f"{status}: {folded[:300]}"
 
 
+def _kept(text: str) -> str:
+    """What the backend or a pod said, as the run's manifest keeps it: a credential in it (a
+    stage's echo, a URL with a password) is taken out first, before it is compared or stored."""
+    return redact_shapes(text)
+
+
 def record(
     supervisor: SupervisorRecord,
     *,
@@ -138,6 +145,7 @@ def record(
     stage: str | None = None,
 ) -> Verdict:
     """Add one failure to ``supervisor``, decide the recovery, and return the verdict."""
+    failure, detail = _kept(failure), _kept(detail)
     verdict = _decide(supervisor, failure, classification, policy, payload_budget, startup)
     if verdict.recovery is Recovery.RETRIED:
         if classification is Classification.TRANSIENT_INFRASTRUCTURE:
@@ -178,6 +186,7 @@ def count_startup_failure(
     has been seen ``--startup-failure-threshold`` times in a row; then the run is
     FAILED_STARTUP and the job must be cancelled. An actionable configuration fault (an image
     the registry says is absent or forbidden) stops at once: no count, no threshold."""
+    failure, detail = _kept(failure), _kept(detail)
     stop = (
         classification is Classification.ACTIONABLE_CONFIGURATION
         or _identical_run(supervisor, failure) + 1 >= policy.startup_failure_threshold

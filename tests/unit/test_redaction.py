@@ -338,3 +338,24 @@ def test_a_passphrase_file_and_a_passphrase_variable_are_known_values(tmp_path: 
     assert out == (
         "said [REDACTED:file:PULUMI_CONFIG_PASSPHRASE_FILE] and [REDACTED:env:OTHER_PASSPHRASE]"
     )
+
+
+def test_the_supervisor_keeps_no_credential_a_failure_quoted() -> None:
+    # A failure detail is copied into the run's manifest in the store; two failures that differ
+    # only in the secret they quote still count as the same failure.
+    from npa.core.faults import Classification
+    from npa.launch.supervision import Policy, count_startup_failure, record
+    from npa.runs.manifest import SupervisorRecord
+
+    sup = SupervisorRecord()
+    policy = Policy(startup_failure_threshold=2, max_infrastructure_recoveries=3, retries=0)
+    for token in ("ghp_" + "a" * 36, "ghp_" + "b" * 36):
+        count_startup_failure(
+            sup, what="pod", failure=f"pull https://u:{token}@r.example/x", detail=token,
+            policy=policy,
+        )  # fmt: skip
+    record(sup, what="launch", failure="AKIAABCDEFGHIJKLMNOP", detail="Bearer abc.def.ghi",
+           classification=Classification.TRANSIENT_INFRASTRUCTURE, policy=policy)  # fmt: skip
+    kept = sup.model_dump_json()
+    assert "ghp_" not in kept and "AKIAABCDEFGHIJKLMNOP" not in kept and "abc.def.ghi" not in kept
+    assert sup.attempts[1].recovery == "stopped"  # the second identical failure hit threshold 2
