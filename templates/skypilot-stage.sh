@@ -86,11 +86,13 @@ npa_shard() {
 # run: an output's folder (prefix) or its parent folder (file). $1: kind, $2: path.
 npa_output() { if [ "$1" = file ]; then mkdir -p "${2%/*}"; else mkdir -p "$2"; fi; }
 
-# run: the stage's command, in the contract's working directory, without the variables named
-# after it (the store's credentials: the library's, never the command's). $1: the command.
+# run: the stage's command, in the contract's working directory, with its own HOME and without
+# the variables named after it (the store's credentials: the library's, never the command's).
+# $1: the stage's HOME (never in the task's envs: SkyPilot's own setup would use it), $2: the
+# command.
 npa_command() {
-  _npa_cmd=$1; shift
-  (cd /npa/source && unset "$@" && exec /bin/sh -c "$_npa_cmd")
+  _npa_home=$1 _npa_cmd=$2; shift 2
+  (cd /npa/source && unset "$@" && HOME=$_npa_home && export HOME && exec /bin/sh -c "$_npa_cmd")
 }
 
 # run: what the shard left in one output. $1: kind, $2: path, $3: URI.

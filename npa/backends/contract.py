@@ -52,6 +52,10 @@ RESERVED_PREFIX = "NPA_"
 #: each shard's start, as its outputs are), a UTF-8 locale every C library has, and UTC. The
 #: stage's own ``env`` may set any of them differently.
 BASE: dict[str, str] = {"HOME": HOME_DIR, "LANG": "C.UTF-8", "TZ": "UTC"}
+#: Given by a pod's run script to the stage's command alone, never in the SkyPilot task's
+#: ``envs``: SkyPilot runs its own setup prelude with those envs in its environment, and a
+#: ``HOME`` there moves what SkyPilot reads from home (its workdir, ``~/.bashrc``).
+SET_AROUND_THE_COMMAND = ("HOME",)
 #: What a stage sees beside the variables npa sets: its image's ``PATH`` (an engine or the
 #: kubelet sets the default when the image has none).
 IMAGE_GIVES = ("PATH",)

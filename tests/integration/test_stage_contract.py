@@ -312,14 +312,15 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
         for wave, task in enumerate(tasks):
             table = expected(stage, run_id, sky_prefix)
             assert task.num_nodes == (PARALLEL if stage == "split" else 1)
-            fixed = {k: v for k, v in table.items() if k != "PWD"}
+            # HOME is the run script's to give the command (SkyPilot's setup reads the envs).
+            fixed = {k: v for k, v in table.items() if k not in ("PWD", "HOME")}
             assert task.envs == {**fixed, "NPA_WAVE": str(wave)}
             # The run script sets the shard from the node rank and runs in the source tree.
-            assert "npa_shard " in task.run and "npa_command " in task.run
+            assert "npa_shard " in task.run and f"npa_command {table['HOME']} " in task.run
             assert not task.file_mounts and task.workdir is None
     library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
     assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
-    assert f'cd {expected("split", "", "")["PWD"]} && unset "$@" && exec /bin/sh -c' in library
+    assert f'cd {expected("split", "", "")["PWD"]} && unset "$@" && HOME=$_npa_home' in library
 
 
 # --- the SkyPilot side, run -----------------------------------------------------------------

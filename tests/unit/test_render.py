@@ -80,7 +80,7 @@ def calls(script: str, function: str) -> list[list[str]]:
     return [words[i + 1 : i + 1 + _ARITY[function]] for i, w in enumerate(words) if w == function]
 
 
-_ARITY = {"npa_fetch": 3, "npa_restore": 2, "npa_command": 1, "npa_upload": 3, "npa_output": 2,
+_ARITY = {"npa_fetch": 3, "npa_restore": 2, "npa_command": 2, "npa_upload": 3, "npa_output": 2,
           "npa_shard": 1}  # fmt: skip
 
 
@@ -104,7 +104,7 @@ def test_hostile_values_do_not_change_the_rendered_structure() -> None:
         Workflow.model_validate(base_spec()), "run-1", kube_context=None, digests=DIGESTS
     )
     got, want = parsed(hostile[0].text), parsed(plain[0].text)
-    assert calls(got["run"], "npa_command") == [[command]]
+    assert calls(got["run"], "npa_command") == [["/npa/home", command]]
     for key, value in env.items():
         assert got["envs"][key] == value
     # Apart from the values we injected, the document is exactly the plain one.

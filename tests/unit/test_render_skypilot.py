@@ -142,4 +142,5 @@ def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> Non
     assert curate.envs["NEWLINE"] == "a\nb: c"
     command = "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
     hidden = " ".join(contract.STORE_VARIABLES)  # the store's, for the library alone
-    assert f"npa_command {shlex.quote(command)} {hidden} || exit" in curate.run
+    assert f"npa_command /npa/home {shlex.quote(command)} {hidden} || exit" in curate.run
+    assert "HOME" not in curate.envs  # the run script gives it to the command alone

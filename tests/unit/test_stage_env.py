@@ -134,7 +134,11 @@ def skypilot_names(run: RunTasks, wave: int) -> set[str]:
     text = sky_tasks.encode(run, kube_context="kind-npa")["probe"]
     doc = yaml.safe_load(sky_tasks.documents(text)[wave])
     assert "NPA_SHARD=" in doc["run"] or "npa_shard " in doc["run"]
-    return {*doc["envs"], "NPA_SHARD", "NPA_ATTEMPT", *contract.IMAGE_GIVES}
+    # HOME is the run script's to give, around the command alone: SkyPilot's own setup reads
+    # its home from the task's envs.
+    assert "HOME" not in doc["envs"]
+    assert f"npa_command {contract.HOME_DIR} " in doc["run"]
+    return {*doc["envs"], "NPA_SHARD", "NPA_ATTEMPT", "HOME", *contract.IMAGE_GIVES}
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -222,8 +226,8 @@ def test_the_pod_command_runs_without_the_store_credentials(
     script = sky_tasks.run_script(task, run)
     (line,) = [line for line in script.splitlines() if line.startswith("npa_command ")]
     words = shlex.split(line.removesuffix(" || exit"))
-    assert words[1] == "aws s3 ls"
-    assert set(words[2:]) == set(contract.STORE_VARIABLES) - {"AWS_REGION"}
+    assert words[1:3] == [contract.HOME_DIR, "aws s3 ls"]
+    assert set(words[3:]) == set(contract.STORE_VARIABLES) - {"AWS_REGION"}
     # The names are the ones the store Secret holds.
     held, _ = store_environment(profile=None, endpoint_url="http://127.0.0.1:9", region="r1")
     assert set(held) == set(contract.STORE_VARIABLES)

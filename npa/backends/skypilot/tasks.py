@@ -163,7 +163,8 @@ def run_script(task: StageTask, run: RunTasks) -> str:
     # The command runs without the store's credentials (the library's alone), unless the
     # stage's own env sets one.
     hidden = [name for name in contract.STORE_VARIABLES if name not in task.env]
-    lines.append(_call("npa_command", task.command, *hidden) + " || exit")
+    home = task.env.get("HOME", contract.HOME_DIR)
+    lines.append(_call("npa_command", home, task.command, *hidden) + " || exit")
     for out in task.outputs:
         assert out.uri is not None
         uri = out.uri.rstrip("/")
@@ -177,6 +178,8 @@ def wave_envs(task: StageTask, run: RunTasks, wave: int) -> dict[str, str]:
     ``NPA_ATTEMPT`` are set on the node by the run script; ``PATH`` is the image's)."""
     envs: dict[str, str] = {}
     for key, value in contract.stage_env(task, run).items():
+        if key in contract.SET_AROUND_THE_COMMAND:
+            continue  # the run script gives it to the command alone (run_script)
         envs[key] = value
         if key == "NPA_SHARDS_PER_WAVE":
             envs[contract.WAVE] = str(wave)
