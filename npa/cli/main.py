@@ -58,7 +58,7 @@ def main(
 
 def run() -> None:
     """Console-script entry point."""
-    from npa.core.procs import end_children_on_signals
+    from npa.core.ending import end_children_on_signals
 
     end_children_on_signals()  # no helper npa starts outlives it
     app(prog_name="npa")

@@ -13,7 +13,7 @@ a parent that has not yet reaped a group's leader can signal the group by that i
 
 Every helper process npa waits on (pip, a container engine, a credential helper, pulumi) is
 started by :func:`run_child`: in a process group of its own, and ended with all its descendants
-when npa ends early (a timeout, Ctrl-C, SIGTERM or SIGHUP; :func:`end_children_on_signals`). The
+when npa ends early (a timeout, Ctrl-C, SIGTERM or SIGHUP; :mod:`npa.core.ending`). The
 processes that are meant to outlive the command that started them (a run's watcher, the SkyPilot
 API server's keeper) are started apart, in sessions of their own, and documented as such.
 
@@ -240,8 +240,8 @@ def run_child(
     """``subprocess.run(argv, capture_output=True, text=True)`` with the child in a process
     group of its own that ends with npa: on ``timeout`` (``subprocess.TimeoutExpired`` is then
     raised, as ``subprocess.run`` does), on any exception in npa while it waits (Ctrl-C's
-    KeyboardInterrupt included), and on SIGTERM/SIGHUP once :func:`end_children_on_signals`
-    is in force. Its own group keeps a terminal's Ctrl-C from reaching it directly: npa ends
+    KeyboardInterrupt included), and on SIGTERM/SIGHUP once :mod:`npa.core.ending` is in
+    force. Its own group keeps a terminal's Ctrl-C from reaching it directly: npa ends
     it, with everything it started."""
     proc = subprocess.Popen(
         list(argv),
@@ -274,20 +274,3 @@ def end_children() -> None:
         leaders = list(_children.values())
     for leader in leaders:
         end_group(leader, CHILD_END_WAIT)
-
-
-def _end_on_signal(signum: int, frame: object) -> None:
-    end_children()
-    # Leave as an exit, not by the signal's default action: finally blocks and atexit handlers
-    # (temporary directories, locks) still run. 128 + N is what a shell reports for signal N.
-    raise SystemExit(128 + signum)
-
-
-def end_children_on_signals() -> None:
-    """Make SIGTERM and SIGHUP end every helper npa waits on, then npa itself (exit 128+N).
-    Installed by the command line's entry point; a process that handles these signals its own
-    way (a run's executor) installs its own handlers after this."""
-    if threading.current_thread() is not threading.main_thread():
-        return
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _end_on_signal)
