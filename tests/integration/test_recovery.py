@@ -124,16 +124,16 @@ class World:
     def started(self, shard: str) -> bool:
         return self.marks_of(shard)["start"] > 0
 
-    def run_printed(self, command: str) -> CliResult:
+    def run_printed(self, command: str, **extra: str) -> CliResult:
         """Run a command npa printed, exactly as printed (it starts with ``npa``)."""
         argv = shlex.split(command)
         assert argv[0] == "npa", command
-        return self.npa(*argv[1:])
+        return self.npa(*argv[1:], **extra)
 
-    def recovers_with(self, command: str) -> None:
+    def recovers_with(self, command: str, **extra: str) -> None:
         """Run a recovery command npa printed: it succeeds, the run ends SUCCEEDED, and every
         shard ran to the end exactly once."""
-        r = self.run_printed(command)
+        r = self.run_printed(command, **extra)
         no_traceback(r)
         assert r.code == 0, r.stdout + r.stderr
         final = self.watch()
