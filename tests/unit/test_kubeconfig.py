@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -158,3 +159,50 @@ def test_read_only_commands_resolve_kubeconfig_like_kubectl(tmp_path: Path) -> N
 
 
 # --- against kubectl ---------------------------------------------------------------------------
+
+
+# Any YAML value where a kubeconfig has a section: what merge and minimal say is a
+# KubeconfigError naming the file, never a TypeError or AttributeError (a `contexts: 5` did).
+_yaml_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+def _entries(section: str) -> st.SearchStrategy[Any]:
+    """A section's list as a kubeconfig has it, with any value where a field goes."""
+    body = st.dictionaries(st.sampled_from(["cluster", "user", "server", "token"]), _yaml_values)
+    entry = st.fixed_dictionaries({"name": st.sampled_from(["a", "b"]), section: body})
+    return st.lists(entry | _yaml_values, max_size=3) | _yaml_values
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "contexts": _entries("context"),
+            "clusters": _entries("cluster"),
+            "users": _entries("user"),
+            "current-context": st.sampled_from(["a", "b"]) | _yaml_values,
+        },
+    )
+)
+def test_a_malformed_kubeconfig_is_reported_never_raised_as_a_crash(doc: dict[str, Any]) -> None:
+    import tempfile
+
+    import yaml
+
+    from npa.adapters.kube import kubeconfig as kube
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "config"
+        path.write_text(yaml.safe_dump(doc))
+        try:
+            merged = kube.merge([path])
+            if merged.current_context is not None:
+                kube.minimal(merged, merged.current_context)
+        except kube.KubeconfigError as exc:
+            assert str(path) in str(exc) or "context" in str(exc)

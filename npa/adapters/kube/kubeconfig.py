@@ -128,7 +128,10 @@ def merge(files: Iterable[Path], *, must_exist: bool = False) -> Merged:
         read.append(path)
         base = path.resolve().parent
         for plural, section in _SECTIONS:
-            for entry in data.get(plural) or []:
+            entries = data.get(plural) or []
+            if not isinstance(entries, list):
+                raise KubeconfigError(f"{path}: {plural} is not a list (kubectl reads a list)")
+            for entry in entries:
                 if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
                     continue
                 if entry["name"] in named[plural]:
@@ -140,8 +143,11 @@ def merge(files: Iterable[Path], *, must_exist: bool = False) -> Merged:
                     **entry,
                     section: _absolute(section, body, base),
                 }
-        if current is None and data.get("current-context"):
-            current = str(data["current-context"])
+        named_current = data.get("current-context")
+        if current is None and named_current:
+            if not isinstance(named_current, str):
+                raise KubeconfigError(f"{path}: current-context is not a name")
+            current = named_current
     return Merged(read, named["contexts"], named["clusters"], named["users"], current)
 
 
@@ -159,6 +165,9 @@ def minimal(merged: Merged, context: str) -> str:
     body = entry.get("context") or {}
     cluster_name = body.get("cluster")
     user_name = body.get("user")
+    for field, value in (("cluster", cluster_name), ("user", user_name)):
+        if value is not None and not isinstance(value, str):
+            raise KubeconfigError(f"context {context!r}: its {field} is not a name")
     if cluster_name not in merged.clusters:
         raise KubeconfigError(
             f"context {context!r} names cluster {cluster_name!r}, which {merged.describe()} "
