@@ -23,3 +23,16 @@ def number(value: int | float) -> str:
     if isinstance(value, int) or float(value).is_integer():
         return f"{int(value):,}"
     return f"{value:,.2f}".rstrip("0").rstrip(".")
+
+
+def gib_text(value: int | None, gib: int | None = None) -> str:
+    """A size in bytes as npa prints one everywhere: ``1,251 GiB (1,343,251,021,824 bytes)``.
+    ``gib`` is the GiB figure when the caller rounds on purpose (a requirement up, what is
+    available down); without it, the whole GiB with ``+`` when bytes remain. None is
+    ``unknown``."""
+    if value is None:
+        return "unknown"
+    if gib is None:
+        whole, rest = divmod(value, 2**30)
+        return f"{number(whole)}{'+' if rest else ''} GiB ({plural(value, 'byte')})"
+    return f"{number(gib)} GiB ({plural(value, 'byte')})"

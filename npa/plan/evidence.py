@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npa.core.errors import InvalidInput, NpaError
-from npa.core.text import number
+from npa.core.text import number, plural
 from npa.plan.infra import GIB
 from npa.plan.quota import (
     ExistingCheck,
@@ -98,7 +98,7 @@ class Disks:
         size = (
             f"{number(self.size_bytes // GIB)} GiB"
             if self.size_bytes % GIB == 0
-            else f"{number(self.size_bytes)} bytes"
+            else plural(self.size_bytes, "byte")
         )
         disks = f"{number(self.count)} x {size} {self.disk_type}"
         return f"{self.role}: {disks}" if self.role else f"{disks} (no role recorded)"

@@ -11,7 +11,7 @@ from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.targets import Target
-from npa.core.text import number, plural
+from npa.core.text import gib_text, number, plural
 from npa.plan.evidence import StackState, StateReader
 from npa.plan.infra import (
     GIB,
@@ -87,7 +87,7 @@ class PlanResult(Result):
         for d in p.disks:
             lines.append(
                 f"  {d.role}: {number(d.count)} x {number(d.size_gib)} GiB {d.disk_type.value} "
-                f"({d.count * d.size_gib * GIB} bytes)"
+                f"({plural(d.count * d.size_gib * GIB, 'byte')})"
             )
         return lines + self._quota_lines()
 
@@ -129,9 +129,9 @@ def existing_text(checks: Sequence[ExistingCheck]) -> list[str]:
 
 def _quota_text(line: QuotaLine) -> str:
     def fig(value: int | None, gib: int | None) -> str:
-        if value is None:
-            return "unknown"
-        return f"{gib:,} GiB ({value} bytes)" if line.unit == "bytes" else f"{value:,}"
+        if value is None or line.unit == "bytes":
+            return gib_text(value, gib)
+        return number(value)
 
     available = "unlimited" if line.unlimited else fig(line.available, line.available_gib)
     text = (

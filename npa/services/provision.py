@@ -51,7 +51,7 @@ from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name
 from npa.core.targets import checked_target
-from npa.core.text import number, plural
+from npa.core.text import gib_text, number, plural
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -171,14 +171,6 @@ class TeardownResult(Result):
         return lines
 
 
-def _gib(value: int | None) -> str:
-    if value is None:
-        return "unknown"
-    whole = value // GIB
-    exact = "" if value % GIB == 0 else "+"
-    return f"{whole:,}{exact} GiB ({value:,} bytes)"
-
-
 def quota_text(quota: QuotaAssessment) -> list[str]:
     """The quota gate as text: one line per quota with every figure in bytes and GiB."""
     lines = [f"quota gate: {quota.verdict} (sources: {', '.join(quota.sources) or 'none'})"]
@@ -187,7 +179,7 @@ def quota_text(quota: QuotaAssessment) -> list[str]:
         def fig(value: int | None, unit: str = line.unit) -> str:
             if value is None:
                 return "unknown"
-            return _gib(value) if unit == "bytes" else f"{value:,}"
+            return gib_text(value) if unit == "bytes" else f"{value:,}"
 
         available = "unlimited" if line.unlimited else fig(line.available)
         lines.append(

@@ -93,9 +93,9 @@ def test_plan_spec_blocked_at_21_gib_exact_figures() -> None:
     res = invoke_npa(*args, "examples/quota-21gib.yaml")
     assert res.code == 1, res.stderr
     assert "quota: BLOCKED" in res.stdout
-    assert "required 1,251 GiB (1343251021824 bytes)" in res.stdout
-    assert "available 21 GiB (22548578304 bytes)" in res.stdout
-    assert "shortfall 1,230 GiB (1320702443520 bytes)" in res.stdout
+    assert "required 1,251 GiB (1,343,251,021,824 bytes)" in res.stdout
+    assert "available 21 GiB (22,548,578,304 bytes)" in res.stdout
+    assert "shortfall 1,230 GiB (1,320,702,443,520 bytes)" in res.stdout
     js = invoke_npa(*args, "examples/quota-21gib.yaml", "--json")
     assert js.code == 1
     q = js.json()["quota"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -31,9 +32,15 @@ def spec(tmp_path: Path) -> Path:
 
 
 def test_run_ids_are_distinct_and_name_safe() -> None:
-    ids = {new_run_id() for _ in range(500)}
-    assert len(ids) == 500
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    ids = {new_run_id(start + timedelta(seconds=i)) for i in range(500)}
+    assert len(ids) == 500  # different seconds: always distinct
     assert all(i.replace("-", "").isalnum() and i == i.lower() for i in ids)
+    # Within one second, 24 random bits: 500 ids collided in 0.75% of runs (a birthday pair),
+    # so the same-second sample allows one pair; two would take about 1 run in 10 million.
+    same = [new_run_id(start) for _ in range(200)]
+    assert len(set(same)) >= 199
+    assert all(len(i.rsplit("-", 1)[1]) == 6 for i in same)
 
 
 def test_prepare_run_reserves_distinct_runs_in_a_private_record(npa_home: Path, spec: Path) -> None:

@@ -101,3 +101,20 @@ def test_results_render_without_none_and_with_plurals(monkeypatch: pytest.Monkey
         assert not re.search(r"\b1 (runs|nodes|objects|shards)\b", text), text
     assert runs.text_lines()[0].startswith("1 run of project p")
     assert gpus.text_lines()[0].startswith("cluster c: 1 node")
+
+
+@pytest.mark.parametrize(
+    ("value", "gib", "text"),
+    [
+        (None, None, "unknown"),
+        (0, None, "0 GiB (0 bytes)"),
+        (1, None, "0+ GiB (1 byte)"),
+        (2**30, None, "1 GiB (1,073,741,824 bytes)"),
+        (1251 * 2**30, None, "1,251 GiB (1,343,251,021,824 bytes)"),
+        (2**30 + 1, 2, "2 GiB (1,073,741,825 bytes)"),  # a requirement rounded up on purpose
+    ],
+)
+def test_one_form_for_a_size_in_bytes(value: int | None, gib: int | None, text: str) -> None:
+    from npa.core.text import gib_text
+
+    assert gib_text(value, gib) == text
