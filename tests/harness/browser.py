@@ -27,11 +27,20 @@ from typing import Any
 DEADLINE = 120.0
 
 
-def chromium_binary() -> str | None:
+def chromium_binary() -> str:
+    """The Chromium the report tests drive: ``$NPA_CHROMIUM_BIN``, else ``chromium`` on PATH.
+    The test set-up installs it (scripts/bootstrap-tools, test profile), so a missing one fails
+    the test: a skipped browser test would prove nothing."""
+    import pytest
+
     named = os.environ.get("NPA_CHROMIUM_BIN")
-    if named:
-        return named if os.access(named, os.X_OK) else None
-    return shutil.which("chromium")
+    found = (named if os.access(named, os.X_OK) else None) if named else shutil.which("chromium")
+    if found is None:
+        pytest.fail(
+            "no Chromium: scripts/bootstrap-tools --only chromium installs Debian's chromium "
+            "(or set NPA_CHROMIUM_BIN)"
+        )
+    return found
 
 
 @dataclass

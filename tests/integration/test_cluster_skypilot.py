@@ -174,15 +174,14 @@ def test_a_missing_image_shows_the_kubelets_reason_and_stops_as_configuration(
     assert_cancelled_in_queue(world, job)
     # The run's report page, read in a real browser: the verdict, its class and the fix.
     binary = chromium_binary()
-    if binary is not None:
-        page = tmp_path / "absent.html"
-        res = world.npa("workbench", "workflow", "report", run_id, "--project", world.project,
-                        "--out", str(page), "--json")  # fmt: skip
-        assert res.code == 0, res.stdout + res.stderr
-        dom = look_at_report(binary, page, tmp_path, "absent")
-        assert dom["state"] == "FAILED_STARTUP", dom
-        assert preflight in dom["commands"], dom["commands"]
-        assert "actionable_configuration" in page.read_text(), "the class is on the page"
+    page = tmp_path / "absent.html"
+    res = world.npa("workbench", "workflow", "report", run_id, "--project", world.project,
+                    "--out", str(page), "--json")  # fmt: skip
+    assert res.code == 0, res.stdout + res.stderr
+    dom = look_at_report(binary, page, tmp_path, "absent")
+    assert dom["state"] == "FAILED_STARTUP", dom
+    assert preflight in dom["commands"], dom["commands"]
+    assert "actionable_configuration" in page.read_text(), "the class is on the page"
 
 
 def first_pull_failure(world: SkyCluster, image: str) -> datetime:

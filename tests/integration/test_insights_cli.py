@@ -318,8 +318,6 @@ def test_compare_writes_a_page_with_its_chart_that_a_browser_opens(
     assert r.code == 0, r.stdout + r.stderr
     assert r.json()["html"] == str(page) and r.json()["html_bytes"] == page.stat().st_size
     binary = chromium_binary()
-    if binary is None:
-        pytest.skip("no Chromium: scripts/bootstrap-tools --only chromium installs it")
     script = """JSON.stringify({
       first: document.querySelector('#first-divergence').textContent,
       rows: [...document.querySelectorAll('#stages tr[data-stage]')].map(r =>
