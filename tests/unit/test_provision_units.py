@@ -204,3 +204,31 @@ def test_minimal_kubeconfig_keeps_one_context(tmp_path: Path) -> None:
     assert placed["current-context"] == "a"
     # Relative file references still point at the same files from the new location.
     assert placed["clusters"][0]["cluster"]["certificate-authority"] == str(tmp_path / "ca.crt")
+
+
+def _resource(kind: str, name: str) -> dict[str, Any]:
+    return {"type": kind, "urn": f"urn:pulumi:s::npa::{kind}::{name}"}
+
+
+def test_a_failure_report_takes_what_the_state_recorded_and_no_event_said() -> None:
+    """The engine can record a step that finished beside a failing one without its event
+    reaching the handler: the report reads the state too, and names each step once."""
+    from npa.adapters.infra.progress import EngineWatch, state_steps
+
+    stack = _resource("pulumi:pulumi:Stack", "npa-s")
+    provider = _resource("pulumi:providers:kubernetes", "default")
+    kept = _resource("npa:Directory", "kept")
+    gone = _resource("npa:Directory", "gone")
+    made = _resource("npa:Directory", "made")
+    before = [stack, provider, kept, gone]
+    after = [stack, provider, kept, made, _resource("pulumi:providers:aws", "new")]
+    assert state_steps(before, after) == [
+        "created npa:Directory made",
+        "deleted npa:Directory gone",
+    ]
+    assert state_steps(after, after) == []
+
+    watch = EngineWatch("s")
+    watch.completed.append("deleted npa:Directory gone")  # the one event that did arrive
+    watch.settle(before, after)
+    assert watch.completed == ["deleted npa:Directory gone", "created npa:Directory made"]

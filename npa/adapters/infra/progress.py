@@ -137,6 +137,40 @@ class EngineWatch:
         self._emit(StepProgress(self.stack, urn, kind, name, "", status, None,
                                 round(now - self.started, 2), message))  # fmt: skip
 
+    def settle(self, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
+        """Add what the stack's state shows was created or deleted and no event reported.
+
+        When one step fails the engine cancels the operation, and a step that was still running
+        beside it can finish, and be written to the state, without its event reaching the
+        handler. The state is the record; the events only add the order and the updates."""
+        for line in state_steps(before, after):
+            if line not in self.completed:
+                self.completed.append(line)
+
     def _emit(self, progress: StepProgress) -> None:
         if self.report is not None:
             self.report(progress)
+
+
+def _managed(resources: list[dict[str, Any]]) -> dict[str, str]:
+    """urn -> type of the resources a reviewer sees (not the stack, not providers)."""
+    kept = {}
+    for resource in resources:
+        kind = str(resource.get("type", ""))
+        if kind == "pulumi:pulumi:Stack" or kind.startswith("pulumi:providers:"):
+            continue
+        kept[str(resource.get("urn", ""))] = kind
+    return kept
+
+
+def state_steps(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
+    """The creates and deletes between two recorded states of one stack, in the words of
+    :attr:`EngineWatch.completed` (``created TYPE NAME``), creates first, each in state order."""
+    old, new = _managed(before), _managed(after)
+    created = [f"created {kind} {_name(urn)}" for urn, kind in new.items() if urn not in old]
+    deleted = [f"deleted {kind} {_name(urn)}" for urn, kind in old.items() if urn not in new]
+    return created + deleted
+
+
+def _name(urn: str) -> str:
+    return urn.rsplit("::", 1)[-1]

@@ -336,6 +336,21 @@ class InfraRunner:
         deployment = self.deployment(stack) or {}
         return list(deployment.get("resources") or [])
 
+    def _state_or_none(self, stack: str) -> list[dict[str, Any]] | None:
+        """The recorded resources, or None when the state cannot be read (a failure report then
+        rests on the engine's events alone)."""
+        from pulumi import automation as auto
+
+        try:
+            return self.resources(stack)
+        except (OSError, ValueError, auto.errors.CommandError):
+            return None
+
+    def _settle(self, watch: EngineWatch, stack: str, before: list[dict[str, Any]] | None) -> None:
+        after = self._state_or_none(stack)
+        if before is not None and after is not None:
+            watch.settle(before, after)
+
     def stack_export(self, stack: str) -> dict[str, Any] | None:
         """The stack's state as ``pulumi stack export`` prints its ``deployment`` (a secret
         stays encrypted), or None when the backend has no such stack. Read-only; for any
@@ -448,6 +463,7 @@ class InfraRunner:
 
         events: list[ResourceChange] = []
         watch = EngineWatch(spec.name, progress)
+        before = self._state_or_none(spec.name)
         try:
             with self._open(spec) as stack:
                 result = stack.up(
@@ -457,6 +473,7 @@ class InfraRunner:
                     refresh=True,
                 )
         except auto.errors.CommandError as exc:
+            self._settle(watch, spec.name, before)
             raise self._failure("up", spec.name, exc, watch) from None
         changes = merge(events)
         outputs = {k: v.value for k, v in result.outputs.items() if not v.secret}
@@ -502,6 +519,7 @@ class InfraRunner:
 
         events: list[ResourceChange] = []
         watch = EngineWatch(spec.name, progress)
+        before = self._state_or_none(spec.name)
         try:
             with self._open(spec) as stack:
                 stack.destroy(
@@ -509,6 +527,7 @@ class InfraRunner:
                 )
                 stack.workspace.remove_stack(spec.name)
         except auto.errors.CommandError as exc:
+            self._settle(watch, spec.name, before)
             raise self._failure("destroy", spec.name, exc, watch) from None
         changes = merge(events)
         return Outcome(changes=changes, summary=count(changes))
