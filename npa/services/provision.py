@@ -94,6 +94,7 @@ class StackReport(BaseModel):
     preview: list[ResourceChange] = []
     preview_summary: dict[str, int] = {}
     note: str | None = None
+    previewed: bool = True  # False: nothing could be known (the API server was unusable)
     recovery: list[str] = []
     applied: bool = False
     result_summary: dict[str, int] = {}
@@ -200,7 +201,8 @@ _SIGN = {"create": "+", "update": "~", "replace": "+-", "delete": "-"}
 def stack_text(report: StackReport, *, destroy: bool = False) -> list[str]:
     changes = report.pending()
     what = "destroy" if destroy else "preview"
-    lines = [f"stack {report.stack} ({report.kind}) {what}: {_count_text(changes)}"]
+    counted = _count_text(changes) if report.previewed else "not known"
+    lines = [f"stack {report.stack} ({report.kind}) {what}: {counted}"]
     lines += [f"  recovered: {r}" for r in report.recovery]
     if report.note:
         lines.append(f"  note: {report.note}")
@@ -255,18 +257,24 @@ def _lines_to(progress: Progress | None) -> Callable[[StepProgress], None] | Non
 
 def _unreachable(lay: Layout) -> tuple[str, str] | None:
     """For an existing cluster (the kubernetes target): why its API server cannot be used, and
-    the command that shows it; None when it answers ``/readyz`` with 200."""
-    from npa.adapters.kube.readyz import readyz_asker
+    the command that shows it; None when it answers ``/readyz`` with 200 and answers a read of
+    the project's namespace itself (a server can be ready by ``/readyz`` and still answer every
+    API request 503, and a preview against it would claim everything is to be created)."""
+    from npa.adapters.kube.readyz import readyz_asker, serves
 
     if lay.target != "kubernetes" or lay.source is None or not lay.source.value:
         return None
-    context = str(lay.context)
-    status, detail = readyz_asker(Path(lay.source.value), context)()
+    context, kubeconfig = str(lay.context), Path(lay.source.value)
+    status, detail = readyz_asker(kubeconfig, context)()
+    where = "/readyz"
     if status == 200:
-        return None
+        where = f"/api/v1/namespaces/{namespace_for(lay.project)}"
+        status, detail = readyz_asker(kubeconfig, context, where)()
+        if serves(status):
+            return None
     said = f"answered HTTP {status}" if status is not None else "did not answer"
-    fix = kubectl_command(lay.source.value, context, "get", "--raw", "/readyz")
-    return f"the API server of context {context!r} {said} on /readyz ({detail})", fix
+    fix = kubectl_command(lay.source.value, context, "get", "--raw", where)
+    return f"the API server of context {context!r} {said} on {where} ({detail})", fix
 
 
 def _counts(changes: Sequence[ResourceChange]) -> dict[str, int]:
@@ -1058,9 +1066,18 @@ def _provision(
 
     # 3. Tools, then a preview of every stack.
     _check_tools(lay.target)
-    reports.update(_preview_all(lay, runner, recovery))
-    pending = [r for r in reports.values() if r.pending() or r.note]
+    # An unusable API server is said first, and nothing is previewed against it: the engine
+    # previews a cluster it cannot read as "everything to create".
     unreachable = _unreachable(lay)
+    if unreachable is None:
+        reports.update(_preview_all(lay, runner, recovery))
+    else:
+        reports.update({
+            spec.name: StackReport(stack=spec.name, kind=spec.kind, previewed=False,
+                                   note=f"not previewed: {unreachable[0]}")
+            for spec in lay.stacks
+        })  # fmt: skip
+    pending = [r for r in reports.values() if r.pending() or r.note]
     if journal is not None:
         journal.append(
             "preview",

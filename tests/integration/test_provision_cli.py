@@ -520,6 +520,9 @@ def test_an_unreachable_cluster_is_previewed_as_such_and_never_applied(
         assert body["mode"] == "unreachable"
         assert f"context {EKS!r} did not answer on /readyz" in body["message"]
         assert body["fix"].startswith(f"KUBECONFIG={config} kubectl --context {EKS} get --raw")
+        # Nothing is claimed about the stacks: they were not previewed.
+        assert all(not s["previewed"] and not s["preview"] for s in body["stacks"]), body
+        assert all(s["note"].startswith("not previewed: ") for s in body["stacks"]), body
     # Nothing was placed, nothing was applied: the backend holds no stack.
     assert not (npa_home / "clusters").exists()
     assert not list((pulumi_backend.state_dir / ".pulumi" / "stacks").rglob("*.json"))
@@ -528,3 +531,33 @@ def test_an_unreachable_cluster_is_previewed_as_such_and_never_applied(
     )
     assert ("reachability", "unreachable") in [(r["step"], r["status"]) for r in records]
     assert not any(r["step"].startswith("up:") for r in records)
+
+
+def test_a_ready_api_server_that_answers_503_is_not_previewed_and_never_applied(
+    npa_home: Path, pulumi_backend: PulumiBackend, kube: KubeCluster, k8s_plugin: None,
+    tmp_path: Path,
+) -> None:  # fmt: skip
+    """``/readyz`` says 200 while every API request is answered 503: the engine would preview
+    such a cluster as everything to create; npa says what the server answered, first."""
+    from tests.integration.api_proxy import ready_but_failing
+    from tests.integration.kubeconfigs import EKS
+
+    config = tmp_path / "front.yaml"
+    with ready_but_failing(kube, config, EKS) as seen:
+        args = ("provision-if-absent", "--project", "sick", "--target", "kubernetes",
+                "--context", EKS, "--kubeconfig", str(config))  # fmt: skip
+        for extra in (("--preview",), ("--yes",)):
+            out = run_npa(*args, *extra, "--json", timeout=240)
+            assert out.code == 4, out.stdout + out.stderr
+            body = out.json()
+            assert body["mode"] == "unreachable", body
+            where = "/api/v1/namespaces/npa-sick"
+            assert f"context {EKS!r} answered HTTP 503 on {where}" in body["message"], body
+            assert body["fix"] == f"KUBECONFIG={config} kubectl --context {EKS} get --raw {where}"
+            assert all(not s["previewed"] and not s["preview"] for s in body["stacks"]), body
+        text = run_npa(*args, "--preview", timeout=240)
+        assert text.code == 4, text.stdout + text.stderr
+        assert "to create" not in text.stdout and "preview: not known" in text.stdout, text.stdout
+        assert "/readyz" in seen and where in seen, seen
+    assert not (npa_home / "clusters").exists()
+    assert not list((pulumi_backend.state_dir / ".pulumi" / "stacks").rglob("*.json"))

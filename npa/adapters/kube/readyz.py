@@ -10,9 +10,18 @@ from typing import Any
 from npa.adapters.kube.client import api_client
 
 
-def readyz_asker(kubeconfig: Path, context: str) -> Callable[[], tuple[int | None, str]]:
-    """A function that asks the context's API server for ``/readyz`` once: (HTTP status or None
-    when nothing answered, a short detail). The client is built on the first question."""
+def serves(status: int | None) -> bool:
+    """Whether an API answer is the server's own answer to the question (200, or a refusal
+    such as 403 or 404) rather than a server unable to answer (no answer, 429, any 5xx)."""
+    return status is not None and status < 500 and status != 429
+
+
+def readyz_asker(
+    kubeconfig: Path, context: str, path: str = "/readyz"
+) -> Callable[[], tuple[int | None, str]]:
+    """A function that asks the context's API server for ``path`` (``/readyz`` unless told) once:
+    (HTTP status or None when nothing answered, a short detail). The client is built on the
+    first question."""
 
     state: dict[str, Any] = {}
 
@@ -23,7 +32,7 @@ def readyz_asker(kubeconfig: Path, context: str) -> Callable[[], tuple[int | Non
             if "client" not in state:
                 state["client"] = api_client(kubeconfig, context)
             body, status, _ = state["client"].call_api(
-                "/readyz",
+                path,
                 "GET",
                 auth_settings=["BearerToken"],
                 response_type="str",
