@@ -188,7 +188,13 @@ def _kubeconfig(
     from npa.adapters.skypilot import kubeaccess
 
     if honour_env:
-        chosen = kubeconfig.for_context(paths, context)
+        try:
+            chosen = kubeconfig.for_context(paths, context)
+        except kubeconfig.KubeconfigError as exc:
+            return paths.cluster_kubeconfig(context), Check(
+                name="kube context", verdict="failed", answer="unreadable kubeconfig",
+                detail=exc.message, fix=exc.fix,
+            )  # fmt: skip
         # A KUBECONFIG list is passed on as it is: every client npa uses splits it.
         path, origin = Path(chosen.value), chosen.origin
     else:
