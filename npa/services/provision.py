@@ -51,7 +51,7 @@ from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name
 from npa.core.targets import checked_target
-from npa.core.text import gib_text, number, plural
+from npa.core.text import clipped, gib_text, number, plural
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -240,7 +240,7 @@ def _stack_step(
         return run(progress=_lines_to(progress))
     except NpaError as error:
         completed = error.details.get("completed", [])
-        journal.append(step, "failed", completed=completed, message=error.message[:500])
+        journal.append(step, "failed", completed=completed, message=clipped(error.message, 500))
         error.fix = resume
         raise
 
@@ -880,7 +880,7 @@ def provision_if_absent(
         try:
             return _provision(req, paths, lay, runner, infra, resume, journal, interactive, confirm)
         except NpaError as error:
-            journal.append("failed", "error", kind=error.kind, message=error.message[:500])
+            journal.append("failed", "error", kind=error.kind, message=clipped(error.message, 500))
             if error.fix is None:
                 error.fix = resume
             raise
@@ -1082,7 +1082,7 @@ def _provision(
         # start from such a preview, --yes or not.
         why, fix = unreachable
         if journal is not None:
-            journal.append("reachability", "unreachable", detail=why[:500])
+            journal.append("reachability", "unreachable", detail=clipped(why, 500))
         return result(
             "unreachable",
             quota,
