@@ -91,7 +91,7 @@ def test_the_heartbeat_counts_from_the_state_change_not_from_the_last_line() -> 
     follower.see(_result("PENDING", quiet, "t0", "PENDING"))
     now[0] = 5
     running = {"a": ("RUNNING", "0/2 waves succeeded")}
-    [state, job, stage] = follower.see(_result("RUNNING", running, "t5", "RUNNING"))
+    [state, _, _] = follower.see(_result("RUNNING", running, "t5", "RUNNING"))
     assert (state.event, state.before, state.after) == ("state", "PENDING", "RUNNING")
     for t in (20, 35, 50, 65):  # a wave every 15 s: never silent for 30 s, so no heartbeat
         now[0] = t
