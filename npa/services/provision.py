@@ -46,6 +46,7 @@ from npa.core.errors import (
     NpaError,
     ToolMissing,
     Unavailable,
+    with_rerun,
 )
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
@@ -241,7 +242,7 @@ def _stack_step(
     except NpaError as error:
         completed = error.details.get("completed", [])
         journal.append(step, "failed", completed=completed, message=clipped(error.message, 500))
-        error.fix = resume
+        with_rerun(error, resume)  # a fix of its own (a passphrase, a plugin) comes first
         raise
 
 
