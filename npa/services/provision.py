@@ -376,10 +376,8 @@ class KubeSource:
 def _current_context(source: str) -> str | None:
     from npa.adapters.kube import kubeconfig
 
-    try:
-        return kubeconfig.merge(kubeconfig.split_list(source)).current_context
-    except kubeconfig.KubeconfigError:
-        return None
+    # A kubeconfig that cannot be read is its own error, never "no current context".
+    return kubeconfig.merge(kubeconfig.split_list(source)).current_context
 
 
 def _kubernetes_spec(
@@ -479,10 +477,7 @@ def _no_context(paths: NpaPaths, project: str, explicit: Path | None) -> Invalid
     from npa.adapters.kube import kubeconfig
 
     source = _kubeconfig_source(paths, explicit, None).value
-    try:
-        names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
-    except kubeconfig.KubeconfigError:
-        names = []
+    names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
     known = f" ({source} has: {', '.join(names)})" if names else f" ({source} has none)"
     if len(names) == 1:
         fix = _command(

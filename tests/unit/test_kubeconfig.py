@@ -259,3 +259,19 @@ def test_gpus_with_a_kubeconfig_that_is_not_yaml_names_the_file(
     r = invoke_npa("skypilot", "verify", "--context", "ctx1", "--json", env=env)
     check = next(c for c in r.json()["checks"] if c["name"] == "kube context")
     assert check["answer"] == "unreadable kubeconfig" and str(bad) in check["detail"], check
+
+
+def test_provision_with_a_kubeconfig_that_is_not_yaml_names_the_file(tmp_path: Path) -> None:
+    # It said "needs a kube context: ... (FILE has none)", as if the file listed no context.
+    from tests.harness.cli import invoke_npa
+
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\ncontexts: [\n")
+    env = {"KUBECONFIG": str(bad), "NPA_HOME": str(tmp_path / "n"), "HOME": str(tmp_path)}
+    r = invoke_npa(
+        "provision-if-absent", "--project", "p", "--target", "kubernetes", "--json", env=env
+    )
+    assert r.code == 2, r.stdout + r.stderr
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{bad} is not valid YAML at line 3, column 1:"), error
+    assert error["fix"] == f"kubectl config view --kubeconfig {bad}  # kubectl's reading"
