@@ -41,6 +41,7 @@ from npa.core.errors import (
     ToolMissing,
     Unavailable,
 )
+from npa.core.fsio import refusals_named
 from npa.core.paths import tools_cache_root
 from npa.core.procs import pid_running, run_child
 
@@ -429,15 +430,17 @@ class InfraRunner:
             root = Path(tmp) / "backend"
             meta = self.backend.local_dir / ".pulumi" / "meta.yaml"  # type: ignore[operator]
             source = self.backend.checkpoint(stack)
-            if source is not None and source.exists():
-                target = root / ".pulumi" / "stacks" / PROJECT / source.name
-                target.parent.mkdir(parents=True)
-                shutil.copyfile(source, target)
-                if meta.exists():
-                    shutil.copyfile(meta, root / ".pulumi" / "meta.yaml")
-            root.mkdir(parents=True, exist_ok=True)
-            work_dir = Path(tmp) / "work"
-            work_dir.mkdir()
+            # A full temporary folder is named as such (a copy's ENOSPC carries no file name).
+            with refusals_named("copy the stack state for a read-only preview into", root):
+                if source is not None and source.exists():
+                    target = root / ".pulumi" / "stacks" / PROJECT / source.name
+                    target.parent.mkdir(parents=True)
+                    shutil.copyfile(source, target)
+                    if meta.exists():
+                        shutil.copyfile(meta, root / ".pulumi" / "meta.yaml")
+                root.mkdir(parents=True, exist_ok=True)
+                work_dir = Path(tmp) / "work"
+                work_dir.mkdir()
             yield f"file://{root}", work_dir
 
     def up(
