@@ -40,7 +40,10 @@ Exceptions that never reach a user (control flow inside one module) are not part
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
+import shlex
 from enum import Enum
 from pathlib import Path
 from typing import Any, ClassVar
@@ -292,9 +295,22 @@ _READ_ONLY = (errno.EROFS,)
 _DENIED = (errno.EACCES, errno.EPERM)
 
 
+def _nearest_existing(path: Path | str, *, folder: bool = False) -> Path:
+    """``path``, or its nearest ancestor that exists (with ``folder``, that is a folder):
+    ``df``, ``findmnt`` and ``ls`` refuse a path that is not there, such as the file a refused
+    write was to create, or one removed since."""
+    found = Path(path)
+    with contextlib.suppress(OSError):
+        while found.parent != found and not (found.is_dir() if folder else found.exists()):
+            found = found.parent
+    return found
+
+
 def os_fix(path: Path | str, code: int | None) -> str:
     """What a person runs about an OS refusal at ``path``: a command with real values, and the
-    step it shows in a comment."""
+    step it shows in a comment. A full or read-only disk is a filesystem's state, so its
+    command names the folder (``path`` or the nearest that exists), which stays there."""
+    path = _nearest_existing(path, folder=code in _FULL or code in _READ_ONLY)
     if code in _FULL:
         what = "quota" if code == errno.EDQUOT else "space"
         return f"df -h {path}  # free {what} on that filesystem"
@@ -308,7 +324,9 @@ def os_fix(path: Path | str, code: int | None) -> str:
 def local_state_error(exc: OSError, action: str, path: Path | str | None = None) -> NpaError:
     """The npa error for an OS refusal of ``action`` (``write``, ``lock``, ...) on one of npa's
     own files: the path, what the system said, and the fix."""
-    where = path if path is not None else (exc.filename or "?")
+    if path is None and exc.filename is None:
+        return _unnamed_refusal(exc, action)
+    where = path if path is not None else exc.filename
     reason = exc.strerror or str(exc)
     if exc.errno in _FULL:
         reason += " (the filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
@@ -316,6 +334,26 @@ def local_state_error(exc: OSError, action: str, path: Path | str | None = None)
         f"could not {action} {where}: {reason}",
         fix=os_fix(where, exc.errno),
         details={"path": str(where), "errno": exc.errno},
+    )
+
+
+def _unnamed_refusal(exc: OSError, action: str) -> NpaError:
+    """The last resort, for a refusal nobody named the file of (a write's ENOSPC carries no
+    name; npa's writers name their own): the two folders npa writes in, never a ``?``."""
+    from npa.core.paths import home_root
+
+    folders = list(dict.fromkeys([str(home_root()), os.getcwd()]))
+    reason = exc.strerror or str(exc)
+    if exc.errno in _FULL:
+        reason += " (a filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
+        fix = f"df -h {' '.join(shlex.quote(f) for f in folders)}  # free space where it is full"
+    else:
+        fix = os_fix(folders[0], exc.errno)
+    return LocalStateUnavailable(
+        f"could not {action} a file under {' or '.join(folders)} (the system did not say which): "
+        f"{reason}",
+        fix=fix,
+        details={"errno": exc.errno},
     )
 
 

@@ -161,6 +161,17 @@ def probe_writable(folder: Path, size: int = 4096) -> None:
         raise local_state_error(exc, "write in", folder) from None
 
 
+@contextlib.contextmanager
+def refusals_named(action: str, path: Path) -> Iterator[None]:
+    """Inside the block, an OS refusal (a full disk, a read-only mount, a missing permission)
+    is raised as :class:`LocalStateUnavailable` naming ``path``: a write's ENOSPC carries no
+    file name of its own, so the caller, who knows where it writes, names it."""
+    try:
+        yield
+    except OSError as exc:
+        raise local_state_error(exc, action, path) from None
+
+
 def atomic_write_text(path: Path, text: str, *, mode: int = FILE_MODE) -> None:
     atomic_write_bytes(path, text.encode("utf-8"), mode=mode)
 

@@ -36,3 +36,24 @@ def gib_text(value: int | None, gib: int | None = None) -> str:
         whole, rest = divmod(value, 2**30)
         return f"{number(whole)}{'+' if rest else ''} GiB ({plural(value, 'byte')})"
     return f"{number(gib)} GiB ({plural(value, 'byte')})"
+
+
+_ELLIPSIS = "…"
+
+
+def clipped(text: str, limit: int) -> str:
+    """``text`` whole when it fits in ``limit`` characters; else its start, cut where a word
+    ends (at a space, else after a separator such as ``/`` or ``,``; a single word longer than
+    half the room is cut inside it), then ``…`` to say it was cut. Never more than ``limit``
+    characters."""
+    if len(text) <= limit:
+        return text
+    room = max(limit - len(_ELLIPSIS), 0)
+    head = text[:room]
+    if not text[room : room + 1].isspace():
+        space = max(head.rfind(c) for c in " \t\n")
+        separator = max(head.rfind(c) + 1 for c in "/,;:)]}=&|-")
+        end = space if space >= room // 2 else separator
+        if end >= room // 2:
+            head = head[:end]
+    return head.rstrip() + _ELLIPSIS

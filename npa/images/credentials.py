@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 from npa.core.errors import InvalidInput
 from npa.core.procs import run_child
+from npa.core.text import clipped
 from npa.core.userfiles import read_user_text
 from npa.images.reference import DEFAULT_DOMAIN, LEGACY_HUB_DOMAINS
 
@@ -149,7 +150,7 @@ def run_helper(name: str, host: str, chosen_by: str) -> tuple[Credential | None,
     except OSError as exc:
         return None, f"{program} could not be run: {exc.strerror}"
     if proc.returncode != 0:
-        said = " ".join((proc.stdout or proc.stderr).split())[:200]
+        said = clipped(" ".join((proc.stdout or proc.stderr).split()), 200)
         if _NOT_FOUND in said:
             return None, f"{program} holds no credentials for {host} ({chosen_by})"
         return None, f"{program} failed for {host} (exit {proc.returncode}): {said}"

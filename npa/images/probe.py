@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from npa.backends.base import pod_security_context
+from npa.core.text import clipped
 from npa.images.contract import CONTRACT_VERSION, REQUIRED_CAPABILITIES
 
 PROBE_LABEL = "npa.io/probe"
@@ -304,7 +305,7 @@ class CapabilityProber:
                 return ProbeOutcome(
                     "failed",
                     f"the probe command cannot start in the image ({state.waiting.reason}: "
-                    f"{(state.waiting.message or '').strip()[:200]})",
+                    f"{clipped((state.waiting.message or '').strip(), 200)})",
                     name,
                     ns,
                 )

@@ -28,7 +28,7 @@ from typing import Any
 
 import requests
 
-from npa.core.text import plural
+from npa.core.text import clipped, plural
 from npa.images.credentials import Credential, CredentialStore
 from npa.images.reference import ImageReference
 
@@ -572,7 +572,7 @@ def _error_code(resp: requests.Response) -> tuple[str | None, str | None]:
         message = errors[0].get("message")
         return (
             str(code) if code else None,
-            str(message)[:200] if message else None,
+            clipped(str(message), 200) if message else None,
         )
     return None, None
 

@@ -7,18 +7,20 @@ is updated rather than duplicated. Runs are keyed by ``<workflow>/<run id>``.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shlex
 import sqlite3
 import stat
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from npa.core.errors import InvalidInput, NotFound
+from npa.core.errors import InvalidInput, NotFound, NpaError, local_state_error
+from npa.core.fsio import refusals_named
 from npa.core.suggest import unknown
 from npa.insights.scan import RunFacts, StageFacts
 
@@ -61,6 +63,8 @@ def resolve(path: Path) -> Path:
 
 @contextmanager
 def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
+    """The store at ``path``; with ``create``, made if missing. A store this call made is
+    removed again when the block fails: a full disk leaves no half-made database behind."""
     db = resolve(path)
     if not create and not db.is_file():
         raise NotFound(
@@ -68,12 +72,26 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
             fix="npa workbench workflow list --json  # then ingest-run a run_prefix it prints "
             f"with --output-path {shlex.quote(str(path))}",
         )
-    if create:
-        _create_private(db)
+    made = create and not db.exists()
+    try:
+        if create:
+            _create_private(db)
+        with _opened(db, create=create) as conn:
+            yield conn
+    except BaseException:
+        if made:
+            for leftover in (db, db.with_name(db.name + "-journal")):
+                with suppress(FileNotFoundError):
+                    leftover.unlink()
+        raise
+
+
+@contextmanager
+def _opened(db: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
     try:
         conn = sqlite3.connect(db if create else f"file:{db}?mode=ro", uri=not create)
     except sqlite3.Error as exc:
-        raise InvalidInput(f"cannot open {db} as SQLite: {exc}") from None
+        raise _refused(exc, db) or InvalidInput(f"cannot open {db} as SQLite: {exc}") from None
     try:
         if create:
             conn.executescript(_SCHEMA)
@@ -82,24 +100,46 @@ def connect(path: Path, *, create: bool) -> Iterator[sqlite3.Connection]:
             )
         yield conn
     except sqlite3.DatabaseError as exc:
-        raise InvalidInput(f"{db} is not an npa insights store: {exc}") from None
+        raise _refused(exc, db) or InvalidInput(
+            f"{db} is not an npa insights store: {exc}"
+        ) from None
     finally:
         conn.close()
+
+
+def _refused(exc: sqlite3.Error, db: Path) -> NpaError | None:
+    """SQLite's word for the system refusing the file (a full disk, a read-only mount, a
+    missing permission, an I/O error) as the npa error any refused write of npa is; None for
+    an answer about the file's content."""
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary code of an extended one
+    if code == sqlite3.SQLITE_FULL:
+        number = errno.ENOSPC
+    elif code in (sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
+        number = errno.EROFS if _on_read_only_mount(db) else errno.EACCES
+    elif code == sqlite3.SQLITE_IOERR:
+        number = errno.EIO
+    else:
+        return None
+    return local_state_error(OSError(number, os.strerror(number)), "write the insights store", db)
+
+
+def _on_read_only_mount(db: Path) -> bool:
+    try:
+        return bool(os.statvfs(db.parent).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _create_private(db: Path) -> None:
     """The store holds log tails: owner-only from its first byte (SQLite gives its journal the
     same mode), and tightened if an earlier version left it readable by others."""
-    db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with refusals_named("create the folder of the insights store", db.parent):
+        db.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if db.exists() and not db.is_file():
         raise _not_a_file(db)
-    try:
-        # Non-blocking: a FIFO that appears meanwhile is refused, not waited on.
+    # Non-blocking: a FIFO that appears meanwhile is refused, not waited on.
+    with refusals_named("create the insights store", db):
         fd = os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600)
-    except OSError as exc:
-        raise InvalidInput(
-            f"cannot create the insights store {db}: {exc.strerror}", fix=f"ls -l {db}"
-        ) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):

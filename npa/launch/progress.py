@@ -16,7 +16,7 @@ from pathlib import Path
 from npa.adapters.storage import ObjectStore
 from npa.backends.base import JobState, StageProgress, WaveProgress, WaveVerdict
 from npa.core.errors import StateCorrupt
-from npa.core.fsio import ensure_private_dir
+from npa.core.fsio import ensure_private_dir, refusals_named
 from npa.launch.supervision import Classification, Policy, Recovery, classify_exit, record
 from npa.runs.manifest import (
     RunManifest,
@@ -96,8 +96,9 @@ class ManifestRecorder:
             target = root / entry.path
             ensure_private_dir(target.parent)
             data = store.get(layout.blob(entry.digest.removeprefix("sha256:")))
-            target.write_bytes(data)
-            os.chmod(target, restore_mode(entry.mode))
+            with refusals_named("restore the source file", target):
+                target.write_bytes(data)
+                os.chmod(target, restore_mode(entry.mode))
 
     def ended(
         self, state: JobState, detail: str | None, *, infrastructure: bool, actionable: bool = False

@@ -33,6 +33,7 @@ from enum import StrEnum
 from npa.backends.base import JobState
 from npa.core.faults import PULL_REASONS, Classification, PullFault, classify_pull_failure
 from npa.core.redaction import redact_shapes
+from npa.core.text import clipped
 from npa.runs.manifest import SupervisorAttempt, SupervisorRecord, now_iso
 
 __all__ = [
@@ -123,7 +124,7 @@ def failure_signature(status: str, reason: str | None) -> str:
     if not reason:
         return status
     folded = re.sub(r"\d+", "N", " ".join(reason.split()))
-    return f"{status}: {folded[:300]}"
+    return f"{status}: {clipped(folded, 300)}"
 
 
 def _kept(text: str) -> str:

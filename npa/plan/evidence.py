@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from npa.core.errors import InvalidInput, NpaError
-from npa.core.text import number, plural
+from npa.core.text import clipped, number, plural
 from npa.plan.infra import GIB
 from npa.plan.quota import (
     ExistingCheck,
@@ -294,7 +294,7 @@ def _named(resource: dict[str, Any]) -> str:
 
 def _short(value: Any) -> str:
     text = repr(value)
-    return text if len(text) <= 120 else f"{text[:117]}..."
+    return clipped(text, 120)
 
 
 class _Reads:

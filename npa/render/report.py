@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from npa.core.templates import templates_dir
+from npa.core.text import clipped
 
 TEMPLATE = "run-report.html.j2"
 
@@ -255,7 +256,7 @@ def _edge(start: tuple[int, int], end: tuple[int, int]) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+    return clipped(text, width)
 
 
 _LABEL_W, _PLOT_W, _ROW_H, _SHARD = 230, 600, 20, 7

@@ -373,10 +373,8 @@ def choose_context(
             where = setting.origin if setting.source == "env" else f"project {project or 'default'}"
             chosen = ChosenContext(name=setting.value, source=str(where))
     if chosen is None:
-        try:
-            current = kube.merge(kube.source_files(kubeconfig)).current_context
-        except kube.KubeconfigError:
-            current = None
+        # A kubeconfig that cannot be read is that file's error, not "no current-context".
+        current = kube.merge(kube.source_files(kubeconfig)).current_context
         if current:
             chosen = ChosenContext(name=current, source="current-context")
     if chosen is not None:

@@ -46,12 +46,13 @@ from npa.core.errors import (
     NpaError,
     ToolMissing,
     Unavailable,
+    with_rerun,
 )
 from npa.core.fsio import ensure_private_dir, exclusive_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name
 from npa.core.targets import checked_target
-from npa.core.text import gib_text, number, plural
+from npa.core.text import clipped, gib_text, number, plural
 from npa.plan.infra import (
     GIB,
     LOCAL_STORE_SIZE,
@@ -242,8 +243,8 @@ def _stack_step(
         return run(progress=_lines_to(progress))
     except NpaError as error:
         completed = error.details.get("completed", [])
-        journal.append(step, "failed", completed=completed, message=error.message[:500])
-        error.fix = resume
+        journal.append(step, "failed", completed=completed, message=clipped(error.message, 500))
+        with_rerun(error, resume)  # a fix of its own (a passphrase, a plugin) comes first
         raise
 
 
@@ -383,10 +384,8 @@ class KubeSource:
 def _current_context(source: str) -> str | None:
     from npa.adapters.kube import kubeconfig
 
-    try:
-        return kubeconfig.merge(kubeconfig.split_list(source)).current_context
-    except kubeconfig.KubeconfigError:
-        return None
+    # A kubeconfig that cannot be read is its own error, never "no current context".
+    return kubeconfig.merge(kubeconfig.split_list(source)).current_context
 
 
 def _kubernetes_spec(
@@ -486,10 +485,7 @@ def _no_context(paths: NpaPaths, project: str, explicit: Path | None) -> Invalid
     from npa.adapters.kube import kubeconfig
 
     source = _kubeconfig_source(paths, explicit, None).value
-    try:
-        names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
-    except kubeconfig.KubeconfigError:
-        names = []
+    names = sorted(kubeconfig.merge(kubeconfig.split_list(source)).contexts)
     known = f" ({source} has: {', '.join(names)})" if names else f" ({source} has none)"
     if len(names) == 1:
         fix = _command(
@@ -888,7 +884,7 @@ def provision_if_absent(
         try:
             return _provision(req, paths, lay, runner, infra, resume, journal, interactive, confirm)
         except NpaError as error:
-            journal.append("failed", "error", kind=error.kind, message=error.message[:500])
+            journal.append("failed", "error", kind=error.kind, message=clipped(error.message, 500))
             if error.fix is None:
                 error.fix = resume
             raise
@@ -1099,7 +1095,7 @@ def _provision(
         # start from such a preview, --yes or not.
         why, fix = unreachable
         if journal is not None:
-            journal.append("reachability", "unreachable", detail=why[:500])
+            journal.append("reachability", "unreachable", detail=clipped(why, 500))
         return result(
             "unreachable",
             quota,

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from npa import __version__
 from npa.backends.base import ExecutionBackend, PullsPinnedImages, ResolvesAccelerators
 from npa.core.errors import EXIT_FAILURE, InvalidInput
-from npa.core.fsio import FILE_MODE, ensure_private_dir
+from npa.core.fsio import DIR_MODE, FILE_MODE, ensure_private_dir, refusals_named
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
@@ -188,12 +188,14 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
     old = parent / f".{out.name}.old-{os.getpid()}"
     shutil.rmtree(staging, ignore_errors=True)
     try:
-        ensure_private_dir(staging)
-        _write_new_files(staging, files)
-        if out.exists():
-            os.replace(out, old)
-        os.replace(staging, out)
-        _fsync_dir(parent)
+        with refusals_named("write the render into", out):
+            staging.mkdir(mode=DIR_MODE)  # its parent is made above: a refusal names --out
+            os.chmod(staging, DIR_MODE)
+            _write_new_files(staging, files)
+            if out.exists():
+                os.replace(out, old)
+            os.replace(staging, out)
+            _fsync_dir(parent)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         if old.exists() and not out.exists():

@@ -20,7 +20,7 @@ from npa.core.commands import provision_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths, safe_component
-from npa.core.text import number, plural
+from npa.core.text import clipped, number, plural
 
 Verdict = Literal["ok", "failed", "unknown"]
 SERVICE_ACCOUNT = "sky-sa"
@@ -188,7 +188,13 @@ def _kubeconfig(
     from npa.adapters.skypilot import kubeaccess
 
     if honour_env:
-        chosen = kubeconfig.for_context(paths, context)
+        try:
+            chosen = kubeconfig.for_context(paths, context)
+        except kubeconfig.KubeconfigError as exc:
+            return paths.cluster_kubeconfig(context), Check(
+                name="kube context", verdict="failed", answer="unreadable kubeconfig",
+                detail=exc.message, fix=exc.fix,
+            )  # fmt: skip
         # A KUBECONFIG list is passed on as it is: every client npa uses splits it.
         path, origin = Path(chosen.value), chosen.origin
     else:
@@ -453,7 +459,7 @@ def verify(
                 name="sky check",
                 verdict="ok" if sky_ok and ours_ok else "failed",
                 answer=f"{'enabled' if sky_ok else 'disabled'} ({agree})",
-                detail=" ".join(reason.split())[:400],
+                detail=clipped(" ".join(reason.split()), 400),
                 fix=None if sky_ok else f"KUBECONFIG={shlex.quote(str(path))} sky check kubernetes",
                 facts={"skypilot_ok": sky_ok, "npa_checks_ok": ours_ok},
             )

@@ -1,8 +1,9 @@
 """What ``status --watch`` reports while it follows a run: transitions, and a heartbeat.
 
 Each poll gives a full :class:`~npa.services.status.StatusResult`; a :class:`Follower` compares
-it with the previous one and says what changed, per stage, as events. When nothing changed for
-``heartbeat`` seconds it says so, with how long the run has been in its state, so a quiet run
+it with the previous one and says what changed, per stage, as events. When it printed nothing for
+``heartbeat`` seconds it says so, with how long the run has been in its state (since the
+state change it printed, whatever stage, job or waiting line came after it), so a quiet run
 is never mistaken for a hung watch. Text mode prints the events as lines; ``--json`` prints
 each as one JSON object per line (NDJSON) as it happens.
 """
@@ -33,13 +34,17 @@ class WatchEvent(BaseModel):
     after: str
     detail: str = ""
     seconds_in_state: float | None = None  # heartbeat: how long the run has been in ``after``
+    # heartbeat: the run was already in ``after`` when the watch began, so it has been in it
+    # at least ``seconds_in_state``
+    at_least: bool = False
 
     def text(self) -> str:
         what = "run" if self.stage is None else f"stage {self.stage}"
         if self.event == "heartbeat":
             return (
                 f"{self.at} {what} still {self.after} "
-                f"({self.seconds_in_state or 0:.0f}s in this state)"
+                f"({'at least ' if self.at_least else ''}"
+                f"{self.seconds_in_state or 0:.0f}s in this state)"
             )
         if self.event == "job":
             return f"{self.at} job {self.before or '-'} -> {self.after}"
@@ -61,8 +66,9 @@ class Follower:
     heartbeat: float = 30.0
     clock: Callable[[], float] = time.monotonic
     _last: StatusResult | None = None
-    _changed_at: float = field(default=0.0)
-    _beat_at: float = field(default=0.0)
+    _state_at: float = field(default=0.0)  # when the state event now in force was printed
+    _state_seen_begin: bool = False  # that event was a change, not the state the watch found
+    _beat_at: float = field(default=0.0)  # when the watch last printed anything
 
     def see(self, result: StatusResult) -> list[WatchEvent]:
         now = self.clock()
@@ -78,6 +84,7 @@ class Follower:
         if before is None or before.state != result.state:
             add("state", result.state, before=before.state if before else None,
                 detail=result.reason)  # fmt: skip
+            self._state_at, self._state_seen_begin = now, before is not None
         if result.job_state and (before is None or before.job_state != result.job_state):
             add("job", result.job_state, before=before.job_state if before else None)
         for name, stage in result.stages.items():
@@ -90,11 +97,14 @@ class Follower:
         why = waiting_reason(result)
         if why and (before is None or waiting_reason(before) != why):
             add("waiting", result.state, detail=why)
+        # Any line printed shows the watch is alive: the next heartbeat is due after a silence.
+        # What it says is the time in the run's state, which a stage or waiting line leaves.
         if events:
-            self._changed_at = self._beat_at = now
+            self._beat_at = now
         elif now - self._beat_at >= self.heartbeat:
             self._beat_at = now
-            add("heartbeat", result.state, seconds_in_state=round(now - self._changed_at, 1))
+            add("heartbeat", result.state, seconds_in_state=round(now - self._state_at, 1),
+                at_least=not self._state_seen_begin)  # fmt: skip
         self._last = result
         return events
 

@@ -8,6 +8,7 @@ huge document. The tags are exactly the safe loader's.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,8 @@ class LoadedDocument:
 
     data: Any
     root: yaml.Node | None = None
+    # Plain scalars YAML 1.1 (this reader) and YAML 1.2 read differently, by where they are.
+    ambiguous: dict[Path, YamlReadings] = field(default_factory=dict)
     _entries: dict[int, dict[str | int, tuple[yaml.Node, yaml.Node]]] = field(
         default_factory=dict, repr=False
     )
@@ -115,6 +118,19 @@ class LoadedDocument:
                 break
         return _pos(where)
 
+    def written(self, path: Path) -> str | None:
+        """The text of the plain (unquoted) scalar at ``path`` as the file has it, if it is one."""
+        node = self.root
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                entry = self._mapping(node).get(part)
+                node = entry[1] if entry else None
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+                node = node.value[part] if 0 <= part < len(node.value) else None
+            else:
+                return None
+        return node.value if isinstance(node, yaml.ScalarNode) and not node.style else None
+
     def _mapping(self, node: yaml.MappingNode) -> dict[str | int, tuple[yaml.Node, yaml.Node]]:
         found = self._entries.get(id(node))
         if found is None:
@@ -137,12 +153,88 @@ class _TooLarge(Exception):
     pass
 
 
+@dataclass(frozen=True)
+class YamlReadings:
+    """A plain scalar that YAML 1.1 (PyYAML, this reader) and YAML 1.2's core schema (what
+    most other tools read today) take for different values: ``0755`` is 493 in one and 755 in
+    the other, ``yes`` is true in one and the text in the other. A spec refuses it: the writer
+    quotes it or writes a form both read alike."""
+
+    text: str  # as written
+    yaml11: Any  # what this reader made of it
+    yaml12: Any  # what a YAML 1.2 core reader makes of it
+
+    def describe(self) -> str:
+        return (
+            f"{self.text} is read as {_shown(self.yaml11)} by YAML 1.1 (npa's reader) and as "
+            f"{_shown(self.yaml12)} by YAML 1.2"
+        )
+
+    def hint(self, key: str | int | None) -> str:
+        quoted = f'"{self.text}"'
+        written = f"{key}: {quoted}" if isinstance(key, str) else quoted
+        if isinstance(self.yaml11, bool):
+            return f"write {written} for the text, or {str(self.yaml11).lower()} for a boolean"
+        if isinstance(self.yaml11, int) and isinstance(self.yaml12, int):
+            return f"write {written} for the text, or {self.yaml11} or {self.yaml12} for a number"
+        return f"write {written} for the text"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f'the text "{value}"'
+    if isinstance(value, int | float):
+        return f"the number {value!r}"
+    return f"the {type(value).__name__} {value}"
+
+
+# YAML 1.2 core schema: only these plain forms are booleans and numbers (everything else that
+# is not null is text).
+_CORE_BOOL = re.compile(r"true|True|TRUE|false|False|FALSE")
+_CORE_INT = re.compile(r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+")
+_CORE_FLOAT = re.compile(
+    r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.nan|\.NaN|\.NAN"
+)
+_TYPED = {
+    "tag:yaml.org,2002:bool",
+    "tag:yaml.org,2002:int",
+    "tag:yaml.org,2002:float",
+    "tag:yaml.org,2002:timestamp",
+}
+
+
+def _core_reading(text: str) -> Any:
+    """What a YAML 1.2 core-schema reader makes of a plain scalar that is not null."""
+    if _CORE_BOOL.fullmatch(text):
+        return text.lower() == "true"
+    if _CORE_INT.fullmatch(text):
+        if text.startswith("0o"):
+            return int(text[2:], 8)
+        return int(text, 16) if text.startswith("0x") else int(text, 10)
+    if _CORE_FLOAT.fullmatch(text):
+        return float(text.replace(".", "", 1) if text.lstrip("+-")[1:2].isalpha() else text)
+    return text
+
+
+def _readings(node: yaml.ScalarNode, value: Any) -> YamlReadings | None:
+    """The two readings of a plain scalar when they differ (None when both agree)."""
+    if node.style or node.tag not in _TYPED:  # plain: None, or "" from libyaml
+        return None
+    core = _core_reading(node.value)
+    both_nan = core != core and value != value  # .nan is not equal to itself
+    same = type(core) is type(value) and (core == value or both_nan)
+    return None if same else YamlReadings(node.value, value, core)
+
+
 class _Builder:
     def __init__(self) -> None:
         self.count = 0
         self.scalars = yaml.constructor.SafeConstructor()
         self.constructors = self.scalars.yaml_constructors
         self.problems: list[LoadProblem] = []
+        self.ambiguous: dict[int, YamlReadings] = {}  # by id of the node
 
     def build(self, node: yaml.Node) -> Any:
         self.count += 1
@@ -151,7 +243,11 @@ class _Builder:
         if isinstance(node, yaml.ScalarNode):
             if node.tag == _STR:
                 return node.value
-            return self.scalar(node, "value", "quote the value")
+            value = self.scalar(node, "value", "quote the value")
+            readings = _readings(node, value)
+            if readings is not None:
+                self.ambiguous[id(node)] = readings
+            return value
         if isinstance(node, yaml.MappingNode):
             result: dict[Any, Any] = {}
             for key_node, value_node in node.value:
@@ -285,4 +381,33 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
         ]
     if builder.problems:
         return None, builder.problems
-    return LoadedDocument(data, nodes[0]), []
+    doc = LoadedDocument(data, nodes[0])
+    if builder.ambiguous:
+        doc.ambiguous = _paths_of(nodes[0], builder.ambiguous)
+    return doc, []
+
+
+def _paths_of(root: yaml.Node, found: dict[int, YamlReadings]) -> dict[Path, YamlReadings]:
+    """Where each of ``found``'s nodes is in the document (a second walk, made only for a
+    document that has any)."""
+    scalars = yaml.constructor.SafeConstructor()
+    out: dict[Path, YamlReadings] = {}
+    stack: list[tuple[yaml.Node, Path]] = [(root, ())]
+    seen: set[int] = set()
+    while stack:
+        node, path = stack.pop()
+        if id(node) in found:
+            out.setdefault(path, found[id(node)])
+        if id(node) in seen:  # an alias: its node was walked where it was defined
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend((item, (*path, i)) for i, item in enumerate(node.value))
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                try:
+                    key = scalars.construct_object(key_node, deep=True)
+                except yaml.YAMLError:
+                    continue
+                stack.append((value_node, (*path, _key_part(key))))
+    return out

@@ -178,6 +178,16 @@ def _pydantic_issues(exc: ValidationError, prefix: Path, out: _Collector) -> Non
             "less_than_equal",
         }:
             hint = "write a plain number in the allowed range (not quoted)"
+        elif kind == "string_type" and (text := _written(out, path)) is not None:
+            # A plain value YAML read as something else: the quoted form is the fix.
+            key = f"{loc[-1]}: " if loc and isinstance(loc[-1], str) else ""
+            readings = out.doc.ambiguous.get(path) if out.doc is not None else None
+            message = (
+                readings.describe()
+                if readings is not None
+                else f"{text} is read as {type(value).__name__} {value!r}, not as text"
+            )
+            hint = f'write {key}"{text}" (quoted, it is text)'
         elif kind.startswith("string"):
             hint = "write a string (quote it if YAML reads it as a number, boolean or date)"
         else:
@@ -187,6 +197,18 @@ def _pydantic_issues(exc: ValidationError, prefix: Path, out: _Collector) -> Non
         elif is_key:
             message = f"invalid key {value!r}"
         out.add(path, message, hint)
+
+
+def _written(out: _Collector, path: Path) -> str | None:
+    return out.doc.written(path) if out.doc is not None else None
+
+
+def _check_yaml_forms(doc: LoadedDocument, out: _Collector) -> None:
+    """Every plain value YAML 1.1 (npa's reader) and YAML 1.2 read differently (``0755``,
+    ``yes``, ``on``, ``1_000``, ``1:30``, a date): refused wherever it is, since the writer may
+    have meant either, with the quoted form to write for the text."""
+    for path, readings in doc.ambiguous.items():
+        out.add(path, readings.describe(), readings.hint(path[-1] if path else None))
 
 
 # --- pass 2: whole-document rules ------------------------------------------------------------
@@ -487,6 +509,7 @@ def validate_document(doc: LoadedDocument) -> tuple[Workflow | None, list[SpecIs
         )
         return None, out.issues
     workflow = _check_document(doc.data, out)
+    _check_yaml_forms(doc, out)
     issues = sorted(out.issues, key=lambda i: (i.line or 0, i.column or 0))
     return (workflow if not issues else None), issues
 

@@ -341,3 +341,35 @@ def test_compare_writes_a_page_with_its_chart_that_a_browser_opens(
     }
     assert dom["base"] == dom["candidate"] == 3
     assert "FAILED" in dom["labels"] and dom["scripts"] == 0
+
+
+def test_a_full_disk_is_a_full_disk_and_leaves_no_half_made_store(
+    runs: dict[str, Any], tmp_path: Path
+) -> None:
+    from tests.harness.disks import fill, tmpfs
+
+    prefix = str(runs["good_prefix"])
+    with tmpfs(tmp_path / "small", "1m") as disk:
+        filler = fill(disk)
+        db = disk / "insights.db"
+        r = run_npa("workbench", "insights", "ingest-run", "--input-path", prefix,
+                    "--output-path", str(db), "--json")  # fmt: skip
+        # It was "not an npa insights store: database or disk is full", exit 2, and an empty
+        # insights.db was left behind.
+        assert r.code == 4, r.stdout + r.stderr
+        error = r.json()["error"]
+        assert "not an npa insights store" not in error["message"], error
+        assert str(db) in error["message"] and "No space left" in error["message"], error
+        assert error["fix"].startswith(f"df -h {disk}  #"), error
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]
+        # A store that was there is kept whole when the disk fills during an ingest.
+        filler.unlink()
+        ingest(prefix, db)
+        before = sqlite3.connect(db).execute("SELECT COUNT(*) FROM stages").fetchone()
+        filler = fill(disk)
+        r = run_npa("workbench", "insights", "ingest-run", "--input-path",
+                    str(runs["bad_prefix"]), "--output-path", str(db), "--json")  # fmt: skip
+        assert r.code == 4 and "No space left" in r.json()["error"]["message"], r.stdout
+        filler.unlink()
+        after = sqlite3.connect(db).execute("SELECT COUNT(*) FROM stages").fetchone()
+        assert after == before

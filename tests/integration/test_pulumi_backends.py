@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,45 @@ def test_backend_urls_the_pulumi_cli_does_not_take_are_refused(npa_home: Path) -
     assert error["fix"] == "pulumi login https://api.pulumi.com"
     recorded = run_npa("configure", "--project", "p", "--backend-url", "https://api.pulumi.com")
     assert recorded.code == 0, recorded.stderr
+
+
+def test_a_passphrase_that_does_not_decrypt_the_stack_says_so_and_which_variable(
+    npa_home: Path, pulumi_backend: PulumiBackend, tmp_path: Path
+) -> None:
+    # It was pulumi's raw output ("code: 1 / stdout: ... / stderr: error: failed to decrypt:
+    # incorrect passphrase, ...") as a failed preview, with the rerun as its only fix.
+    args = ("provision-if-absent", "--project", "pp", "--target", "local", "--yes", "--json")
+    made = run_npa(*args)  # with the backend's own passphrase
+    assert made.code == 0, made.stdout + made.stderr
+    wrong = run_npa(*args, env={"PULUMI_CONFIG_PASSPHRASE": "not-the-one"})
+    assert wrong.code == 2, wrong.stdout + wrong.stderr
+    error = wrong.json()["error"]
+    assert error["message"] == (
+        "the passphrase in PULUMI_CONFIG_PASSPHRASE does not decrypt the secrets of stack "
+        "pp.local: it was made with another passphrase"
+    ), error
+    assert error["fix"].startswith(
+        "read -rs PULUMI_CONFIG_PASSPHRASE && export PULUMI_CONFIG_PASSPHRASE  # "
+    ), error
+    assert "not-the-one" not in wrong.stdout + wrong.stderr
+    # Neither variable set: npa's empty passphrase is named as what was tried.
+    env = {k: v for k, v in os.environ.items() if k != "PULUMI_CONFIG_PASSPHRASE"}
+    unset = subprocess.run(
+        [sys.executable, "-m", "npa", *args], capture_output=True, text=True, env=env, check=False
+    )
+    assert unset.returncode == 2, unset.stdout + unset.stderr
+    assert json.loads(unset.stdout)["error"]["message"].startswith("no passphrase (neither "), (
+        unset.stdout
+    )
+    # A passphrase file that is not there is named, with a command that shows it.
+    missing = tmp_path / "no-such-passphrase"
+    env["PULUMI_CONFIG_PASSPHRASE_FILE"] = str(missing)
+    filed = subprocess.run(
+        [sys.executable, "-m", "npa", *args], capture_output=True, text=True, env=env, check=False
+    )
+    assert filed.returncode == 2, filed.stdout + filed.stderr
+    error = json.loads(filed.stdout)["error"]
+    assert error["message"].startswith(f"PULUMI_CONFIG_PASSPHRASE_FILE names {missing}, "), error
+    assert error["fix"] == f"ls -l {missing}  # the file holding the passphrase of stack pp.local"
+    # The right one still works: nothing was changed by the refusals.
+    assert run_npa(*args).code == 0

@@ -5,12 +5,13 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
 import pytest
 
-from npa.core.errors import LocalStateUnavailable, LockBusy, StateCorrupt
+from npa.core.errors import LocalStateUnavailable, LockBusy, StateCorrupt, local_state_error
 from npa.core.fsio import (
     append_line,
     atomic_write_bytes,
@@ -78,9 +79,40 @@ def test_a_refused_write_leaves_the_old_file_and_says_where_and_what_to_do(
         atomic_write_bytes(target, b"new content")
     error = refused.value
     assert error.exit_code == 4 and str(target) in error.message
-    assert error.fix is not None and error.fix.startswith(f"{fix} {target}")
+    # A full or read-only disk is the filesystem's state: its command names the folder.
+    where = target if code == errno.EACCES else tmp_path
+    assert error.fix is not None and error.fix.startswith(f"{fix} {where}  #")
     assert target.read_bytes() == b"old content"
     assert [p.name for p in tmp_path.iterdir()] == ["f"]
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES])
+def test_a_refusal_names_a_path_that_exists_in_its_fix(tmp_path: Path, code: int) -> None:
+    # The file a refused write was to create is not there: df, findmnt and ls would fail on it.
+    missing = tmp_path / "made" / "not" / "here.db"
+    (tmp_path / "made").mkdir()
+    error = local_state_error(OSError(code, os.strerror(code)), "write", missing)
+    assert str(missing) in error.message
+    command = (error.fix or "").split("  #", 1)[0].split()
+    assert command[-1] == str(tmp_path / "made"), error.fix
+    assert shutil.which(command[0]), error.fix
+
+
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EROFS, errno.EACCES])
+def test_a_refusal_whose_file_nobody_named_never_says_question_mark(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
+    # A write's ENOSPC carries no file name; the CLI's last resort printed "could not use ?"
+    # and "df -h ?". It names the folders npa writes in instead, and its fix runs.
+    monkeypatch.setenv("NPA_HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    monkeypatch.chdir(tmp_path)
+    error = local_state_error(OSError(code, os.strerror(code)), "use")
+    assert "?" not in error.message + (error.fix or ""), (error.message, error.fix)
+    assert str(tmp_path / "home") in error.message and os.strerror(code) in error.message
+    command = (error.fix or "").split("  #", 1)[0].split()
+    assert str(tmp_path / "home") in command and shutil.which(command[0]), error.fix
+    assert all(Path(word).exists() for word in command[1:] if word.startswith("/")), error.fix
 
 
 def test_a_journal_line_that_does_not_fit_is_cut_back(

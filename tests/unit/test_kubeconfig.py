@@ -206,3 +206,72 @@ def test_a_malformed_kubeconfig_is_reported_never_raised_as_a_crash(doc: dict[st
                 kube.minimal(merged, merged.current_context)
         except kube.KubeconfigError as exc:
             assert str(path) in str(exc) or "context" in str(exc)
+
+
+# A KUBECONFIG that is not a kubeconfig at all was read as one that defines no context: gpus
+# said "no kubeconfig defines context", skypilot verify "no kubeconfig", and without --context
+# "the kubeconfig has no current-context". It is that file's error, as kubectl reports it.
+_NOT_KUBECONFIG = st.sampled_from(
+    ["a: [1, 2\n", "key: 'open\n", "\tx: 1\n", "hello world\n", "- a\n- b\n", "42\n", "{a: }}"]
+) | st.text(max_size=40).filter(lambda t: not isinstance(_parsed(t), dict | None))
+
+
+def _parsed(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return "not yaml"
+
+
+@given(_NOT_KUBECONFIG, st.booleans())
+def test_a_kubeconfig_that_is_not_one_is_its_files_error(text: str, in_env: bool) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", tmp)
+        path = Path(tmp) / "kc" if in_env else Path(tmp) / ".kube" / "config"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(text)
+        env = {"KUBECONFIG": str(path)} if in_env else {}
+        with pytest.raises(kubeconfig.KubeconfigError) as exc:
+            kubeconfig.for_context(NpaPaths(Path(tmp) / ".npa"), "ctx1", env)
+        assert isinstance(exc.value, InvalidInput)
+        message = exc.value.message
+        assert message.startswith(f"{path} is not ") and "\n" not in message, message
+        assert "not valid YAML" in message or "not a kubeconfig" in message, message
+        assert exc.value.fix == f"kubectl config view --kubeconfig {path}  # kubectl's reading"
+
+
+@pytest.mark.parametrize("argv", [["--context", "ctx1"], []])
+def test_gpus_with_a_kubeconfig_that_is_not_yaml_names_the_file(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    from tests.harness.cli import invoke_npa
+
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\nclusters: [\n  - name: a\n")
+    env = {"KUBECONFIG": str(bad), "NPA_HOME": str(tmp_path / "n"), "HOME": str(tmp_path)}
+    r = invoke_npa("workbench", "workflow", "gpus", *argv, "--json", env=env)
+    assert r.code == 2, r.stdout + r.stderr
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{bad} is not valid YAML at line 3, column 3:"), error
+    assert "defines" not in error["message"] and "current-context" not in error["message"]
+    r = invoke_npa("skypilot", "verify", "--context", "ctx1", "--json", env=env)
+    check = next(c for c in r.json()["checks"] if c["name"] == "kube context")
+    assert check["answer"] == "unreadable kubeconfig" and str(bad) in check["detail"], check
+
+
+def test_provision_with_a_kubeconfig_that_is_not_yaml_names_the_file(tmp_path: Path) -> None:
+    # It said "needs a kube context: ... (FILE has none)", as if the file listed no context.
+    from tests.harness.cli import invoke_npa
+
+    bad = tmp_path / "kc"
+    bad.write_text("apiVersion: v1\ncontexts: [\n")
+    env = {"KUBECONFIG": str(bad), "NPA_HOME": str(tmp_path / "n"), "HOME": str(tmp_path)}
+    r = invoke_npa(
+        "provision-if-absent", "--project", "p", "--target", "kubernetes", "--json", env=env
+    )
+    assert r.code == 2, r.stdout + r.stderr
+    error = r.json()["error"]
+    assert error["message"].startswith(f"{bad} is not valid YAML at line 3, column 1:"), error
+    assert error["fix"] == f"kubectl config view --kubeconfig {bad}  # kubectl's reading"

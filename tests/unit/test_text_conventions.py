@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npa.core.table import table
-from npa.core.text import number, plural
+from npa.core.text import clipped, number, plural
 
 
 @given(st.integers(min_value=0, max_value=10**15))
@@ -118,3 +118,59 @@ def test_one_form_for_a_size_in_bytes(value: int | None, gib: int | None, text: 
     from npa.core.text import gib_text
 
     assert gib_text(value, gib) == text
+
+
+# Messages were cut at 200 (or 300, 400, 500) characters wherever they were bounded, in the
+# middle of a word and with nothing to say so ("...port=1): Failed to establish a new connection").
+_WORDS = st.lists(
+    st.text(st.characters(blacklist_categories=["Cs", "Zs", "Cc"]), min_size=1, max_size=12),
+    max_size=40,
+)
+
+
+@given(_WORDS, st.sampled_from([" ", "\n", "  "]), st.integers(min_value=1, max_value=120))
+def test_a_bounded_text_is_cut_where_a_word_ends_and_says_so(
+    words: list[str], gap: str, limit: int
+) -> None:
+    text = gap.join(words)
+    shown = clipped(text, limit)
+    assert len(shown) <= limit
+    if len(text) <= limit:
+        assert shown == text
+        return
+    assert shown.endswith("…")
+    kept = shown.removesuffix("…")
+    assert text.startswith(kept)
+    # Whole words only, unless the first word alone is longer than half the room.
+    whole = [gap.join(words[:n]) for n in range(len(words) + 1)]
+    first_too_long = len(words[0]) >= (limit - 1) // 2
+    assert (
+        kept in whole
+        or first_too_long
+        or not any(0 < len(w) <= limit - 1 and len(w) >= (limit - 1) // 2 for w in whole)
+    ), (text, shown)
+
+
+def test_no_text_is_cut_by_a_bare_slice() -> None:
+    """Every bound on a message or an answer npa shows is clipped(): a slice of a hundred
+    characters or more (``x[:200]``), or one that leaves room for a dot (``x[: width - 1]``),
+    is how text was cut mid-word."""
+    import ast
+    from pathlib import Path
+
+    import npa
+
+    found = []
+    for path in sorted(Path(npa.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Slice) or node.lower is not None or node.upper is None:
+                continue
+            upper = node.upper
+            if isinstance(upper, ast.Constant) and isinstance(upper.value, int):
+                if upper.value >= 100:
+                    found.append(f"{path.name}:{node.lineno}")
+            elif isinstance(upper, ast.BinOp) and isinstance(upper.op, ast.Sub):
+                room = upper.right  # `width - 1`: room left for a "…" or "..."
+                if isinstance(room, ast.Constant) and room.value in (1, 3):
+                    found.append(f"{path.name}:{node.lineno}")
+    assert found == [], "cut with npa.core.text.clipped: " + ", ".join(found)

@@ -36,7 +36,8 @@ def test_transitions_per_stage_then_heartbeats_then_the_final_change() -> None:
     now[0] = 31
     [beat] = follower.see(same)
     assert beat.event == "heartbeat" and beat.seconds_in_state == 31
-    assert beat.text() == "t1 run still RUNNING (31s in this state)"
+    # The watch found the run RUNNING: it has been so for at least the watch's time.
+    assert beat.text() == "t1 run still RUNNING (at least 31s in this state)"
     now[0] = 40
     wave = follower.see(_result("RUNNING", {"a": ("RUNNING", "1/2 waves succeeded"),
                                             "b": ("PENDING", "0/1 waves succeeded")},
@@ -78,3 +79,38 @@ def test_why_a_run_waits_is_said_each_time_it_changes_and_only_then() -> None:
         "waiting",
         "pod p-0: ImagePullBackOff: Back-off pulling image",
     )
+
+
+def test_the_heartbeat_counts_from_the_state_change_not_from_the_last_line() -> None:
+    # A stage's wave or a waiting reason printed after the run turned RUNNING reset the count:
+    # "still RUNNING (30s in this state)" of a run RUNNING for 100 s. A printed line does put
+    # the next heartbeat off (the watch was not silent), but the time is the state's.
+    now = [0.0]
+    follower = Follower(heartbeat=30, clock=lambda: now[0])
+    quiet = {"a": ("PENDING", "0/2 waves succeeded")}
+    follower.see(_result("PENDING", quiet, "t0", "PENDING"))
+    now[0] = 5
+    running = {"a": ("RUNNING", "0/2 waves succeeded")}
+    [state, _, _] = follower.see(_result("RUNNING", running, "t5", "RUNNING"))
+    assert (state.event, state.before, state.after) == ("state", "PENDING", "RUNNING")
+    for t in (20, 35, 50, 65):  # a wave every 15 s: never silent for 30 s, so no heartbeat
+        now[0] = t
+        waves = {"a": ("RUNNING", f"{(t - 5) // 15}/9 waves succeeded")}
+        assert [e.event for e in follower.see(_result("RUNNING", waves, f"t{t}", "RUNNING"))] == [
+            "stage"
+        ]
+    now[0] = 80
+    assert follower.see(_result("RUNNING", waves, "t80", "RUNNING")) == []  # 15 s of silence
+    now[0] = 95
+    [beat] = follower.see(_result("RUNNING", waves, "t95", "RUNNING"))
+    assert beat.seconds_in_state == 90 and not beat.at_least  # since t5, not since t65
+    assert beat.text() == "t95 run still RUNNING (90s in this state)"
+    now[0] = 125
+    [beat] = follower.see(_result("RUNNING", waves, "t125", "RUNNING"))
+    assert beat.seconds_in_state == 120  # a heartbeat is no state change either
+    now[0] = 130
+    [done, _, _] = follower.see(_result("SUCCEEDED", {"a": ("SUCCEEDED", "9/9")}, "t130", "OK"))
+    assert done.event == "state"
+    now[0] = 160
+    [beat] = follower.see(_result("SUCCEEDED", {"a": ("SUCCEEDED", "9/9")}, "t160", "OK"))
+    assert (beat.after, beat.seconds_in_state) == ("SUCCEEDED", 30)

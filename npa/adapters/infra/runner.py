@@ -18,6 +18,7 @@ import gzip
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -40,6 +41,7 @@ from npa.core.errors import (
     ToolMissing,
     Unavailable,
 )
+from npa.core.fsio import refusals_named
 from npa.core.paths import tools_cache_root
 from npa.core.procs import pid_running, run_child
 
@@ -443,15 +445,17 @@ class InfraRunner:
             root = Path(tmp) / "backend"
             meta = self.backend.local_dir / ".pulumi" / "meta.yaml"  # type: ignore[operator]
             source = self.backend.checkpoint(stack)
-            if source is not None and source.exists():
-                target = root / ".pulumi" / "stacks" / PROJECT / source.name
-                target.parent.mkdir(parents=True)
-                shutil.copyfile(source, target)
-                if meta.exists():
-                    shutil.copyfile(meta, root / ".pulumi" / "meta.yaml")
-            root.mkdir(parents=True, exist_ok=True)
-            work_dir = Path(tmp) / "work"
-            work_dir.mkdir()
+            # A full temporary folder is named as such (a copy's ENOSPC carries no file name).
+            with refusals_named("copy the stack state for a read-only preview into", root):
+                if source is not None and source.exists():
+                    target = root / ".pulumi" / "stacks" / PROJECT / source.name
+                    target.parent.mkdir(parents=True)
+                    shutil.copyfile(source, target)
+                    if meta.exists():
+                        shutil.copyfile(meta, root / ".pulumi" / "meta.yaml")
+                root.mkdir(parents=True, exist_ok=True)
+                work_dir = Path(tmp) / "work"
+                work_dir.mkdir()
             yield f"file://{root}", work_dir
 
     def up(
@@ -578,12 +582,56 @@ class InfraRunner:
                 f"installed:\n{tail}",
                 fix=bootstrap_tools_command(),
             )
+        refused = passphrase_refusal(stderr, stack)
+        if refused is not None:
+            return refused
         if "failed to load checkpoint" in stderr or ("backend" in stderr and "login" in stderr):
             return Unavailable(f"the state backend {self.backend.url} cannot be read:\n{tail}")
         return StackOperationFailed(
             f"pulumi {operation} of stack {stack} failed:\n{tail}{left}",
             details={"stack": stack, "operation": operation, "completed": completed},
         )
+
+
+# What pulumi prints when the passphrase secrets provider cannot open a stack's secrets: the
+# passphrase given does not decrypt them, or the file PULUMI_CONFIG_PASSPHRASE_FILE names cannot
+# be read (pulumi 3.260's words).
+_WRONG_PASSPHRASE = "incorrect passphrase"
+_UNREADABLE_PASSPHRASE_FILE = re.compile(r"unable to read PULUMI_CONFIG_PASSPHRASE_FILE: (.*)")
+
+
+def passphrase_refusal(stderr: str, stack: str) -> NpaError | None:
+    """The npa error for pulumi refusing the passphrase of ``stack`` (None for any other
+    failure): which variable gave it, and how to give the right one without writing it into
+    the shell's history."""
+    unreadable = _UNREADABLE_PASSPHRASE_FILE.search(stderr)
+    named = os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
+    if unreadable is not None and named:
+        return InvalidInput(
+            f"PULUMI_CONFIG_PASSPHRASE_FILE names {named}, which pulumi cannot read "
+            f"({unreadable.group(1).strip()}), so the secrets of stack {stack} cannot be opened",
+            fix=f"ls -l {shlex.quote(named)}  # the file holding the passphrase of stack {stack}",
+            details={"stack": stack, "variable": "PULUMI_CONFIG_PASSPHRASE_FILE"},
+        )
+    if _WRONG_PASSPHRASE not in stderr:
+        return None
+    if "PULUMI_CONFIG_PASSPHRASE" in os.environ:
+        given, variable = "the passphrase in PULUMI_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE"
+    elif named:
+        given, variable = f"the passphrase in {named}", "PULUMI_CONFIG_PASSPHRASE_FILE"
+    else:
+        given = (
+            "no passphrase (neither PULUMI_CONFIG_PASSPHRASE nor PULUMI_CONFIG_PASSPHRASE_FILE "
+            "is set; npa then uses an empty one)"
+        )
+        variable = None
+    return InvalidInput(
+        f"{given} does not decrypt the secrets of stack {stack}: it was made with another "
+        "passphrase",
+        fix="read -rs PULUMI_CONFIG_PASSPHRASE && export PULUMI_CONFIG_PASSPHRASE  "
+        f"# type the passphrase stack {stack} was made with (it stays out of the shell history)",
+        details={"stack": stack, "variable": variable},
+    )
 
 
 def mend_torn_sidecars(root: Path) -> list[str]:

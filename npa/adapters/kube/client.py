@@ -22,9 +22,38 @@ def api_client(
     from kubernetes import config
 
     client = config.new_client_from_config(config_file=str(kubeconfig), context=context)
+    _trim_token_file(client, kubeconfig, context)
     if impersonate:
         client.set_default_header("Impersonate-User", impersonate)
     return client
+
+
+def _trim_token_file(client: Any, kubeconfig: Path | str, context: str | None) -> None:
+    """A user's ``tokenFile`` is read as kubectl reads it: client-go trims the whitespace
+    around it (``strings.TrimSpace``), so a token file ending in a newline (what ``echo`` and
+    most editors write) works; the Python client sends it as read, a header urllib3 refuses.
+    The client reads the file again before each request (its refresh hook): trimmed each time."""
+    from npa.adapters.kube import kubeconfig as kubeconfigs
+
+    merged = kubeconfigs.merge(kubeconfigs.split_list(str(kubeconfig)))
+    context_body = merged.contexts.get(context or merged.current_context or "", {})
+    user_name = (context_body.get("context") or {}).get("user")
+    user = (merged.users.get(user_name) or {}).get("user") or {} if user_name else {}
+    if not user.get("tokenFile"):
+        return
+    configuration = client.configuration
+    refresh = configuration.refresh_api_key_hook
+
+    def trimmed(conf: Any) -> None:
+        if refresh is not None:
+            refresh(conf)  # which sets a hook of its own again: put this one back
+        conf.refresh_api_key_hook = trimmed
+        header = conf.api_key.get("authorization")
+        scheme, _, token = header.partition(" ") if isinstance(header, str) else ("", "", "")
+        if scheme == "Bearer":
+            conf.api_key["authorization"] = f"Bearer {token.strip()}"
+
+    trimmed(configuration)
 
 
 def core_api(kubeconfig: Path | str, context: str | None) -> Any:

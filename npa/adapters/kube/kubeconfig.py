@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from npa.core.errors import InvalidInput
 from npa.core.paths import NpaPaths
 
 # Per section: the keys that hold file paths, resolved against the file's directory.
@@ -28,8 +29,16 @@ _PATH_KEYS = {
 _SECTIONS = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
 
 
-class KubeconfigError(ValueError):
-    """A kubeconfig cannot be read, or lacks what was asked of it."""
+class KubeconfigError(InvalidInput, ValueError):
+    """A kubeconfig cannot be read, or lacks what was asked of it: an input error naming the
+    file, so one that reaches the user is reported as such, never as a context nobody
+    defines."""
+
+
+def _unreadable(path: Path, why: str) -> KubeconfigError:
+    return KubeconfigError(
+        f"{path} is {why}", fix=f"kubectl config view --kubeconfig {path}  # kubectl's reading"
+    )
 
 
 def default_kubeconfig() -> Path:
@@ -65,18 +74,24 @@ def join_list(files: Iterable[Path]) -> str:
 def _load(path: Path) -> dict[str, Any]:
     import yaml
 
-    from npa.core.errors import InvalidInput
     from npa.core.userfiles import read_user_text
 
     try:
         # Capped and regular-only: a KUBECONFIG entry can name /dev/zero or a FIFO.
-        data = yaml.safe_load(read_user_text(path, "kubeconfig")) or {}
+        data = yaml.safe_load(read_user_text(path, "kubeconfig"))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise _unreadable(path, f"not valid YAML{where}: {exc.problem or exc.context}") from None
     except yaml.YAMLError as exc:
-        raise KubeconfigError(f"{path} is not valid YAML: {exc}") from None
+        raise _unreadable(path, f"not valid YAML: {' '.join(str(exc).split())}") from None
     except InvalidInput as exc:
-        raise KubeconfigError(exc.message) from None
+        raise KubeconfigError(exc.message, fix=exc.fix) from None
+    if data is None:  # an empty file: kubectl reads it as a config with nothing in it
+        return {}
     if not isinstance(data, dict):
-        raise KubeconfigError(f"{path} is not a kubeconfig (not a mapping)")
+        kind = type(data).__name__
+        raise _unreadable(path, f"not a kubeconfig: its YAML is a {kind}, not a mapping")
     return data
 
 
@@ -207,7 +222,8 @@ def for_context(paths: NpaPaths, context: str, env: Mapping[str, str] | None = N
     ``$KUBECONFIG`` first when it defines the context (the user's explicit choice, honoured as
     kubectl honours it), then the kubeconfig ``provision-if-absent`` placed for the context,
     then ``~/.kube/config``. When none defines it, the placed path is returned so the caller
-    reports that it is missing.
+    reports that it is missing. A file of ``$KUBECONFIG`` or ``~/.kube/config`` that cannot be
+    read raises :class:`KubeconfigError` naming it, as kubectl fails on it.
     """
     env = os.environ if env is None else env
     listed = env.get("KUBECONFIG")
@@ -222,7 +238,4 @@ def for_context(paths: NpaPaths, context: str, env: Mapping[str, str] | None = N
 
 
 def _defines(files: list[Path], context: str) -> bool:
-    try:
-        return context in merge(files).contexts
-    except KubeconfigError:
-        return False
+    return context in merge(files).contexts

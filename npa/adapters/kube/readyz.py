@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from npa.adapters.kube.client import api_client
+from npa.core.text import clipped
 
 
 def serves(status: int | None) -> bool:
@@ -39,10 +40,10 @@ def readyz_asker(
                 _return_http_data_only=False,
                 _request_timeout=5,
             )
-            return int(status), str(body or "").strip()[:200]
+            return int(status), clipped(str(body or "").strip(), 200)
         except ApiException as exc:
-            return int(exc.status or 0) or None, str(exc.reason or exc)[:200]
+            return int(exc.status or 0) or None, clipped(str(exc.reason or exc), 200)
         except Exception as exc:  # connection refused, TLS, bad kubeconfig: all "not ready"
-            return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+            return None, f"{type(exc).__name__}: {clipped(str(exc), 200)}"
 
     return ask

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from npa.adapters.kube.client import REQUEST_TIMEOUT
 from npa.adapters.kube.client import api_client as api_client
 from npa.adapters.kube.nodes import GPU_LABELS
+from npa.core.text import clipped
 
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 Presence = Literal["present", "absent", "forbidden", "unknown"]
@@ -76,7 +77,7 @@ def _describe(exc: Exception) -> tuple[int | None, str]:
 
     if isinstance(exc, ApiException):
         return exc.status, f"{exc.status} {exc.reason}"
-    return None, f"{type(exc).__name__}: {str(exc)[:200]}"
+    return None, f"{type(exc).__name__}: {clipped(str(exc), 200)}"
 
 
 def _presence(call: Any) -> Answer:

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from npa.adapters.storage.base import ListPage, ObjectInfo, check_key
 from npa.adapters.storage.s3 import S3Base
 from npa.core.errors import StoreUnavailable
+from npa.core.text import clipped
 
 T = TypeVar("T")
 # How long npa lets obstore keep credentials from botocore's chain before asking again.
@@ -286,7 +287,7 @@ def _etag(value: object) -> str | None:
 
 def _first_line(exc: Exception) -> str:
     text = str(exc).strip().split("\n", 1)[0]
-    return text[:400] or type(exc).__name__
+    return clipped(text, 400) or type(exc).__name__
 
 
 def _code(exc: Exception) -> str:

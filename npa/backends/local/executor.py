@@ -68,7 +68,13 @@ from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
 from npa.core.errors import BackendError, NpaError, local_state_error, passes_by_itself
-from npa.core.fsio import atomic_write_text, ensure_private_dir, flock_within, write_holder
+from npa.core.fsio import (
+    atomic_write_text,
+    ensure_private_dir,
+    flock_within,
+    refusals_named,
+    write_holder,
+)
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
 from npa.core.procs import GroupMember, ProcessIdentity, end_group, group_members, signal_group
@@ -1079,13 +1085,17 @@ def fetch(store: ObjectStore, key: str, target: Path, kind: str) -> None:
     """Copy a stored output (a file, or every object under a folder) to ``target``."""
     if kind == "file":
         ensure_private_dir(target.parent)
-        target.write_bytes(store.get(key))
+        data = store.get(key)
+        with refusals_named("write the input", target):
+            target.write_bytes(data)
         return
     ensure_private_dir(target)
     for obj in store.list(key.rstrip("/") + "/"):
         dest = target / obj.key[len(key.rstrip("/")) + 1 :]
         ensure_private_dir(dest.parent)
-        dest.write_bytes(store.get(obj.key))
+        data = store.get(obj.key)
+        with refusals_named("write the input", dest):
+            dest.write_bytes(data)
 
 
 def fetch_external(store: ObjectStore, uri: str, target: Path) -> None:
@@ -1099,7 +1109,8 @@ def fetch_external(store: ObjectStore, uri: str, target: Path) -> None:
             pass
         else:
             ensure_private_dir(target.parent)
-            target.write_bytes(data)
+            with refusals_named("write the input", target):
+                target.write_bytes(data)
             return
     fetch(store, key, target, "prefix")
 
