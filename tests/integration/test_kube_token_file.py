@@ -1,11 +1,14 @@
 """A kubeconfig user's ``tokenFile`` is read as kubectl reads it: client-go trims the
 whitespace around the token (``strings.TrimSpace``), so a file that ends in a newline works.
-The API server here is a loopback HTTP server that answers only the exact bearer token."""
+A loopback HTTP server that answers only the exact bearer token shows every request carries the
+trimmed token; the real kube-apiserver, beside kubectl, shows the convention is kubectl's."""
 
 from __future__ import annotations
 
 import http.server
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness.cli import run_npa
+from tests.harness.kube import KubeCluster
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +82,29 @@ def test_a_token_file_ending_in_a_newline_is_trimmed_as_kubectl_trims_it(
     assert r.json()["nodes"] == []
     # Every request (the client reads the file again before each one) carried the trimmed token.
     assert len(seen) >= 2 and set(seen) == {f"Bearer {TOKEN}"}, seen
+
+
+def test_the_real_api_server_takes_the_token_file_kubectl_takes(
+    kube: KubeCluster, npa_home: Path, tmp_path: Path
+) -> None:
+    """The same file against kube-apiserver, beside kubectl reading the same kubeconfig."""
+    from tests.harness.tools import require_tool
+
+    (tmp_path / "token").write_text(f"{kube.token}\n")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": kube.server,
+                                               "certificate-authority": str(kube.ca_file)}}],
+        "users": [{"name": "u", "user": {"tokenFile": "token"}}],
+        "contexts": [{"name": "ctx", "context": {"cluster": "c", "user": "u"}}],
+    }))  # fmt: skip
+    kubectl = require_tool("NPA_KUBECTL_BIN", "kubectl")
+    env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    argv = [str(kubectl), "--context", "ctx", "get", "--raw", "/readyz"]
+    seen = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, check=False)
+    assert seen.returncode == 0, seen.stderr
+    r = run_npa("workbench", "workflow", "gpus", "--context", "ctx", "--json",
+                env={"KUBECONFIG": str(kubeconfig)})  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    assert isinstance(r.json()["nodes"], list)
