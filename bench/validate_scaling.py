@@ -13,7 +13,6 @@ largest size, wall and CPU. It prints figures; it is not a test.
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import resource
 import subprocess
@@ -56,13 +55,11 @@ def generate(stages: int) -> str:
 
 def compose_paused(text: str) -> Any:
     """PyYAML's compose alone, with the cyclic collector paused as validation pauses it."""
+    from npa.core.collector import collector_paused
     from npa.spec.loader import _Loader
 
-    gc.disable()
-    try:
+    with collector_paused():
         return yaml.compose(text, Loader=_Loader)
-    finally:
-        gc.enable()
 
 
 def cpu(fn: Any, repeat: int) -> float:

@@ -306,10 +306,50 @@ def _nearest_existing(path: Path | str, *, folder: bool = False) -> Path:
     return found
 
 
+def _open_file_limits() -> tuple[int, int]:
+    """This process's open-file limits (soft, hard); unlimited as -1."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return int(soft), int(hard)
+
+
+def os_reason(exc: OSError) -> str:
+    """What the system said about ``exc``, with what it means where the words alone mislead:
+    a full disk or quota, and an open-file limit (a limit on this process, not a missing or
+    unwritable file)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _FULL:
+        reason += " (the filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
+    elif exc.errno == errno.EMFILE:
+        reason += f" (npa reached this process's limit of {_open_file_limits()[0]} open files)"
+    elif exc.errno == errno.ENFILE:
+        reason += " (the system's table of open files is full)"
+    return reason
+
+
+def _open_files_fix() -> str:
+    """The command that raises the open-file limit of the shell npa runs from, to what the
+    hard limit allows (or, when the hard limit is the soft one, for root to raise both)."""
+    soft, hard = _open_file_limits()
+    wanted = max(4096, 4 * soft)
+    if hard < 0 or hard > soft:
+        raised = wanted if hard < 0 else min(hard, wanted)
+        return f"ulimit -n {raised}  # this shell's open-file limit is {soft}"
+    return (
+        f"sudo prlimit --pid $$ --nofile={wanted}:{wanted}  # this shell's open-file limit is "
+        f"{soft}, its hard limit too"
+    )
+
+
 def os_fix(path: Path | str, code: int | None) -> str:
     """What a person runs about an OS refusal at ``path``: a command with real values, and the
     step it shows in a comment. A full or read-only disk is a filesystem's state, so its
     command names the folder (``path`` or the nearest that exists), which stays there."""
+    if code == errno.EMFILE:
+        return _open_files_fix()
+    if code == errno.ENFILE:
+        return "cat /proc/sys/fs/file-nr  # files open system-wide, unused, and the limit"
     path = _nearest_existing(path, folder=code in _FULL or code in _READ_ONLY)
     if code in _FULL:
         what = "quota" if code == errno.EDQUOT else "space"
@@ -327,11 +367,8 @@ def local_state_error(exc: OSError, action: str, path: Path | str | None = None)
     if path is None and exc.filename is None:
         return _unnamed_refusal(exc, action)
     where = path if path is not None else exc.filename
-    reason = exc.strerror or str(exc)
-    if exc.errno in _FULL:
-        reason += " (the filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
     return LocalStateUnavailable(
-        f"could not {action} {where}: {reason}",
+        f"could not {action} {where}: {os_reason(exc)}",
         fix=os_fix(where, exc.errno),
         details={"path": str(where), "errno": exc.errno},
     )
@@ -343,9 +380,9 @@ def _unnamed_refusal(exc: OSError, action: str) -> NpaError:
     from npa.core.paths import home_root
 
     folders = list(dict.fromkeys([str(home_root()), os.getcwd()]))
-    reason = exc.strerror or str(exc)
+    reason = os_reason(exc)
     if exc.errno in _FULL:
-        reason += " (a filesystem is full)" if exc.errno == errno.ENOSPC else " (quota exceeded)"
+        reason = reason.replace("(the filesystem is full)", "(a filesystem is full)")
         fix = f"df -h {' '.join(shlex.quote(f) for f in folders)}  # free space where it is full"
     else:
         fix = os_fix(folders[0], exc.errno)

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from npa.core.collector import collector_paused
 from npa.core.commands import npa_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
@@ -221,6 +222,7 @@ def _gpus_command(path: Path, context: str | None) -> str:
     return npa_command("workbench", "workflow", "gpus", *ctx, "--spec", str(path))
 
 
+@collector_paused()  # the validated workflow and its plan stay alive throughout
 def plan_spec(
     path: Path,
     run_id: str,

@@ -14,10 +14,12 @@ from typing import Any
 
 import yaml
 
-# Past this many values (counting what aliases expand to) a document is refused: 20,000
-# stages of a rich workflow are about half of it.
-MAX_NODES = 1_000_000
-MAX_BYTES = 8 * 1024 * 1024
+# Past this many values (keys, scalars, lists and mappings, counting what aliases expand to) a
+# document is refused: it bounds what an alias can make of a small file. 20,000 stages of a
+# rich workflow (physical-ai.yaml's, about 70 values each) are a third of it.
+MAX_NODES = 4_000_000
+# 20,000 such stages are 10 to 20 MiB of YAML, comments included.
+MAX_BYTES = 32 * 1024 * 1024
 
 try:  # libyaml is much faster; the pure-Python parser gives the same nodes.
     _Base: type[Any] = yaml.CSafeLoader
@@ -228,6 +230,51 @@ def _readings(node: yaml.ScalarNode, value: Any) -> YamlReadings | None:
     return None if same else YamlReadings(node.value, value, core)
 
 
+def _written(root: yaml.Node) -> tuple[int, list[yaml.Node]]:
+    """The values written in the document (each node once, keys included), and the nodes that
+    aliases repeat (in the order first met)."""
+    seen: set[int] = set()
+    repeated: dict[int, yaml.Node] = {}
+    count = 0
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            repeated.setdefault(id(node), node)
+            continue
+        seen.add(id(node))
+        count += 1
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in reversed(node.value):
+                todo += [value_node, key_node]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += reversed(node.value)
+    return count, list(repeated.values())
+
+
+def _too_large(root: yaml.Node) -> LoadProblem:
+    """Past :data:`MAX_NODES`: what was counted and the limit, and the aliases only when the
+    document has some (counted once more, after the refusal; reading pays nothing for it)."""
+    written, repeated = _written(root)
+    if not repeated:
+        return LoadProblem(
+            f"the spec holds {written:,} values (keys, scalars, lists and mappings), more than "
+            f"the {MAX_NODES:,} a spec may hold",
+            "split the workflow into specs of fewer stages",
+        )
+    lines = ", ".join(str(n.start_mark.line + 1) for n in repeated[:5])
+    more = f" and {len(repeated) - 5} more" if len(repeated) > 5 else ""
+    return LoadProblem(
+        f"the spec expands to more than {MAX_NODES:,} values (keys, scalars, lists and mappings) "
+        f"through its aliases: {written:,} are written in the file, the rest are copies of "
+        f"{len(repeated)} anchored {'value' if len(repeated) == 1 else 'values'} (at line "
+        f"{lines}{more})",
+        "write the repeated values out where they are used, instead of aliasing them (*name)",
+        repeated[0].start_mark.line + 1,
+        repeated[0].start_mark.column + 1,
+    )
+
+
 class _Builder:
     def __init__(self) -> None:
         self.count = 0
@@ -326,9 +373,12 @@ def _first_line(exc: BaseException) -> str:
 
 def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
     """Parse one YAML document. Returns the document, or ``None`` and the problems found."""
-    if len(text.encode("utf-8", "surrogatepass")) > MAX_BYTES:
+    if (size := len(text.encode("utf-8", "surrogatepass"))) > MAX_BYTES:
         return None, [
-            LoadProblem(f"the spec is larger than {MAX_BYTES} bytes", "split the workflow")
+            LoadProblem(
+                f"the spec is {size:,} bytes, more than the {MAX_BYTES:,} a spec may hold",
+                "split the workflow into specs of fewer stages",
+            )
         ]
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
@@ -366,12 +416,7 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
     try:
         data = builder.build(nodes[0])
     except _TooLarge:
-        return None, [
-            LoadProblem(
-                f"the spec expands to more than {MAX_NODES} values (aliases?)",
-                "write values out instead of repeating large anchors",
-            )
-        ]
+        return None, [_too_large(nodes[0])]
     except RecursionError:
         return None, [
             LoadProblem(

@@ -12,7 +12,6 @@ linear in the size of the document.
 
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from npa.core.collector import collector_paused
 from npa.core.errors import InvalidInput
 from npa.core.userfiles import read_user_text
 from npa.spec import imageref
@@ -514,20 +514,14 @@ def validate_document(doc: LoadedDocument) -> tuple[Workflow | None, list[SpecIs
     return (workflow if not issues else None), issues
 
 
+@collector_paused()
 def validate_text(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
     """Parse and validate spec text, in time linear in its size.
 
-    Parsing and validating allocate millions of objects that all stay alive until the end;
-    the cyclic garbage collector would rescan them over and over (time growing faster than
-    the document) with nothing to free, so it is paused, and resumed only once the parse tree
-    is gone (``_validate`` has returned): what it then sees is the result alone."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return _validate(text)
-    finally:
-        if was_enabled:
-            gc.enable()
+    Parsing and validating allocate millions of objects that all stay alive until the end, so
+    the cyclic garbage collector is paused (:func:`collector_paused`) and resumed once the parse
+    tree is gone (``_validate`` has returned): what it then sees is the result alone."""
+    return _validate(text)
 
 
 def _validate(text: str) -> tuple[Workflow | None, list[SpecIssue]]:

@@ -35,9 +35,11 @@ def run_npa(
     timeout: float = HANG_BOUND,
     cwd: str | None = None,
     module: str = "npa",
+    open_files: int | None = None,
 ) -> CliResult:
     """``python -m npa ARGS`` with the current environment plus ``env``; ``module`` runs
-    another entry point of the same CLI (one that composes it with a test double).
+    another entry point of the same CLI (one that composes it with a test double);
+    ``open_files`` caps the descriptors the process may hold (``ulimit -n``, soft and hard).
 
     ``timeout`` bounds a hang, never a speed: a command that answers in seconds idle took over
     120 s on two cores kept busy by a CI run, and one that takes a minute idle (a pulumi up)
@@ -55,8 +57,15 @@ def run_npa(
         timeout=timeout,
         cwd=cwd,
         check=False,
+        preexec_fn=None if open_files is None else lambda: _cap_open_files(open_files),
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _cap_open_files(n: int) -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
 
 
 @contextmanager

@@ -115,6 +115,38 @@ def test_a_refusal_whose_file_nobody_named_never_says_question_mark(
     assert all(Path(word).exists() for word in command[1:] if word.startswith("/")), error.fix
 
 
+def test_the_open_file_limit_is_named_as_a_limit_never_as_a_missing_file(tmp_path: Path) -> None:
+    """EMFILE is this process's ``ulimit -n``, reached: the error says so and its fix raises
+    the limit, with the real figures (it once said to check that the file exists)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = max(int(n) for n in os.listdir("/proc/self/fd")) + 8
+    filler: list[int] = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (held, hard))
+    try:
+        with pytest.raises(OSError) as full:  # every descriptor below the limit taken
+            while True:
+                filler.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        assert full.value.errno == errno.EMFILE
+        with pytest.raises(LocalStateUnavailable) as refused:
+            atomic_write_bytes(tmp_path / "f", b"x")
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    error = refused.value
+    assert error.details["errno"] == errno.EMFILE
+    assert f"reached this process's limit of {held} open files" in error.message
+    assert error.fix is not None and "exists" not in error.fix
+    wanted = max(4096, 4 * held)
+    if hard == resource.RLIM_INFINITY or hard > held:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(hard, wanted)
+        assert error.fix == f"ulimit -n {raised}  # this shell's open-file limit is {held}"
+    else:
+        assert error.fix.startswith(f"sudo prlimit --pid $$ --nofile={wanted}:{wanted}")
+
+
 def test_a_journal_line_that_does_not_fit_is_cut_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import yaml
 
 from npa.spec.validate import SpecIssue, validate_text
 from tests.unit.specdata import base_spec, dump
@@ -268,7 +269,33 @@ def test_alias_bombs_are_refused_quickly() -> None:
         lines.append(f"a{i}: &a{i} [{', '.join([prev] * 10)}]")
     workflow, issues = validate_text("\n".join(lines) + "\n")
     assert workflow is None
-    assert "expands to more than" in issues[0].message
+    assert "expands to more than 4,000,000 values" in issues[0].message
+    # What was counted: the mapping, its 9 keys, 9 lists and the 10 "x"; 8 lists are aliased.
+    assert "29 are written in the file, the rest are copies of 8 anchored values" in (
+        issues[0].message
+    )
+    assert "(at line 1, 2, 3, 4, 5 and 3 more)" in issues[0].message
+    assert (issues[0].line, issues[0].column) == (1, 5) and "*name" in issues[0].hint
+
+
+def test_a_spec_past_the_value_cap_without_aliases_is_told_what_was_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The cap names the values it counted and its limit, and says nothing of aliases or
+    anchors a document does not have (it once asked "(aliases?)" of every large spec)."""
+    import npa.spec.loader as loader
+
+    text = dump(base_spec())
+    monkeypatch.setattr(loader, "MAX_NODES", 100)
+    workflow, issues = validate_text(text)
+    assert workflow is None and len(issues) == 1
+    written = loader._written(yaml.compose(text))[0]
+    assert issues[0].message == (
+        f"the spec holds {written:,} values (keys, scalars, lists and mappings), more than the "
+        "100 a spec may hold"
+    )
+    assert "alias" not in issues[0].message + issues[0].hint
+    assert "anchor" not in issues[0].message + issues[0].hint
 
 
 def test_stage_parse_failure_does_not_cause_spurious_reference_errors() -> None:

@@ -25,6 +25,7 @@ from npa.core.errors import (
     ObjectAbsent,
     StoreUnavailable,
     os_fix,
+    os_reason,
 )
 from npa.core.fsio import ensure_private_dir, remove_abandoned_temps
 from npa.core.procs import TEMP_MAX_AGE, writer_tag
@@ -50,7 +51,7 @@ class FileStore(ObjectStore):
         self, exc: OSError | LocalStateUnavailable, what: str, key: str
     ) -> StoreUnavailable:
         code = exc.errno if isinstance(exc, OSError) else exc.details.get("errno")
-        reason = exc.strerror or str(exc) if isinstance(exc, OSError) else exc.message
+        reason = os_reason(exc) if isinstance(exc, OSError) else exc.message
         return StoreUnavailable(
             f"could not {what} {self.uri}/{key}: {reason}",
             fix=os_fix(self.root, code),
