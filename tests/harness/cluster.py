@@ -93,6 +93,32 @@ class Cluster:
     workdir: Path
     tools: ClusterTools
     processes: list[ManagedProcess] = field(default_factory=list)
+    record: HostRecord | None = None  # where a restarted process's pid is recorded for undo
+
+    @contextlib.contextmanager
+    def down(self, name: str) -> Iterator[None]:
+        """The cluster's process ``name`` (``kube-apiserver``, ``kubelet``, ...) stopped for the
+        body of the ``with``, as a crash or a restart of that component does; then started again
+        with the same command line, and the ``with`` ends when it answers again (the API
+        server's ``/readyz``; for the kubelet, the node Ready)."""
+        [proc] = [p for p in self.processes if p.name == name]
+        proc.stop(STOP_GRACE)
+        try:
+            yield
+        finally:
+            proc.start()
+            if self.record is not None:
+                self.record.started(proc.pid)
+
+        def answers() -> bool:
+            asked = self.kubectl("get", "--raw", "/readyz", timeout=10)
+            if asked.returncode != 0 or name != "kubelet":
+                return asked.returncode == 0
+            node = self.kubectl("get", "node", self.node, "-o", "json", timeout=10)
+            conditions = json.loads(node.stdout)["status"]["conditions"]
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+        proc.wait_until(answers, 180, "answering again after it was stopped")
 
     def api_client(self) -> Any:
         from kubernetes import config
@@ -922,6 +948,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             workdir=work,
             tools=tools,
             processes=procs,
+            record=record,
         )
         record.did("kubelet")
         kubelet = start(

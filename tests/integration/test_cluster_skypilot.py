@@ -630,6 +630,40 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     assert node["allocatable"] == NODE_GPUS[1], node
 
 
+def test_the_control_plane_and_the_kubelet_stopped_under_a_running_job(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The cluster's API server stops while a stage works (a control-plane restart): npa cannot
+    see the job, and says so (exit 4, the run's last known state kept), never FAILED or gone.
+    Then the node's kubelet stops for 30 s: the pod goes on working, and status says RUNNING or,
+    when SkyPilot cannot reach its controller through that kubelet, unknown (never an end).
+    Once both are back the same run ends SUCCEEDED with its output, in one job."""
+    world = sky_cluster
+    run_id, job = running_run_with_one_output(world, tmp_path, "e2e-apidown", seconds=150)
+    with world.cluster.down("kube-apiserver"):
+        during = world.npa(*WF, "status", run_id, "--project", world.project, "--json",
+                           timeout=300)  # fmt: skip
+    assert during.code == 4, during.stdout + during.stderr
+    seen = during.json()
+    assert seen["state"] not in ("FAILED", "FAILED_CONTROLLER", "CANCELLED", "SUCCEEDED"), seen
+    assert seen["last_known_state"] == "RUNNING", seen
+    with world.cluster.down("kubelet"):
+        stopped = time.monotonic()
+        kubelet_down = status(world, run_id)
+        time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))  # the fault lasts 30 s
+    # The pod works on, but SkyPilot reaches its jobs controller through the kubelet (exec and
+    # port-forward), so the job may not be verifiable: RUNNING or unknown, never an end.
+    assert kubelet_down["state"] in ("RUNNING", "VERIFICATION_UNAVAILABLE"), kubelet_down
+    assert kubelet_down["last_known_state"] == "RUNNING", kubelet_down
+    final, states = follow(world, run_id, terminal, timeout=1200)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    assert not {"FAILED", "CANCELLED"} & set(states), states
+    prefix = f"runs/e2e-apidown/{run_id}/npa-workflow/stages/works/outputs"
+    assert world.store_keys(prefix).get(f"{prefix}/done.txt", 0) > 0
+    supervisor = final["supervisor"] or {}
+    assert final["job_id"] == int(job) and supervisor.get("relaunches", 0) == 0, final
+
+
 def running_run_with_one_output(
     world: SkyCluster, tmp_path: Path, workflow: str, *, seconds: int
 ) -> tuple[str, str]:
