@@ -16,10 +16,30 @@ def npa_command(*argv: str) -> str:
     return shlex.join(["npa", *argv])
 
 
+def status_command(run_id: str, project: str, *extra: str) -> str:
+    """The command that shows run ``run_id`` of ``project`` (``extra``: --watch, --cached...)."""
+    return npa_command("workbench", "workflow", "status", run_id, "--project", project, *extra)
+
+
+def logs_command(run_id: str, project: str, stage: str) -> str:
+    """The command that shows the logs of ``stage`` of run ``run_id`` of ``project``."""
+    return npa_command(
+        "workbench", "workflow", "logs", run_id, "--project", project, "--stage", stage
+    )
+
+
 def provision_command(context: str, project: str | None = None) -> str:
     """The command that provisions ``context`` for ``project`` (npa's default without one)."""
     argv = ["provision-if-absent", *(["--project", project] if project else [])]
     return npa_command(*argv, "--target", "kubernetes", "--context", context)
+
+
+def aws_command(*argv: str, endpoint_url: str | None = None, profile: str | None = None) -> str:
+    """An aws CLI line that reaches the store npa reached: the same endpoint and profile (without
+    them, aws asks AWS itself, with whatever credentials the shell has), quoted for a shell."""
+    where = [*(["--endpoint-url", endpoint_url] if endpoint_url else [])]
+    who = [*(["--profile", profile] if profile else [])]
+    return shlex.join(["aws", *argv, *where, *who])
 
 
 def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:

@@ -200,18 +200,29 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
         raise InvalidInput(
             f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the disks npa creates "
             "on nebius; the kubernetes target is a cluster that exists, where it creates none",
-            fix=npa_command(
-                "workbench",
-                "workflow",
-                "plan-spec",
-                str(path),
-                "--run-id",
-                run_id,
-                "--target",
-                "kubernetes",
-                *(["--project", options.project] if options.project else []),
-            ),
+            fix=plan_spec_command(path, run_id, "kubernetes", options, evidence=False),
         )
+
+
+def plan_spec_command(
+    path: Path, run_id: str, target: str, options: QuotaOptions, *, evidence: bool = True
+) -> str:
+    """The plan-spec of ``path`` for ``target``, with the quota evidence ``options`` name (not
+    with ``evidence`` False)."""
+    argv = ["workbench", "workflow", "plan-spec", str(path), "--run-id", run_id]
+    argv += ["--target", target]
+    if evidence:
+        argv += [a for f in options.quota_files for a in ("--quota-file", str(f))]
+        argv += ["--existing", str(options.existing_file)] if options.existing_file else []
+        for flag, value in (
+            ("--nebius-project", options.nebius_parent_id),
+            ("--nebius-region", options.nebius_region),
+            ("--nebius-endpoint", options.nebius_endpoint),
+        ):
+            argv += [flag, value] if value else []
+        argv += ["--local-quota"] if options.local else []
+    argv += ["--project", options.project] if options.project else []
+    return npa_command(*argv)
 
 
 def _gpus_command(path: Path, context: str | None) -> str:
@@ -307,10 +318,14 @@ def plan_spec(
                 f"npa workbench workflow plan-spec {path} --run-id {run_id} "
                 "--quota-file QUOTA_FILE  # or --nebius-project PROJECT_ID"
             )
-        elif assessment.verdict == "blocked":
-            assessment.fix = "request more quota for the lines marked blocked, then plan again"
-        elif assessment.verdict == "blocked-unknown":
-            assessment.fix = "resolve the unknown evidence listed above, then plan again"
+        else:
+            # What raises a quota (a request to the cloud, space freed on a disk) is no npa
+            # command: the fix is the plan that shows when it is enough.
+            again = plan_spec_command(path, run_id, target, options)
+            if assessment.verdict == "blocked":
+                assessment.fix = f"{again}  # once the lines marked blocked have more quota"
+            elif assessment.verdict == "blocked-unknown":
+                assessment.fix = f"{again}  # once the unknown evidence listed above is resolved"
     note = None
     if target == "kubernetes":
         gpus = _gpus_command(path, workflow.infrastructure.context)

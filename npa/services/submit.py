@@ -40,6 +40,7 @@ from npa.backends.base import (
     PullsImagesHere,
     PullsPinnedImages,
 )
+from npa.core.commands import status_command
 from npa.core.errors import (
     GatesFailed,
     GatesUnknown,
@@ -867,7 +868,7 @@ def _record_and_launch(
             readiness=readiness,
         )
         watcher = _watcher_note(job, pid)
-    status = _cmd("workbench", "workflow", "status", run.run_id, "--project", run.project)
+    status = status_command(run.run_id, run.project)
     resume_cmd = options.command(run.run_id, resume=True)
     workflow = run.workflow.metadata.name
     base = f"{run.store_uri}/{run.prefix}"
