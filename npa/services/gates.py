@@ -15,6 +15,7 @@ whose inputs can be read runs, whatever failed before it, so one list shows ever
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -132,6 +133,8 @@ class GateInput:
     image: str | None = None
     registry_auth: tuple[str, ...] = ()
     digests: Path | None = None
+    # This submit again, with the image overrides given (None: it cannot be written out).
+    rerun: Callable[[tuple[str, ...]], str] | None = None
 
 
 def _cmd(*argv: str) -> str:
@@ -367,7 +370,7 @@ def _image_choice_gate(report: GateReport, asked: GateInput, tools: dict[str, To
 
     facts = report.admission
     try:
-        picked = parse_overrides(list(asked.image_overrides), tools)
+        picked = parse_overrides(list(asked.image_overrides), tools, asked.rerun)
         choose_images({k: t.image for k, t in tools.items()}, picked, asked.image)
         facts.digests = load_digests(asked.digests) if asked.digests else None
         if facts.workflow is not None:

@@ -260,10 +260,22 @@ def _prepare(spec: Path, corpus: Corpus, project: str = "demo") -> str:
 def _finished(spec: Path, corpus: Corpus, scenario: str) -> str:
     """A run of ``spec`` submitted (the scenario: its next lines) and watched to its end."""
     run_id = _prepare(spec, corpus)
-    corpus.run(scenario, *WF, "submit", str(spec), "--project", "demo", "--run-id", run_id,
-               "--runtime", "process", modes=("text",))  # fmt: skip
-    watch = run_npa(*WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2",
-                    env=corpus.env)  # fmt: skip
+    corpus.run(
+        scenario,
+        *WF,
+        "submit",
+        str(spec),
+        "--project",
+        "demo",
+        "--run-id",
+        run_id,
+        "--runtime",
+        "process",
+        modes=("text",),
+    )
+    watch = run_npa(
+        *WF, "status", run_id, "--project", "demo", "--watch", "--interval", "0.2", env=corpus.env
+    )
     assert watch.code in (0, 1), watch.stdout + watch.stderr
     return run_id
 
@@ -273,39 +285,105 @@ def test_local_runs_suggest_only_commands_that_run(env: dict[str, str], tmp_path
     ok = _spec(tmp_path / "ok")
     st = (*WF, "status")
     corpus.run("status of an unknown run", *st, UNKNOWN_RUN, "--project", "demo")
-    corpus.run("logs of an unknown run", *WF, "logs", UNKNOWN_RUN, "--project", "demo",
-               "--stage", "total")  # fmt: skip
+    corpus.run(
+        "logs of an unknown run", *WF, "logs", UNKNOWN_RUN, "--project", "demo", "--stage", "total"
+    )
     reserved = _prepare(ok, corpus)
     corpus.run("status of a reserved run", *st, reserved, "--project", "demo")
-    corpus.run("logs of a reserved run", *WF, "logs", reserved, "--project", "demo",
-               "--stage", "total")  # fmt: skip
+    corpus.run(
+        "logs of a reserved run", *WF, "logs", reserved, "--project", "demo", "--stage", "total"
+    )
     corpus.run("artifacts of a reserved run", *WF, "artifacts", reserved, "--project", "demo")
-    corpus.run("submit with no run", *WF, "submit", str(ok), "--project", "demo",
-               "--runtime", "process")  # fmt: skip
-    corpus.run("submit of an unknown --resume-run", *WF, "submit", str(ok), "--project", "demo",
-               "--resume-run", UNKNOWN_RUN, "--runtime", "process")  # fmt: skip
+    corpus.run(
+        "submit with no run", *WF, "submit", str(ok), "--project", "demo", "--runtime", "process"
+    )
+    corpus.run(
+        "submit of an unknown --resume-run",
+        *WF,
+        "submit",
+        str(ok),
+        "--project",
+        "demo",
+        "--resume-run",
+        UNKNOWN_RUN,
+        "--runtime",
+        "process",
+    )
     huge = _spec(tmp_path / "huge", "disk_gib: 1", "disk_gib: 1000000")
-    corpus.run("submit over the disk quota", *WF, "submit", str(huge), "--project", "demo",
-               "--run-id", _prepare(huge, corpus), "--runtime", "process")  # fmt: skip
-    corpus.run("plan-spec over the disk quota", *WF, "plan-spec", str(huge), "--project", "demo",
-               "--target", "local", "--run-id", "preview")  # fmt: skip
+    corpus.run(
+        "submit over the disk quota",
+        *WF,
+        "submit",
+        str(huge),
+        "--project",
+        "demo",
+        "--run-id",
+        _prepare(huge, corpus),
+        "--runtime",
+        "process",
+    )
+    corpus.run(
+        "plan-spec over the disk quota",
+        *WF,
+        "plan-spec",
+        str(huge),
+        "--project",
+        "demo",
+        "--target",
+        "local",
+        "--run-id",
+        "preview",
+    )
     broken = _spec(tmp_path / "broken", "disk_gib: 1", "disk_gib: -1")
-    corpus.run("submit of an invalid spec", *WF, "submit", str(broken), "--project", "demo",
-               "--run-id", _prepare(ok, corpus), "--runtime", "process",
-               "--image-override", "ghost=registry.example.com/x:1")  # fmt: skip
+    corpus.run(
+        "submit of an invalid spec",
+        *WF,
+        "submit",
+        str(broken),
+        "--project",
+        "demo",
+        "--run-id",
+        _prepare(ok, corpus),
+        "--runtime",
+        "process",
+        "--image-override",
+        "ghost=registry.example.com/x:1",
+    )
 
     done = _finished(ok, corpus, "submit that launches")
     corpus.run("status of a succeeded run", *st, done, "--project", "demo")
-    corpus.run("submit of a run that ended", *WF, "submit", str(ok), "--project", "demo",
-               "--run-id", done, "--runtime", "process", modes=("json",))  # fmt: skip
+    corpus.run(
+        "submit of a run that ended",
+        *WF,
+        "submit",
+        str(ok),
+        "--project",
+        "demo",
+        "--run-id",
+        done,
+        "--runtime",
+        "process",
+        modes=("json",),
+    )
 
-    failing = _spec(tmp_path / "failing", "awk '{ s += $1 } END { print s }'",
-                    "echo boom >&2; exit 3; awk '{ s += $1 }'")  # fmt: skip
+    failing = _spec(
+        tmp_path / "failing",
+        "awk '{ s += $1 } END { print s }'",
+        "echo boom >&2; exit 3; awk '{ s += $1 }'",
+    )
     failed = _finished(failing, corpus, "submit of a run that will fail")
     corpus.run("status of a failed run", *st, failed, "--project", "demo")
     corpus.run("artifacts of a failed run", *WF, "artifacts", failed, "--project", "demo")
-    corpus.run("load-artifact of a failed run", *WF, "load-artifact", failed, "--project",
-               "demo", "--destination", str(tmp_path / "out"))  # fmt: skip
+    corpus.run(
+        "load-artifact of a failed run",
+        *WF,
+        "load-artifact",
+        failed,
+        "--project",
+        "demo",
+        "--destination",
+        str(tmp_path / "out"),
+    )
     corpus.run("diff with an unknown run", *WF, "diff", failed, UNKNOWN_RUN, "--project", "demo")
 
     stopped = _spec(tmp_path / "stopped", "mkdir -p", "no-such-npa-command")
@@ -315,15 +393,36 @@ def test_local_runs_suggest_only_commands_that_run(env: dict[str, str], tmp_path
 
     elsewhere = {**env, "NPA_HOME": str(tmp_path / "elsewhere")}
     store = Path(env["NPA_HOME"]) / "store"
-    assert run_npa("configure", "--project", "demo", "--store", store.as_uri(),
-                   env=elsewhere).code == 0  # fmt: skip
+    assert (
+        run_npa("configure", "--project", "demo", "--store", store.as_uri(), env=elsewhere).code
+        == 0
+    )
     for run, what in ((failed, "failed"), (never, "stopped at its first stage")):
-        corpus.run(f"status of a run {what}, from a machine that did not submit it", *st, run,
-                   "--project", "demo", env=elsewhere)  # fmt: skip
-        corpus.run(f"artifacts of a run {what}, from a machine that did not submit it",
-                   *WF, "artifacts", run, "--project", "demo", env=elsewhere)  # fmt: skip
-    corpus.run("status with a read timeout that is no number", *st, done, "--project", "demo",
-               env={"NPA_READ_TIMEOUT": "x"})  # fmt: skip
+        corpus.run(
+            f"status of a run {what}, from a machine that did not submit it",
+            *st,
+            run,
+            "--project",
+            "demo",
+            env=elsewhere,
+        )
+        corpus.run(
+            f"artifacts of a run {what}, from a machine that did not submit it",
+            *WF,
+            "artifacts",
+            run,
+            "--project",
+            "demo",
+            env=elsewhere,
+        )
+    corpus.run(
+        "status with a read timeout that is no number",
+        *st,
+        done,
+        "--project",
+        "demo",
+        env={"NPA_READ_TIMEOUT": "x"},
+    )
     corpus.check()
 
 
@@ -336,22 +435,81 @@ def test_mistakes_in_names_and_targets_suggest_commands_that_run(
         "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "contexts: [{name: nowhere, context: {cluster: c, user: u}}]\nusers: [{name: u}]\n"
     )
-    corpus = Corpus(
-        {**env, "PULUMI_HOME": str(tmp_path / "no-plugins"), "KUBECONFIG": str(kubeconfig)}
-    )
+    # npa looks for the pulumi binary, then for its plugins, before it runs pulumi: any
+    # executable gets this scenario to the plugin check (PULUMI_HOME holds none).
+    plugins = {"PULUMI_HOME": str(tmp_path / "no-plugins"), "NPA_PULUMI_BIN": "/bin/true"}
+    corpus = Corpus({**env, "KUBECONFIG": str(kubeconfig)})
     assert run_npa("configure", "--project", "robotics", "--store", "local", env=env).code == 0
     corpus.run("list of a mistyped project", *WF, "list", "--project", "robotcs")
-    corpus.run("a mistyped target", "provision-if-absent", "--project", "p", "--target",
-               "kubrnetes")  # fmt: skip
+    corpus.run(
+        "a mistyped target", "provision-if-absent", "--project", "p", "--target", "kubrnetes"
+    )
     corpus.run("a store of no scheme npa has", "configure", "--project", "p", "--store", "ftp://x")
     corpus.run("a store without its scheme", "configure", "--project", "p", "--store", "b/npa")
     corpus.run("a run id that is no run id", *WF, "status", "no-such-run", "--project", "robotics")
-    corpus.run("prepare-run of a spec that is not there", *WF, "prepare-run",
-               str(tmp_path / "absent.yaml"), "--project", "robotics")  # fmt: skip
-    corpus.run("submit to a context never provisioned", *WF, "submit", str(_spec(tmp_path)),
-               "--project", "robotics", "--infra", "k8s/nowhere")  # fmt: skip
-    corpus.run("provision without the kubernetes plugin", "provision-if-absent", "--project",
-               "robotics", "--target", "kubernetes", "--context", "nowhere")  # fmt: skip
+    corpus.run(
+        "prepare-run of a spec that is not there",
+        *WF,
+        "prepare-run",
+        str(tmp_path / "absent.yaml"),
+        "--project",
+        "robotics",
+    )
+    corpus.run(
+        "submit to a context never provisioned",
+        *WF,
+        "submit",
+        str(_spec(tmp_path)),
+        "--project",
+        "robotics",
+        "--infra",
+        "k8s/nowhere",
+    )
+    corpus.run(
+        "provision without pulumi",
+        "provision-if-absent",
+        "--project",
+        "robotics",
+        "--target",
+        "kubernetes",
+        "--context",
+        "nowhere",
+        env={"NPA_PULUMI_BIN": str(tmp_path / "no-pulumi"), "PATH": "/usr/bin:/bin"},
+    )
+    corpus.run(
+        "provision without the kubernetes plugin",
+        "provision-if-absent",
+        "--project",
+        "robotics",
+        "--target",
+        "kubernetes",
+        "--context",
+        "nowhere",
+        env=plugins,
+    )
+    corpus.run(
+        "provision on nebius without quota evidence",
+        "provision-if-absent",
+        "--project",
+        "robotics",
+        "--target",
+        "nebius",
+        env=plugins,
+    )
+    corpus.run(
+        "submit with an override of a mistyped tool",
+        *WF,
+        "submit",
+        str(_spec(tmp_path)),
+        "--project",
+        "robotics",
+        "--run-id",
+        _prepare(_spec(tmp_path), corpus, "robotics"),
+        "--runtime",
+        "process",
+        "--image-override",
+        "shel=registry.example.com/x:1",
+    )
     corpus.check()
 
 
@@ -367,25 +525,63 @@ def test_an_s3_store_suggests_aws_lines_with_its_endpoint_and_profile(
     env = {**env, "AWS_CONFIG_FILE": str(aws), "AWS_SHARED_CREDENTIALS_FILE": str(aws)}
     corpus = Corpus(env, aws=("--endpoint-url", s3.endpoint_url, "--profile", "npa-store"))
     store = ("--endpoint-url", s3.endpoint_url, "--profile", "npa-store")
-    configured = run_npa("configure", "--project", "demo", "--store", "s3://no-such-bucket/npa",
-                         *store, env=env)  # fmt: skip
+    configured = run_npa(
+        "configure", "--project", "demo", "--store", "s3://no-such-bucket/npa", *store, env=env
+    )
     assert configured.code == 0, configured.stderr
-    corpus.run("status in a bucket that does not exist", *WF, "status", UNKNOWN_RUN,
-               "--project", "demo")  # fmt: skip
+    corpus.run(
+        "status in a bucket that does not exist", *WF, "status", UNKNOWN_RUN, "--project", "demo"
+    )
     corpus.run("list of a bucket that does not exist", *WF, "list", "--project", "demo")
     spec = _spec(tmp_path / "wf")
-    corpus.run("submit to a bucket that does not exist", *WF, "submit", str(spec), "--project",
-               "demo", "--run-id", _prepare(spec, corpus), "--runtime", "process")  # fmt: skip
-    corpus.run("a store client npa does not have", *WF, "list", "--project", "demo",
-               env={"NPA_S3_CLIENT": "curl"})  # fmt: skip
-    dead = run_npa("configure", "--project", "dead", "--store", "s3://b/npa", "--endpoint-url",
-                   "http://127.0.0.1:9", "--profile", "npa-store", env=env)  # fmt: skip
+    corpus.run(
+        "submit to a bucket that does not exist",
+        *WF,
+        "submit",
+        str(spec),
+        "--project",
+        "demo",
+        "--run-id",
+        _prepare(spec, corpus),
+        "--runtime",
+        "process",
+    )
+    corpus.run(
+        "a store client npa does not have",
+        *WF,
+        "list",
+        "--project",
+        "demo",
+        env={"NPA_S3_CLIENT": "curl"},
+    )
+    dead = run_npa(
+        "configure",
+        "--project",
+        "dead",
+        "--store",
+        "s3://b/npa",
+        "--endpoint-url",
+        "http://127.0.0.1:9",
+        "--profile",
+        "npa-store",
+        env=env,
+    )
     assert dead.code == 0, dead.stderr
     unreachable = Corpus(
         env, aws=("--endpoint-url", "http://127.0.0.1:9", "--profile", "npa-store")
     )
-    unreachable.run("submit to a store that does not answer", *WF, "submit", str(spec),
-                    "--project", "dead", "--run-id", _prepare(spec, unreachable, "dead"),
-                    "--runtime", "process", env={"NPA_STORE_TIMEOUT_SECONDS": "2"})  # fmt: skip
+    unreachable.run(
+        "submit to a store that does not answer",
+        *WF,
+        "submit",
+        str(spec),
+        "--project",
+        "dead",
+        "--run-id",
+        _prepare(spec, unreachable, "dead"),
+        "--runtime",
+        "process",
+        env={"NPA_STORE_TIMEOUT_SECONDS": "2"},
+    )
     corpus.check()
     unreachable.check()
