@@ -42,6 +42,20 @@ def aws_command(*argv: str, endpoint_url: str | None = None, profile: str | None
     return shlex.join(["aws", *argv, *where, *who])
 
 
+def store_credentials_command(project: str, profile: str | None, known: list[str]) -> str:
+    """The command that gives ``project`` S3 credentials: keys for its ``profile`` (aws asks
+    for them; the secret is the user's to type), else the first profile of ``known`` (this
+    machine's), else a new profile ``npa`` recorded for the project."""
+    record = ["configure", "--project", project, "--profile"]
+    if profile:
+        return shlex.join(["aws", "configure", "--profile", profile])
+    if known:
+        return npa_command(*record, known[0])
+    return (
+        shlex.join(["aws", "configure", "--profile", "npa"]) + " && " + npa_command(*record, "npa")
+    )
+
+
 def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:
     """A kubectl command line for exactly this kubeconfig (a path or a KUBECONFIG list) and
     context, quoted for a shell."""

@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 
 from tests.harness.cli import CliResult, run_npa
+from tests.harness.registry import Registry
 from tests.harness.s3 import S3Server
+from tests.integration.imagespec import unique_repo, write_spec
 from tests.unit.test_docs_commands import problems as npa_line_problems
 from tests.unit.test_fix_lines import PLACEHOLDER, _command_part
 
@@ -554,6 +556,26 @@ def test_an_s3_store_suggests_aws_lines_with_its_endpoint_and_profile(
         "demo",
         env={"NPA_S3_CLIENT": "curl"},
     )
+    nokeys = run_npa("configure", "--project", "nokeys", "--store", "s3://b/npa",
+                     "--endpoint-url", s3.endpoint_url, env=env)  # fmt: skip
+    assert nokeys.code == 0, nokeys.stderr
+    corpus.run(
+        "submit to a store with no credentials",
+        *WF,
+        "submit",
+        str(spec),
+        "--project",
+        "nokeys",
+        "--run-id",
+        _prepare(spec, corpus, "nokeys"),
+        "--runtime",
+        "process",
+    )
+    # The profile this machine has is the one named, not a placeholder for it.
+    assert any(
+        "npa configure --project nokeys --profile npa-store" in line
+        for line in corpus.seen["submit to a store with no credentials"]
+    ), corpus.seen["submit to a store with no credentials"]
     dead = run_npa(
         "configure",
         "--project",
@@ -585,3 +607,36 @@ def test_an_s3_store_suggests_aws_lines_with_its_endpoint_and_profile(
     )
     corpus.check()
     unreachable.check()
+
+
+def test_image_checks_suggest_commands_that_run(env: dict[str, str], tmp_path: Path) -> None:
+    """A registry named by its address (127.0.0.1:PORT): the variable npa names for its
+    credentials must still be one bash accepts."""
+    corpus = Corpus(env)
+    spec = write_spec(tmp_path / "spec.yaml", {"one": {"image": "127.0.0.1:9/npa/x:v1"}})
+    pf = (*WF, "preflight-images", str(spec))
+    corpus.run("a --registry-auth with no variable", *pf, "--registry-auth", "127.0.0.1:9=env:")
+    corpus.run("a --registry-auth naming an unset variable", *pf, "--registry-auth",
+               "127.0.0.1:9=env:NPA_TEST_UNSET")  # fmt: skip
+    corpus.run("a registry that does not answer", *pf)
+    corpus.check()
+
+
+def test_a_registry_suggests_commands_that_run(
+    registry: Registry, env: dict[str, str], tmp_path: Path
+) -> None:
+    corpus = Corpus({**env, "KUBECONFIG": str(tmp_path / "none")})
+    plain = registry.push_image(unique_repo("plain"), "v1")
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        {
+            "plain": {"image": f"{registry.host}/{plain.repository}:v1"},
+            "gone": {"image": f"{registry.host}/{unique_repo('gone')}:v1"},
+        },
+    )
+    pf = (*WF, "preflight-images", str(spec))
+    corpus.run("images in a registry that asks for credentials", *pf)
+    corpus.run("an unattested image and one never pushed, with no context", *pf,
+               f"--registry-auth={registry.host}=env:REG_AUTH",
+               env={"REG_AUTH": ":".join(registry.auth)})  # fmt: skip
+    corpus.check()
