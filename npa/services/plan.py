@@ -204,6 +204,22 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
         )
 
 
+def _evidence_fix(path: Path, run_id: str, target: str, options: QuotaOptions) -> str:
+    """The plan again with the Nebius quota API as evidence (the project of the Nebius CLI's
+    profile), or where that project is written when the profile names none."""
+    from dataclasses import replace
+
+    from npa.services.provision import nebius_profile_project
+
+    project = nebius_profile_project()
+    if project is None:
+        return (
+            "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project "
+            "(offline: figures in a file, --quota-file)"
+        )
+    return plan_spec_command(path, run_id, target, replace(options, nebius_parent_id=project))
+
+
 def plan_spec_command(
     path: Path, run_id: str, target: str, options: QuotaOptions, *, evidence: bool = True
 ) -> str:
@@ -314,10 +330,7 @@ def plan_spec(
     else:
         assessment = assess(requirements, sources, needs=needs, existing=existing, scope=scope)
         if not sources:
-            assessment.fix = (
-                f"npa workbench workflow plan-spec {path} --run-id {run_id} "
-                "--quota-file QUOTA_FILE  # or --nebius-project PROJECT_ID"
-            )
+            assessment.fix = _evidence_fix(path, run_id, target, options)
         else:
             # What raises a quota (a request to the cloud, space freed on a disk) is no npa
             # command: the fix is the plan that shows when it is enough.

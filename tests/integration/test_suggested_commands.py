@@ -489,6 +489,18 @@ def test_mistakes_in_names_and_targets_suggest_commands_that_run(
         "nowhere",
         env=plugins,
     )
+    plan = (*WF, "plan-spec", str(_spec(tmp_path)), "--run-id", "preview", "--target", "nebius")
+    corpus.run("plan-spec on nebius with no quota evidence and no Nebius profile", *plan)
+    nebius = tmp_path / "nebius-home" / ".nebius"
+    nebius.mkdir(parents=True)
+    (nebius / "config.yaml").write_text(
+        "default: dev\nprofiles:\n  dev:\n    parent-id: project-e00npatest\n"
+    )
+    corpus.run(
+        "plan-spec on nebius with no quota evidence and a Nebius profile",
+        *plan,
+        env={"HOME": str(nebius.parent)},
+    )
     corpus.run(
         "provision on nebius without quota evidence",
         "provision-if-absent",
