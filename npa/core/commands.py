@@ -16,6 +16,26 @@ def npa_command(*argv: str) -> str:
     return shlex.join(["npa", *argv])
 
 
+def with_flags(argv: list[str], fragment: str, takes_value: dict[str, bool]) -> str | None:
+    """``npa ARGV`` with the flags of ``fragment`` (a fix such as ``--runtime auto  # why``)
+    set: a flag ``argv`` has gets the fragment's value, another is added; the comment stays.
+    ``takes_value`` says, for each flag the command has, whether it takes a value. None when
+    the fragment names a flag the command does not have (it is then no fix for it)."""
+    head, hashed, comment = fragment.partition("  #")
+    words = shlex.split(head)
+    out = list(argv)
+    while words:
+        flag = words.pop(0)
+        if flag not in takes_value:
+            return None
+        value = [words.pop(0)] if takes_value[flag] and words else []
+        if flag in out and value:
+            out[out.index(flag) + 1] = value[0]
+        elif flag not in out:
+            out += [flag, *value]
+    return npa_command(*out) + (f"  #{comment}" if hashed else "")
+
+
 def status_command(run_id: str, project: str, *extra: str) -> str:
     """The command that shows run ``run_id`` of ``project`` (``extra``: --watch, --cached...)."""
     return npa_command("workbench", "workflow", "status", run_id, "--project", project, *extra)

@@ -524,6 +524,10 @@ def test_mistakes_in_names_and_targets_suggest_commands_that_run(
         "--image-override",
         "shel=registry.example.com/x:1",
     )
+    flags = (*WF, "submit", str(_spec(tmp_path)), "--project", "robotics", "--run-id", "r")
+    corpus.run("a --runtime npa does not have", *flags, "--runtime", "bogus")
+    corpus.run("an --infra that is no backend", *flags, "--infra", "kubrnetes")
+    corpus.run("--runtime process on a cluster", *flags, "--infra", "k8s/x", "--runtime", "process")
     corpus.check()
 
 
