@@ -44,15 +44,20 @@ def rerun_command() -> str:
 
 
 def _complete_fix(error: NpaError) -> None:
-    """A fix that names only the flags to change (``--runtime auto``) becomes this command
-    again with them changed: a command, not a fragment to splice in by hand."""
+    """A fix that names only the flags to change (``--runtime auto``), or an error that says
+    which values a repeated flag takes (``rerun_with``), becomes this command again with them
+    changed: a command, not a fragment to splice in by hand."""
     import sys
 
     # typer carries its own copy of click (constraints.txt pins the typer that does).
     from typer._click.globals import get_current_context
 
-    from npa.core.commands import with_flags
+    from npa.core.commands import with_flags, with_values
 
+    rerun_with = error.details.pop("rerun_with", None)
+    if rerun_with and not error.fix:  # the flags' values it takes to run
+        error.fix = with_values(sys.argv[1:], rerun_with)
+        return
     if not error.fix or not error.fix.startswith("--"):
         return
     ctx = get_current_context(silent=True)

@@ -36,6 +36,27 @@ def with_flags(argv: list[str], fragment: str, takes_value: dict[str, bool]) -> 
     return npa_command(*out) + (f"  #{comment}" if hashed else "")
 
 
+def with_values(argv: list[str], values: dict[str, list[str]]) -> str:
+    """``npa ARGV`` with each repeatable flag of ``values`` given exactly those values (every
+    ``--flag V`` and ``--flag=V`` of ``argv`` replaced, in place of the first)."""
+    out: list[str] = []
+    words = iter(argv)
+    placed: set[str] = set()
+    for word in words:
+        flag = word.split("=", 1)[0]
+        if flag not in values:
+            out.append(word)
+            continue
+        if "=" not in word:
+            next(words, None)
+        if flag not in placed:
+            placed.add(flag)
+            out += [a for v in values[flag] for a in (flag, v)]
+    for flag in values.keys() - placed:
+        out += [a for v in values[flag] for a in (flag, v)]
+    return npa_command(*out)
+
+
 def status_command(run_id: str, project: str, *extra: str) -> str:
     """The command that shows run ``run_id`` of ``project`` (``extra``: --watch, --cached...)."""
     return npa_command("workbench", "workflow", "status", run_id, "--project", project, *extra)

@@ -28,6 +28,9 @@ class ChosenImage:
     source: ImageSource
 
 
+FLAG = "--image-override"
+
+
 def parse_overrides(
     values: Iterable[str],
     tools: Iterable[str],
@@ -35,49 +38,38 @@ def parse_overrides(
 ) -> dict[str, str]:
     """``["a=img", ...]`` -> ``{"a": "img"}``; unknown or repeated TOOL_REFs are errors. An
     error's fix is ``rerun`` (the command, given the overrides it runs with) with the override
-    corrected or left out; without ``rerun``, the corrected flag alone."""
+    corrected or left out; without ``rerun``, its details hold the overrides to run with
+    (``rerun_with``), from which the CLI writes the command out."""
     known = sorted(tools)
     given = list(values)
     out: dict[str, str] = {}
 
-    def corrected(index: int, meant: str | None, flag_only: str) -> str:
-        if rerun is None:
-            return flag_only
-        kept = [meant if i == index else v for i, v in enumerate(given)]
-        return rerun(tuple(v for v in kept if v is not None))
+    def refuse(message: str, index: int, meant: str | None) -> InvalidInput:
+        kept = tuple(v for v in (meant if i == index else v for i, v in enumerate(given)) if v)
+        fix = rerun(kept) if rerun is not None else None
+        return InvalidInput(message, fix=fix, details={"rerun_with": {FLAG: list(kept)}})
 
     for index, value in enumerate(given):
         tool, eq, image = value.partition("=")
         tool, image = tool.strip(), image.strip()
         if not eq or not tool or not image:
-            raise InvalidInput(
-                f"--image-override {value!r} is not TOOL_REF=IMAGE (the spec declares: "
+            meant = f"{closest(tool, known) or (known[0] if known else tool)}={image or value}"
+            raise refuse(
+                f"{FLAG} {value!r} is not TOOL_REF=IMAGE (the spec declares: "
                 f"{', '.join(known) or 'no tools'})",
-                fix=corrected(
-                    index,
-                    meant := f"{closest(tool, known) or (known[0] if known else tool)}="
-                    f"{image or value}",
-                    f"--image-override {meant}",
-                ),
+                index,
+                meant,
             )
         if tool not in known:
             guess = closest(tool, known)
-            raise InvalidInput(
-                f"--image-override names unknown tool {tool!r}; the spec declares: "
+            raise refuse(
+                f"{FLAG} names unknown tool {tool!r}; the spec declares: "
                 f"{', '.join(known) or 'none'}" + (f"; did you mean {guess!r}?" if guess else ""),
-                fix=corrected(
-                    index,
-                    f"{guess}={image}" if guess else None,
-                    f"--image-override {guess}={image}"
-                    if guess
-                    else "remove the override: no tool of the spec is close to that name",
-                ),
+                index,
+                f"{guess}={image}" if guess else None,
             )
         if tool in out:
-            raise InvalidInput(
-                f"--image-override gives tool {tool!r} twice ({out[tool]} and {image})",
-                fix=corrected(index, None, f"keep one: --image-override {tool}={image}"),
-            )
+            raise refuse(f"{FLAG} gives tool {tool!r} twice ({out[tool]} and {image})", index, None)
         parse_reference(image)  # malformed references fail here, before any network call
         out[tool] = image
     return out

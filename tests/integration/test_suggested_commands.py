@@ -634,6 +634,11 @@ def test_image_checks_suggest_commands_that_run(env: dict[str, str], tmp_path: P
     corpus.run("a --registry-auth with no variable", *pf, "--registry-auth", "127.0.0.1:9=env:")
     corpus.run("a --registry-auth naming an unset variable", *pf, "--registry-auth",
                "127.0.0.1:9=env:NPA_TEST_UNSET")  # fmt: skip
+    ov = "--image-override"
+    corpus.run("an override given twice", *pf, ov, "one=a.io/x:1", f"{ov}=one=b.io/y:1")
+    corpus.run("an override of a tool the spec lacks", *pf, ov, "ghost=a.io/x:1")
+    corpus.run("render with an override of a mistyped tool", *WF, "render", str(spec),
+               "--run-id", "r1", "--out", str(tmp_path / "tasks"), ov, "onw=a.io/x:1")  # fmt: skip
     corpus.run("a registry that does not answer", *pf)
     corpus.check()
 
