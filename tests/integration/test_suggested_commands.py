@@ -639,6 +639,8 @@ def test_image_checks_suggest_commands_that_run(env: dict[str, str], tmp_path: P
     corpus.run("an override of a tool the spec lacks", *pf, ov, "ghost=a.io/x:1")
     corpus.run("render with an override of a mistyped tool", *WF, "render", str(spec),
                "--run-id", "r1", "--out", str(tmp_path / "tasks"), ov, "onw=a.io/x:1")  # fmt: skip
+    corpus.run("a --registry with a scheme and a tag", *pf, "--registry", "https://r.io/x:1")
+    corpus.run("validate-spec of a folder", *WF, "validate-spec", str(tmp_path))
     corpus.run("a registry that does not answer", *pf)
     corpus.check()
 

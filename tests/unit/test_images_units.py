@@ -90,7 +90,9 @@ def test_malformed_references_say_why(text: str, reason: str) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_reference(text)
     assert reason in err.value.message
-    assert err.value.fix
+    # The form is said; no command could write the reference the user meant, so none is given.
+    assert "the form is [registry[:port]/]repository" in err.value.message
+    assert err.value.fix is None
 
 
 def test_registry_flag_shape() -> None:
