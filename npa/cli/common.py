@@ -16,6 +16,7 @@ import typer
 from npa.cli import complete
 
 if TYPE_CHECKING:
+    from npa.core.errors import NpaError
     from npa.core.output import Result
 
 # Every command that acts on a cluster names it the same way (--cluster is kept as an alias);
@@ -42,6 +43,35 @@ def rerun_command() -> str:
     return shlex.join(["npa", *sys.argv[1:]])
 
 
+def _complete_fix(error: NpaError) -> None:
+    """A fix that names only the flags to change (``--runtime auto``), or an error that says
+    which values a repeated flag takes (``rerun_with``), becomes this command again with them
+    changed: a command, not a fragment to splice in by hand."""
+    import sys
+
+    # typer carries its own copy of click (constraints.txt pins the typer that does).
+    from typer._click.globals import get_current_context
+
+    from npa.core.commands import with_flags, with_values
+
+    rerun_with = error.details.pop("rerun_with", None)
+    if rerun_with and not error.fix:  # the flags' values it takes to run
+        error.fix = with_values(sys.argv[1:], rerun_with)
+        return
+    if not error.fix or not error.fix.startswith("--"):
+        return
+    ctx = get_current_context(silent=True)
+    if ctx is None:
+        return
+    takes_value = {
+        opt: not (getattr(p, "is_flag", False) or getattr(p, "count", False))
+        for p in ctx.command.params
+        for opt in (*p.opts, *p.secondary_opts)
+        if opt.startswith("--")
+    }
+    error.fix = with_flags(sys.argv[1:], error.fix, takes_value) or error.fix
+
+
 def finish(as_json: bool, produce: Callable[[], Result], *, compact: bool = False) -> None:
     """Run ``produce``, print its result or its NpaError, and exit with the matching code.
     ``compact`` prints JSON on one line (the last line of an NDJSON stream).
@@ -59,6 +89,7 @@ def finish(as_json: bool, produce: Callable[[], Result], *, compact: bool = Fals
     except NpaError as error:
         if isinstance(error, LocalStateUnavailable):
             with_rerun(error, rerun_command())
+        _complete_fix(error)
         raise typer.Exit(emit_error(error, as_json=as_json, compact=compact)) from None
     code = emit(result, as_json=as_json, compact=compact)
     if code:

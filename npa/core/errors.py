@@ -403,11 +403,17 @@ def with_rerun(error: NpaError, command: str, *, replace: bool = False) -> NpaEr
             return error
         earlier = error.details.pop("rerun")
         if error.fix is not None:
-            error.fix = error.fix.removesuffix(f", then rerun: {earlier}").removesuffix(earlier)
-        error.fix = error.fix or None
+            error.fix = error.fix.replace(f" && {earlier}", "", 1).removeprefix(earlier) or None
     error.details["rerun"] = command
-    error.fix = f"{error.fix}, then rerun: {command}" if error.fix else command
+    error.fix = _and_then(error.fix, command) if error.fix else command
     return error
+
+
+def _and_then(fix: str, command: str) -> str:
+    """One shell line: ``fix``, and ``command`` once it succeeded (``fix``'s comment, if it has
+    one, stays at the end, where it comments nothing out)."""
+    head, hashed, comment = fix.partition("  #")
+    return f"{head.rstrip()} && {command}" + (f"  #{comment}" if hashed else "")
 
 
 # A file store's OS answers that may pass on their own (a network file system's hiccup).

@@ -60,7 +60,7 @@ def read_user_bytes(
         if not stat.S_ISREG(info.st_mode):
             raise InvalidInput(
                 f"{what} {path} is {_kind(info.st_mode)}; npa reads only regular files",
-                fix=f"pass the path of a regular file ({fix})",
+                fix=f"{fix}  # what is there; npa takes the path of a regular file",
             )
         if info.st_size > limit:
             raise InvalidInput(

@@ -40,8 +40,11 @@ from npa.images.reference import DEFAULT_DOMAIN, LEGACY_HUB_DOMAINS
 
 
 def env_var_for(host: str) -> str:
-    """The variable name npa suggests for a host's credentials: ``ghcr.io`` -> GHCR_IO_AUTH."""
-    return re.sub(r"[^A-Z0-9]+", "_", host.upper()).strip("_") + "_AUTH"
+    """The variable name npa suggests for a host's credentials: ``ghcr.io`` -> GHCR_IO_AUTH,
+    ``127.0.0.1:5000`` -> REGISTRY_127_0_0_1_5000_AUTH (a shell variable cannot start with a
+    digit)."""
+    name = re.sub(r"[^A-Z0-9]+", "_", host.upper()).strip("_") + "_AUTH"
+    return f"REGISTRY_{name}" if name[0].isdigit() else name
 
 
 def flag_fix(host: str) -> str:

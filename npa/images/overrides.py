@@ -7,7 +7,7 @@ chosen image is the one preflight verifies and whose digest render pins.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -28,34 +28,48 @@ class ChosenImage:
     source: ImageSource
 
 
-def parse_overrides(values: Iterable[str], tools: Iterable[str]) -> dict[str, str]:
-    """``["a=img", ...]`` -> ``{"a": "img"}``; unknown or repeated TOOL_REFs are errors."""
+FLAG = "--image-override"
+
+
+def parse_overrides(
+    values: Iterable[str],
+    tools: Iterable[str],
+    rerun: Callable[[tuple[str, ...]], str] | None = None,
+) -> dict[str, str]:
+    """``["a=img", ...]`` -> ``{"a": "img"}``; unknown or repeated TOOL_REFs are errors. An
+    error's fix is ``rerun`` (the command, given the overrides it runs with) with the override
+    corrected or left out; without ``rerun``, its details hold the overrides to run with
+    (``rerun_with``), from which the CLI writes the command out."""
     known = sorted(tools)
+    given = list(values)
     out: dict[str, str] = {}
-    for value in values:
+
+    def refuse(message: str, index: int, meant: str | None) -> InvalidInput:
+        kept = tuple(v for v in (meant if i == index else v for i, v in enumerate(given)) if v)
+        fix = rerun(kept) if rerun is not None else None
+        return InvalidInput(message, fix=fix, details={"rerun_with": {FLAG: list(kept)}})
+
+    for index, value in enumerate(given):
         tool, eq, image = value.partition("=")
         tool, image = tool.strip(), image.strip()
         if not eq or not tool or not image:
-            raise InvalidInput(
-                f"--image-override {value!r} is not TOOL_REF=IMAGE (the spec declares: "
+            meant = f"{closest(tool, known) or (known[0] if known else tool)}={image or value}"
+            raise refuse(
+                f"{FLAG} {value!r} is not TOOL_REF=IMAGE (the spec declares: "
                 f"{', '.join(known) or 'no tools'})",
-                fix=f"--image-override {closest(tool, known) or (known[0] if known else tool)}="
-                f"{image or value}",
+                index,
+                meant,
             )
         if tool not in known:
             guess = closest(tool, known)
-            raise InvalidInput(
-                f"--image-override names unknown tool {tool!r}; the spec declares: "
+            raise refuse(
+                f"{FLAG} names unknown tool {tool!r}; the spec declares: "
                 f"{', '.join(known) or 'none'}" + (f"; did you mean {guess!r}?" if guess else ""),
-                fix=f"--image-override {guess}={image}"
-                if guess
-                else "remove the override: no tool of the spec is close to that name",
+                index,
+                f"{guess}={image}" if guess else None,
             )
         if tool in out:
-            raise InvalidInput(
-                f"--image-override gives tool {tool!r} twice ({out[tool]} and {image})",
-                fix=f"keep one: --image-override {tool}={image}",
-            )
+            raise refuse(f"{FLAG} gives tool {tool!r} twice ({out[tool]} and {image})", index, None)
         parse_reference(image)  # malformed references fail here, before any network call
         out[tool] = image
     return out

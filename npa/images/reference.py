@@ -96,9 +96,9 @@ def parse_reference(value: str, *, default_registry: str | None = None) -> Image
     problem = _problem(value)
     if problem:
         raise InvalidInput(
-            f"image reference {value!r} is malformed: {problem}",
-            fix="write it as [registry[:port]/]repository[:tag][@sha256:<64 hex>], "
-            "e.g. ghcr.io/team/tool:1.0",
+            # No command writes the reference the user meant: the form is the help.
+            f"image reference {value!r} is malformed: {problem} (the form is "
+            "[registry[:port]/]repository[:tag][@sha256:<64 hex>], e.g. ghcr.io/team/tool:1.0)",
         )
     parsed = parse_image_ref(value)
     assert parsed is not None  # _problem found nothing, so the shared grammar accepts it
@@ -127,11 +127,26 @@ def parse_registry(value: str) -> str:
     if namespace:
         ok = ok and all(_PATH_COMPONENT.fullmatch(p) for p in namespace.split("/"))
     if not ok or "://" in value:
+        meant = _meant_registry(text)
         raise InvalidInput(
-            f"--registry {value!r} is not HOST[:PORT][/NAMESPACE]",
-            fix="pass it like --registry registry.example.com/team (no scheme, no tag)",
+            f"--registry {value!r} is not HOST[:PORT][/NAMESPACE] (no scheme, no tag)",
+            # The flag alone: the CLI writes it into the command that was given.
+            fix=f"--registry {meant}" if meant else None,
         )
     return text
+
+
+def _meant_registry(text: str) -> str | None:
+    """``text`` without a scheme and a tag, when that is a registry (else None)."""
+    meant = text.split("://", 1)[-1].strip("/")
+    head, _, last = meant.rpartition("/")
+    if head and ":" in last:
+        meant = f"{head}/{last.split(':', 1)[0]}"
+    host, _, namespace = meant.partition("/")
+    ok = bool(host) and _is_host(host)
+    if namespace:
+        ok = ok and all(_PATH_COMPONENT.fullmatch(p) for p in namespace.split("/"))
+    return meant if ok else None
 
 
 def _is_host(text: str) -> bool:

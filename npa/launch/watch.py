@@ -63,7 +63,7 @@ from npa.backends.base import (
     ReportsPodReasons,
     TaskRecord,
 )
-from npa.core.commands import npa_command
+from npa.core.commands import status_command
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
@@ -316,7 +316,7 @@ class Watcher:
             _open_store(self.submission, self.paths), store_patience(), note=self.log
         )
         s = self.submission
-        status = npa_command("workbench", "workflow", "status", s.run_id, "--project", s.project)
+        status = status_command(s.run_id, s.project)
         recorder = ManifestRecorder(store, s.prefix, self.manifest_lock, self.policy, status)
         return backend.execute(self.spec.job_id, recorder)
 

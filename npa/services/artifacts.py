@@ -16,6 +16,7 @@ from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, inspect_command, open_store
 from npa.backends.base import TERMINAL_STATES
+from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_FAILURE, InvalidInput, NotFound, Unavailable
 from npa.core.layout import output_key, plan_key
 from npa.core.output import Result
@@ -25,7 +26,7 @@ from npa.runs.manifest import read_plan
 from npa.runs.outputs import StageArtifacts, check_stage
 from npa.runs.reading import ShownStage, shown_stage_states
 from npa.services.locate import Located, cmd, locate
-from npa.services.status import FAILED_STATES, plan_order, submit_again
+from npa.services.status import FAILED_STATES, plan_order, run_spec, submit_again
 
 ENDED = frozenset(state.value for state in TERMINAL_STATES)
 
@@ -135,13 +136,9 @@ def _never_ran(
     first = shown[checked[0].stage]
     out = []
     if first.ended_at is not None and shown[first.ended_at].state in FAILED_STATES:
-        out.append(
-            cmd("workbench", "workflow", "logs", located.run_id, "--project", located.project,
-                "--stage", first.ended_at)
-        )  # fmt: skip
-    spec = located.reservation.spec if located.reservation else "SPEC"
-    out.append(submit_again(located, spec, resume=True))
-    return why, out
+        out.append(logs_command(located.run_id, located.project, first.ended_at))
+    again = submit_again(located, run_spec(located), resume=True)
+    return why, [*out, *([again] if again else [])]
 
 
 def artifacts(
@@ -176,6 +173,10 @@ def artifacts(
         if o.status != "ok"
     ]
     never_ran, next_commands = _never_ran(located, checked, shown)
+    failed = next((s.stage for s in checked if s.state in FAILED_STATES), None)
+    if not next_commands and failed is not None:
+        # Why a stage failed (and left its outputs unwritten) is in its log.
+        next_commands = [logs_command(located.run_id, located.project, failed)]
     return ArtifactsResult(
         project=located.project,
         run_id=located.run_id,
@@ -230,7 +231,7 @@ def load_artifact(
             f"run {result.run_id} is {result.run_state}; stages not succeeded: "
             f"{', '.join(not_done) or '-'}. load-artifact only loads a run whose every stage "
             "succeeded (resume the run first)",
-            fix=cmd("workbench", "workflow", "status", result.run_id, "--project", result.project),
+            fix=status_command(result.run_id, result.project),
         )
     if result.failures:
         raise InvalidInput(

@@ -15,6 +15,7 @@ whose inputs can be read runs, whatever failed before it, so one list shows ever
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -37,6 +38,7 @@ from npa.backends.base import (
     ResolvesAccelerators,
     RunsOnThisMachine,
 )
+from npa.core.commands import store_credentials_command
 from npa.core.errors import GatesFailed, GatesUnknown, NpaError
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
@@ -132,6 +134,8 @@ class GateInput:
     image: str | None = None
     registry_auth: tuple[str, ...] = ()
     digests: Path | None = None
+    # This submit again, with the image overrides given (None: it cannot be written out).
+    rerun: Callable[[tuple[str, ...]], str] | None = None
 
 
 def _cmd(*argv: str) -> str:
@@ -234,17 +238,23 @@ def run_gate(
     )
 
 
-def _store_credentials(settings: ProjectSettings, store_uri: str) -> tuple[GateStatus, str]:
-    """Whether boto3 can find credentials for an s3:// store (by source name, no value)."""
+def _store_credentials(
+    settings: ProjectSettings, store_uri: str
+) -> tuple[GateStatus, str, str | None]:
+    """Whether boto3 can find credentials for an s3:// store (by source name, no value), and
+    when it cannot, the command that gives the project some."""
     if not store_uri.startswith("s3://"):
-        return "not_applicable", "file store: no credentials needed"
+        return "not_applicable", "file store: no credentials needed", None
     import boto3
 
-    session = boto3.Session(profile_name=settings.value("profile"))
+    profile = settings.value("profile")
+    session = boto3.Session(profile_name=profile)
     creds = session.get_credentials()
-    if creds is None:
-        return "failed", "no S3 credentials found in the environment, profile or default chain"
-    return "ok", f"credentials from {creds.method} (values never read by npa)"
+    if creds is not None:
+        return "ok", f"credentials from {creds.method} (values never read by npa)", None
+    detail = "no S3 credentials found in the environment, profile or default chain"
+    fix = store_credentials_command(settings.project, profile, session.available_profiles)
+    return "failed", detail, fix
 
 
 def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) -> None:
@@ -261,15 +271,9 @@ def store_gates(report: GateReport, paths: NpaPaths, settings: ProjectSettings) 
             f"resolves to {store_uri}",
             show,
         )
-    status, detail = _store_credentials(settings, store_uri)
+    status, detail, credentials_fix = _store_credentials(settings, store_uri)
     if status == "failed":
-        report.add(
-            "store-credentials",
-            "failed",
-            detail,
-            f"npa configure --project {project} --profile PROFILE  # or export "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
-        )
+        report.add("store-credentials", "failed", detail, credentials_fix)
     else:
         report.add("store-credentials", status, detail)
     name = facts.workflow.metadata.name if facts.workflow else "x"
@@ -367,7 +371,7 @@ def _image_choice_gate(report: GateReport, asked: GateInput, tools: dict[str, To
 
     facts = report.admission
     try:
-        picked = parse_overrides(list(asked.image_overrides), tools)
+        picked = parse_overrides(list(asked.image_overrides), tools, asked.rerun)
         choose_images({k: t.image for k, t in tools.items()}, picked, asked.image)
         facts.digests = load_digests(asked.digests) if asked.digests else None
         if facts.workflow is not None:

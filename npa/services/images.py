@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from npa.adapters.kube.client import project_namespace
+from npa.core.commands import kubectl_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -349,9 +350,7 @@ class _Checker:
             row.status = "unverified"
             why = str(prober) if prober else "no kube context is selected"
             row.detail = f"the image carries no bootstrap contract and cannot be probed: {why}"
-            row.fix = (
-                "rerun with --context CTX (or record one: npa configure --project P --context CTX)"
-            )
+            row.fix = self._probe_fix()
             return
         key = (digest, run_as_user)
         with self._lock:
@@ -387,6 +386,17 @@ class _Checker:
                 f"npa provision-if-absent --project {self.project} --target kubernetes "
                 f"--context {self.context}"
             )
+
+    def _probe_fix(self) -> str:
+        """What gets a probe going: the selected context's cluster answering, or (none selected)
+        the contexts there are to choose from."""
+        if self.context is None:
+            return (
+                "kubectl config get-contexts -o name  # then rerun with --context set to the "
+                "cluster the stages run on"
+            )
+        config = self.kubeconfig or Path.home() / ".kube" / "config"
+        return kubectl_command(config, self.context, "auth", "can-i", "create", "pods")
 
     def _get_prober(self) -> CapabilityProber | ProbeSetupError | None:
         if self.context is None:

@@ -28,6 +28,7 @@ from npa.adapters.storage import (
     open_store,
 )
 from npa.adapters.storage.bounded import BoundedStore, read_timeout
+from npa.core.commands import status_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, RunMismatch, StateCorrupt
 from npa.core.layout import PREFIX_LEAF, manifest_key, run_prefix
 from npa.core.paths import NpaPaths, safe_component
@@ -188,9 +189,7 @@ class Located:
         return None
 
     def status_command(self, *extra: str) -> str:
-        return cmd(
-            "workbench", "workflow", "status", self.run_id, "--project", self.project, *extra
-        )
+        return status_command(self.run_id, self.project, *extra)
 
     def cancel_command(self) -> str:
         return cmd("workbench", "workflow", "cancel", self.run_id, "--project", self.project)

@@ -21,7 +21,7 @@ from npa.core.layout import stage_logs_key
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.runs.manifest import job_stages
-from npa.services.locate import Located, cmd, locate
+from npa.services.locate import Located, locate
 from npa.services.status import open_located_backend
 
 Outcome = Literal["read", "empty", "unavailable", "absent", "not_contacted", "not_applicable"]
@@ -163,8 +163,7 @@ def _require_stage(located: Located, stage: str) -> None:
     if known and stage not in known:
         raise InvalidInput(
             f"run {located.run_id} has no stage {stage!r} (stages: {', '.join(known)})",
-            fix=cmd("workbench", "workflow", "status", located.run_id, "--project",
-                    located.project),
+            fix=located.status_command(),
         )  # fmt: skip
 
 

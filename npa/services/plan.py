@@ -201,18 +201,45 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
         raise InvalidInput(
             f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the disks npa creates "
             "on nebius; the kubernetes target is a cluster that exists, where it creates none",
-            fix=npa_command(
-                "workbench",
-                "workflow",
-                "plan-spec",
-                str(path),
-                "--run-id",
-                run_id,
-                "--target",
-                "kubernetes",
-                *(["--project", options.project] if options.project else []),
-            ),
+            fix=plan_spec_command(path, run_id, "kubernetes", options, evidence=False),
         )
+
+
+def _evidence_fix(path: Path, run_id: str, target: str, options: QuotaOptions) -> str:
+    """The plan again with the Nebius quota API as evidence (the project of the Nebius CLI's
+    profile), or where that project is written when the profile names none."""
+    from dataclasses import replace
+
+    from npa.services.provision import nebius_profile_project
+
+    project = nebius_profile_project()
+    if project is None:
+        return (
+            "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project "
+            "(offline: figures in a file, --quota-file)"
+        )
+    return plan_spec_command(path, run_id, target, replace(options, nebius_parent_id=project))
+
+
+def plan_spec_command(
+    path: Path, run_id: str, target: str, options: QuotaOptions, *, evidence: bool = True
+) -> str:
+    """The plan-spec of ``path`` for ``target``, with the quota evidence ``options`` name (not
+    with ``evidence`` False)."""
+    argv = ["workbench", "workflow", "plan-spec", str(path), "--run-id", run_id]
+    argv += ["--target", target]
+    if evidence:
+        argv += [a for f in options.quota_files for a in ("--quota-file", str(f))]
+        argv += ["--existing", str(options.existing_file)] if options.existing_file else []
+        for flag, value in (
+            ("--nebius-project", options.nebius_parent_id),
+            ("--nebius-region", options.nebius_region),
+            ("--nebius-endpoint", options.nebius_endpoint),
+        ):
+            argv += [flag, value] if value else []
+        argv += ["--local-quota"] if options.local else []
+    argv += ["--project", options.project] if options.project else []
+    return npa_command(*argv)
 
 
 def _gpus_command(path: Path, context: str | None) -> str:
@@ -305,14 +332,15 @@ def plan_spec(
     else:
         assessment = assess(requirements, sources, needs=needs, existing=existing, scope=scope)
         if not sources:
-            assessment.fix = (
-                f"npa workbench workflow plan-spec {path} --run-id {run_id} "
-                "--quota-file QUOTA_FILE  # or --nebius-project PROJECT_ID"
-            )
-        elif assessment.verdict == "blocked":
-            assessment.fix = "request more quota for the lines marked blocked, then plan again"
-        elif assessment.verdict == "blocked-unknown":
-            assessment.fix = "resolve the unknown evidence listed above, then plan again"
+            assessment.fix = _evidence_fix(path, run_id, target, options)
+        else:
+            # What raises a quota (a request to the cloud, space freed on a disk) is no npa
+            # command: the fix is the plan that shows when it is enough.
+            again = plan_spec_command(path, run_id, target, options)
+            if assessment.verdict == "blocked":
+                assessment.fix = f"{again}  # once the lines marked blocked have more quota"
+            elif assessment.verdict == "blocked-unknown":
+                assessment.fix = f"{again}  # once the unknown evidence listed above is resolved"
     note = None
     if target == "kubernetes":
         gpus = _gpus_command(path, workflow.infrastructure.context)

@@ -37,7 +37,7 @@ from npa.adapters.infra.runner import (
     service_login_missing,
 )
 from npa.adapters.storage import normalize_store_uri
-from npa.core.commands import bootstrap_tools_command, kubectl_command, npa_command
+from npa.core.commands import kubectl_command, npa_command
 from npa.core.errors import (
     EXIT_FAILURE,
     EXIT_UNAVAILABLE,
@@ -776,7 +776,7 @@ def _check_tools(target: str) -> None:
         install = " && ".join(f"pulumi plugin install {k} {n} {v}" for k, n, v in missing)
         raise ToolMissing(
             f"the {target} target needs pulumi plugins that are not installed: {names}",
-            fix=bootstrap_tools_command() if target == "kubernetes" else install,
+            fix=install,
         )
 
 

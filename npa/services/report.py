@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS
+from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
 from npa.core.fsio import atomic_write_text
 from npa.core.output import Result
@@ -41,7 +42,7 @@ from npa.render.report import (
 )
 from npa.runs.manifest import RunManifest, SupervisorAttempt
 from npa.services import status as status_service
-from npa.services.locate import SourceAnswer, cmd, locate
+from npa.services.locate import SourceAnswer, locate
 
 LOG_TAIL = 40  # lines of a failed stage's log the page shows
 LINE_WIDTH = 2000  # characters kept of one log line
@@ -282,8 +283,7 @@ def _add_log(
                          answer=s.outcome, detail=f"{s.lines} lines", error=s.error,
                          standing=standing)
         )  # fmt: skip
-    logs_cmd = cmd("workbench", "workflow", "logs", report.run_id, "--project", report.project,
-                   "--stage", stage.name)  # fmt: skip
+    logs_cmd = logs_command(report.run_id, report.project, stage.name)
     again = [c for c in report.next if "--resume-run" in c or " submit " in f" {c} "]
     stage.next = list(dict.fromkeys([logs_cmd, *again]))
 
@@ -304,8 +304,7 @@ def refuse_unread(st: status_service.StatusResult) -> NpaError:
     return Unavailable(
         f"run {st.run_id}: its records could not be read: {why}. No page was written: it "
         "would show a run npa knows nothing about",
-        fix=next((s.fix for s in failing if s.fix), None)
-        or cmd("workbench", "workflow", "status", st.run_id, "--project", st.project),
+        fix=next((s.fix for s in failing if s.fix), None) or status_command(st.run_id, st.project),
     )
 
 

@@ -33,6 +33,7 @@ from npa.backends.base import (
     ReportsPodReasons,
     TaskRecord,
 )
+from npa.core.commands import logs_command
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
 from npa.core.layout import manifest_key, relaunch_suffix, run_prefix
 from npa.core.output import Result
@@ -542,23 +543,35 @@ def _stages(
     return views
 
 
-def _preflight_images(located: Located, spec: str) -> str:
+def run_spec(located: Located) -> str | None:
+    """The spec file the run was prepared from, as this machine's reservation records it (None
+    on a machine that did not prepare it: no path of the user's can be guessed)."""
+    return located.reservation.spec if located.reservation else None
+
+
+def _preflight_images(located: Located, spec: str | None) -> str | None:
     """The command that resolves and verifies every image of the run's spec, with the fix of
     each one that cannot be pulled."""
+    if spec is None:
+        return None
     return cmd("workbench", "workflow", "preflight-images", spec, "--project", located.project,
                "--json")  # fmt: skip
 
 
-def _pod_fixes(located: Located, pending: list[PodReason], spec: str) -> list[str]:
+def _gpus(located: Located, spec: str | None) -> str:
+    """The command that compares what the run's stages ask with what the nodes have."""
+    ctx = ["--context", located.kube_context] if located.kube_context else []
+    return cmd("workbench", "workflow", "gpus", *ctx, *(["--spec", spec] if spec else []))
+
+
+def _pod_fixes(located: Located, pending: list[PodReason], spec: str | None) -> list[str | None]:
     """What to run about each reason a pod waits."""
-    wf = ("workbench", "workflow")
-    out: list[str] = []
+    out: list[str | None] = []
     for reason in pending:
         if reason.reason in IMAGE_REASONS:
             out.append(_preflight_images(located, spec))
         elif reason.reason == "Unschedulable":
-            ctx = ["--context", located.kube_context] if located.kube_context else []
-            out.append(cmd(*wf, "gpus", *ctx, "--spec", spec))
+            out.append(_gpus(located, spec))
     return out
 
 
@@ -587,9 +600,7 @@ def _launch_fixes(located: Located, launches: list[LaunchFailure], log: str | No
         return []
     out = [log] if log else []
     if _NO_ROOM.search(launches[-1].error):
-        spec = located.reservation.spec if located.reservation else "SPEC"
-        ctx = ["--context", located.kube_context] if located.kube_context else []
-        out.append(cmd("workbench", "workflow", "gpus", *ctx, "--spec", spec))
+        out.append(_gpus(located, run_spec(located)))
     return out
 
 
@@ -600,10 +611,12 @@ def _recorded_failure(m: RunManifest | None) -> str | None:
     return next((r.detail for r in m.stages.values() if r.state == m.state and r.detail), None)
 
 
-def submit_again(located: Located, spec: str, *, resume: bool) -> str:
+def submit_again(located: Located, spec: str | None, *, resume: bool) -> str | None:
     """The submit that picks the run up again, with the infra and policy it was submitted
     with (a plain rerun continues its job; ``resume`` starts a new job that adopts the work
-    done)."""
+    done); None without the spec file (:func:`run_spec`)."""
+    if spec is None:
+        return None
     argv = ["workbench", "workflow", "submit", spec, "--project", located.project]
     argv += ["--resume-run" if resume else "--run-id", located.run_id]
     m = located.manifest
@@ -636,16 +649,18 @@ def _next(
     reattach: bool = False,
 ) -> list[str]:
     run, project = located.run_id, located.project
-    wf = ("workbench", "workflow")
-    spec = located.reservation.spec if located.reservation else "SPEC"
+    spec = run_spec(located)
     out = _pod_fixes(located, pending, spec)
     if reattach:
         # The job ended with no supervisor to judge it: the same submit starts one, which
         # records the verdict (never a second launch).
         out.append(submit_again(located, spec, resume=False))
-    failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None)
-    logs = cmd(*wf, "logs", run, "--project", project, "--stage", failed or "STAGE")
-    artifacts = cmd(*wf, "artifacts", run, "--project", project, "--json")
+    # The stage whose log says why: the one that failed, else the first that did not succeed.
+    failed = next((n for n, v in stages.items() if v.state in FAILED_STATES), None) or next(
+        (n for n, v in stages.items() if v.state != "SUCCEEDED"), None
+    )
+    logs = logs_command(run, project, failed) if failed else None
+    artifacts = cmd("workbench", "workflow", "artifacts", run, "--project", project, "--json")
     resume = submit_again(located, spec, resume=True)
     if record is not None and record.continuable:
         # No executor, no final state: the same submit starts one that continues this job.
@@ -663,17 +678,17 @@ def _next(
         out.append(artifacts)
     else:
         out += _next_unfinished(located, state, resume)
-    return list(dict.fromkeys(out))
+    return list(dict.fromkeys(c for c in out if c))
 
 
 def _image_fault(located: Located) -> bool:
     return located.manifest is not None and image_fault(located.manifest.supervisor)
 
 
-def _next_unfinished(located: Located, state: str, resume: str) -> list[str]:
+def _next_unfinished(located: Located, state: str, resume: str | None) -> list[str]:
     """What to run next for a run that has not ended, or whose state npa cannot tell."""
     if state in (NOT_SUBMITTED, PLAN_ONLY, LAUNCH_INCOMPLETE):
-        return [resume]
+        return [resume] if resume else []
     if state == VERIFICATION_UNAVAILABLE:
         return [s.fix for s in located.unavailable if s.fix] + [located.status_command("--cached")]
     if state == NOT_FOUND:

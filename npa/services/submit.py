@@ -21,7 +21,7 @@ import hashlib
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +40,7 @@ from npa.backends.base import (
     PullsImagesHere,
     PullsPinnedImages,
 )
+from npa.core.commands import status_command
 from npa.core.errors import (
     GatesFailed,
     GatesUnknown,
@@ -217,6 +218,14 @@ class SubmitOptions:
         argv += [] if self.preflight_images else ["--no-preflight-images"]
         argv += ["--max-parallel", str(self.max_parallel)] if self.max_parallel != 4 else []
         return _cmd(*argv)
+
+
+def _rerun_with_overrides(options: SubmitOptions) -> Callable[[tuple[str, ...]], str] | None:
+    """``options``' submit again with other image overrides (None without a run to name)."""
+    run = options.resume_run or options.run_id
+    if run is None:
+        return None
+    return lambda overrides: replace(options, image_overrides=overrides).command(run)
 
 
 def _cmd(*argv: str) -> str:
@@ -645,6 +654,7 @@ def _admit(
         image=options.image,
         registry_auth=options.registry_auth,
         digests=options.digests,
+        rerun=_rerun_with_overrides(options),
     )
     report = run_gates(asked, paths, settings, backend)
     try:
@@ -867,7 +877,7 @@ def _record_and_launch(
             readiness=readiness,
         )
         watcher = _watcher_note(job, pid)
-    status = _cmd("workbench", "workflow", "status", run.run_id, "--project", run.project)
+    status = status_command(run.run_id, run.project)
     resume_cmd = options.command(run.run_id, resume=True)
     workflow = run.workflow.metadata.name
     base = f"{run.store_uri}/{run.prefix}"

@@ -74,8 +74,11 @@ def _leaf(tokens: list[str]) -> tuple[Any, list[str], list[str]]:
     return command, path, tokens
 
 
-def problems(line: str) -> list[str]:
-    """What is wrong with one documented command line ([] when the CLI accepts its shape)."""
+def problems(line: str, *, strict: bool = False) -> list[str]:
+    """What is wrong with one npa command line ([] when the CLI accepts its shape): a command,
+    flag or argument it does not have. ``strict`` (a line npa printed, with real values) also
+    has click parse it as the command would: a missing required option or a value its type
+    refuses is a problem too."""
     line = _END.split(line, maxsplit=1)[0]
     try:
         tokens = shlex.split(line)[1:]
@@ -86,17 +89,52 @@ def problems(line: str) -> list[str]:
     if getattr(command, "commands", None):
         if rest and not rest[0].startswith("-") and rest[0] != "...":
             return [f"{where} has no command {rest[0]!r}"]
-        return []
-    flags = {"-h", "--help"}
-    for param in command.params:
-        flags.update(param.opts)
-        flags.update(param.secondary_opts)
-    found = []
-    for token in rest:
-        flag = token.split("=", 1)[0]
-        if flag.startswith("-") and flag not in ("-", "--") and flag not in flags:
-            found.append(f"{where} has no flag {flag}")
+        return [f"{where} names no command"] if strict else []
+    found = _unknown_flags(command, where, rest, strict=strict)
+    if not found and strict:
+        found = _parse_errors(command, where, rest)
     return found
+
+
+def _unknown_flags(command: Any, where: str, rest: list[str], *, strict: bool) -> list[str]:
+    """Each flag ``command`` does not have, and (``strict``: a docs synopsis such as
+    ``[--context NAME]`` is no command line) arguments beyond the ones it takes."""
+    options: dict[str, Any] = {"-h": None, "--help": None}
+    for param in command.params:
+        for opt in (*param.opts, *param.secondary_opts):
+            options[opt] = param
+    takes = [p.nargs for p in command.params if p.param_type_name == "argument"]
+    found, positional = [], 0
+    tokens = iter(rest)
+    for token in tokens:
+        flag = token.split("=", 1)[0]
+        if flag.startswith("-") and flag not in ("-", "--"):
+            if flag not in options:
+                found.append(f"{where} has no flag {flag}")
+                continue
+            param = options[flag]
+            takes_value = param is not None and not param.is_flag and not param.count
+            if takes_value and "=" not in token:
+                next(tokens, None)  # the option's value
+        else:
+            positional += 1
+    if strict and -1 not in takes and positional > sum(takes):
+        found.append(f"{where} takes {sum(takes)} argument(s), given {positional}")
+    return found
+
+
+def _parse_errors(command: Any, where: str, rest: list[str]) -> list[str]:
+    """What click says of these arguments, parsed as ``command`` would parse them."""
+    try:
+        command.make_context(where, list(rest), resilient_parsing=False)
+    except Exception as exc:  # click's (typer carries its own copy): a usage error, or an exit
+        explain = getattr(exc, "format_message", None)
+        if explain is None and hasattr(exc, "exit_code"):
+            return []
+        if explain is None:
+            raise
+        return [f"{where}: {explain()}"]
+    return []
 
 
 def _documented() -> list[tuple[str, int, str]]:
@@ -128,10 +166,12 @@ def test_every_documented_command_exists_with_its_flags(where: str, number: int,
         ("npa skypilot verify --context c --namespaces x", "has no flag --namespaces"),
         ("npa teardown --project p --target local --yes | tee x", None),
         ("npa workbench workflow status RUN --watch --interval=2", None),
+        ("npa workbench workflow status RUN STAGE --project P", "takes 1 argument(s), given 2"),
+        ("npa workbench workflow status --project P RUN --json", None),
     ],
 )
 def test_the_checker_finds_drift(line: str, expected: str | None) -> None:
-    found = problems(line)
+    found = problems(line, strict=expected is not None and "argument" in expected)
     if expected is None:
         assert found == []
     else:

@@ -18,7 +18,7 @@ NPA = Path(__file__).resolve().parents[2] / "npa"
 PLACEHOLDER_WORDS = (
     "P", "PROJECT", "CTX", "CONTEXT", "BUCKET", "PREFIX", "RUN", "RUN_ID", "SPEC", "DIR", "URI",
     "STORE", "NAME", "TOOL", "TOOL_REF", "TAG", "ALIAS", "HOST", "VAR", "RUN_PREFIX", "WORKFLOW",
-    "PATH", "FILE", "ID",
+    "PATH", "FILE", "ID", "STAGE", "PROFILE", "QUOTA_FILE", "PROJECT_ID",
 )  # fmt: skip
 PLACEHOLDER = re.compile(
     # a shell assignment (RUN_ID="$(...)") names a variable, it is no placeholder
@@ -38,7 +38,9 @@ def _fix_expressions() -> list[tuple[str, ast.expr]]:
             where = f"{path.relative_to(NPA.parent)}:{getattr(node, 'lineno', 0)}"
             is_fix = isinstance(node, ast.keyword) and node.arg == "fix"
             assigns_fix = isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id in ("fix", "provision") for t in node.targets
+                (isinstance(t, ast.Name) and t.id in ("fix", "provision"))
+                or (isinstance(t, ast.Attribute) and t.attr == "fix")  # result.fix = ...
+                for t in node.targets
             )
             if is_fix or assigns_fix:
                 found.append((where, node.value))

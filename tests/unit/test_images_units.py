@@ -90,7 +90,9 @@ def test_malformed_references_say_why(text: str, reason: str) -> None:
     with pytest.raises(InvalidInput) as err:
         parse_reference(text)
     assert reason in err.value.message
-    assert err.value.fix
+    # The form is said; no command could write the reference the user meant, so none is given.
+    assert "the form is [registry[:port]/]repository" in err.value.message
+    assert err.value.fix is None
 
 
 def test_registry_flag_shape() -> None:
@@ -289,7 +291,21 @@ def test_an_override_of_a_mistyped_tool_suggests_the_real_one() -> None:
     with pytest.raises(InvalidInput) as err:
         parse_overrides(["curatr=r.io/c:1"], ["curator", "augment"])
     assert "did you mean 'curator'?" in err.value.message
-    assert err.value.fix == "--image-override curator=r.io/c:1"
+    # The overrides to run with; the CLI writes them into the command (or submit's own rerun).
+    assert err.value.details["rerun_with"] == {"--image-override": ["curator=r.io/c:1"]}
+    with pytest.raises(InvalidInput) as again:
+        parse_overrides(["a=r.io/a:1", "curatr=r.io/c:1"], ["curator", "a"], rerun=" ".join)
+    assert again.value.fix == "a=r.io/a:1 curator=r.io/c:1"
+
+
+def test_the_cli_writes_the_overrides_into_the_command() -> None:
+    from npa.core.commands import with_values
+
+    argv = ["x", "s.yaml", "--image-override", "a=1", "--json", "--image-override=b=2"]
+    assert with_values(argv, {"--image-override": ["b=2"]}) == (
+        "npa x s.yaml --image-override b=2 --json"
+    )
+    assert with_values(["x"], {"--image-override": ["c=3"]}) == "npa x --image-override c=3"
 
 
 # --- cache -----------------------------------------------------------------------------------

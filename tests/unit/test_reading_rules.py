@@ -371,7 +371,9 @@ def test_artifacts_of_stages_that_never_ran_fail_and_say_why_and_what_next(home:
     ]
     assert [f for f in body["failures"] if "total" in f] == []  # not a failure of its own
     assert body["next"][0] == (f"npa workbench workflow logs {RUN_A} --project demo --stage square")
-    assert f"--resume-run {RUN_A}" in body["next"][-1]
+    # No reservation of the run on this machine: where its spec is cannot be known, so no
+    # resume is suggested (never one with a placeholder for the spec).
+    assert body["next"] == [body["next"][0]]
     assert [s["state"] for s in body["stages"]] == ["SUCCEEDED", "FAILED", "CANCELLED"]
     text = home.npa(*WF, "artifacts", RUN_A, "--project", "demo")
     assert text.code == 1

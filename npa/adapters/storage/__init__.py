@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore
+from npa.core.commands import aws_command
 from npa.core.errors import BucketAbsent, InvalidStoreUri, ObjectAbsent, StoreUnavailable
 from npa.core.paths import NpaPaths
 
@@ -105,13 +106,12 @@ def inspect_command(store: ObjectStore, key: str, *, listing: bool = False) -> s
     if where.startswith("file://"):
         path = unquote(urlparse(where).path)
         return shlex.join(["ls", "-lR", path] if listing else ["cat", path])
-    argv = (
-        ["aws", "s3", "ls", where + "/", "--recursive"]
-        if listing
-        else ["aws", "s3", "cp", where, "-"]
+    argv = ["s3", "ls", where + "/", "--recursive"] if listing else ["s3", "cp", where, "-"]
+    return aws_command(
+        *argv,
+        endpoint_url=getattr(store, "endpoint_url", None),
+        profile=getattr(store, "profile", None),
     )
-    endpoint = getattr(store, "endpoint_url", None)
-    return shlex.join([*argv, *(["--endpoint-url", endpoint] if endpoint else [])])
 
 
 def open_store(

@@ -128,6 +128,7 @@ class WrappingStore(ObjectStore):
         self.inner = inner
         self.uri = inner.uri
         self.endpoint_url = getattr(inner, "endpoint_url", None)  # duck-typed stores have none
+        self.profile = getattr(inner, "profile", None)
 
     @abc.abstractmethod
     def _call(self, what: str, fn: Callable[[], T]) -> T: ...

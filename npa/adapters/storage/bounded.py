@@ -74,8 +74,8 @@ class BoundedStore(WrappingStore):
             f"the store {self.uri} did not answer {what} within {self.seconds:g} s; npa cannot "
             "tell what it holds",
             fix=self._fix
-            or f"check the store's endpoint, or allow more time: --read-timeout 60 "
-            f"(or export {READ_TIMEOUT_ENV}=60)",
+            or f"export {READ_TIMEOUT_ENV}=60  # more time, if the store is slow rather than "
+            "down; then run the command again",
             details={"store": self.uri, "timeout_seconds": self.seconds},
         )
 

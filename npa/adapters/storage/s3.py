@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from npa.adapters.storage.base import ListPage, ObjectInfo, ObjectStore, check_key
+from npa.core.commands import aws_command
 from npa.core.errors import BucketAbsent, InvalidInput, ObjectAbsent, StoreUnavailable
 
 # Error codes that mean "the thing is not there", as opposed to "you may not look".
@@ -140,12 +141,19 @@ class S3Base(ObjectStore):
     stores without conditional writes."""
 
     def __init__(
-        self, bucket: str, prefix: str, endpoint_url: str | None, fix_hint: str | None
+        self,
+        bucket: str,
+        prefix: str,
+        endpoint_url: str | None,
+        fix_hint: str | None,
+        profile: str | None = None,
     ) -> None:
         self.bucket = bucket
         self.prefix = prefix.strip("/")
         self.uri = f"s3://{bucket}/{self.prefix}".rstrip("/")
         self.endpoint_url = endpoint_url
+        self.profile = profile
+        self.region: str | None = None
         self._fix_hint = fix_hint
         self._bucket_checked = False
         self._bucket_lock = threading.Lock()
@@ -161,11 +169,18 @@ class S3Base(ObjectStore):
         return where
 
     def _bucket_absent(self) -> BucketAbsent:
+        # Outside us-east-1, S3 creates a bucket only where the request says it goes.
+        region = self.region if self.region not in (None, "us-east-1") else None
+        located = ["--region", region, "--create-bucket-configuration",
+                   f"LocationConstraint={region}"] if region else []  # fmt: skip
         return BucketAbsent(
             f"bucket {self.bucket!r} does not exist at {self._where()}",
-            fix=f"aws s3api create-bucket --bucket {self.bucket}"
-            + (f" --endpoint-url {self.endpoint_url}" if self.endpoint_url else ""),
+            fix=self.aws_command("s3api", "create-bucket", "--bucket", self.bucket, *located),
         )
+
+    def aws_command(self, *argv: str) -> str:
+        """The aws CLI line that does ``argv`` to this store, as npa reaches it."""
+        return aws_command(*argv, endpoint_url=self.endpoint_url, profile=self.profile)
 
     def _absent(self, key: str) -> ObjectAbsent:
         return ObjectAbsent(f"{self._where(key)} does not exist")
@@ -214,7 +229,7 @@ class S3Store(S3Base):
         settings = s3_settings(
             endpoint_url=endpoint_url, region=region, profile=profile, fix_hint=fix_hint
         )
-        super().__init__(bucket, prefix, settings.endpoint_url, fix_hint)
+        super().__init__(bucket, prefix, settings.endpoint_url, fix_hint, profile)
         self.region = settings.region
         session = settings.session
         if session is None:  # decided by the environment alone; botocore's client reads it too

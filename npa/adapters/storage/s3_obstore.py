@@ -54,7 +54,7 @@ class ObstoreS3Store(S3Base):
             endpoint_url=endpoint_url, region=region, profile=profile, fix_hint=fix_hint
         )
         endpoint_url = settings.endpoint_url
-        super().__init__(bucket, prefix, endpoint_url, fix_hint)
+        super().__init__(bucket, prefix, endpoint_url, fix_hint, profile)
         self._ob = obstore
         self.credential_source = settings.credential_source
         self._no_credentials = settings.credentials is None and settings.env_keys is None

@@ -49,7 +49,7 @@ from npa.backends.base import (
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, SkyManagedJobs
-from npa.core.commands import kubectl_command, provision_command
+from npa.core.commands import kubectl_command, provision_command, store_credentials_command
 from npa.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -334,8 +334,9 @@ class SkyPilotBackend(
         except NoStoreCredentials as exc:
             raise NpaError(
                 str(exc),
-                fix=f"npa configure --project {submission.project} --profile PROFILE  # or "
-                "export AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY",
+                fix=store_credentials_command(
+                    submission.project, submission.profile, _aws_profiles()
+                ),
             ) from None
         except Exception as exc:
             raise Unavailable(
@@ -766,3 +767,10 @@ def _stage_record(waves: dict[int, TaskRecord]) -> TaskRecord:
         details=current.details if current is not None else None,
         waiting=current is not None and current.waiting,
     )
+
+
+def _aws_profiles() -> list[str]:
+    """The AWS profiles this machine's config names."""
+    import botocore.session
+
+    return list(botocore.session.Session().available_profiles)
