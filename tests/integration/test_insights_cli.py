@@ -360,7 +360,7 @@ def test_a_full_disk_is_a_full_disk_and_leaves_no_half_made_store(
         error = r.json()["error"]
         assert "not an npa insights store" not in error["message"], error
         assert str(db) in error["message"] and "No space left" in error["message"], error
-        assert error["fix"].startswith(f"df -h {disk}  #"), error
+        assert error["fix"].startswith(f"df -h {disk} && npa "), error
         assert sorted(p.name for p in disk.iterdir()) == ["filler"]
         # A store that was there is kept whole when the disk fills during an ingest.
         filler.unlink()
