@@ -20,6 +20,7 @@ import errno
 import fcntl
 import json
 import os
+import shlex
 import stat
 import subprocess
 import sys
@@ -240,7 +241,8 @@ def exclusive_lock(path: Path, *, timeout: float = 0.0, purpose: str = "") -> It
             what = f" for {purpose}" if purpose else ""
             raise LockBusy(
                 f"another npa process{holder} holds the lock {path}{what}",
-                fix="wait for it to finish, then rerun the same command",
+                fix=f"flock {shlex.quote(str(path))} true  # waits until that process lets go; "
+                "then rerun the same command",
             )
         write_holder(fd)
         yield path

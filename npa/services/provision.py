@@ -30,6 +30,7 @@ from npa.adapters.infra.runner import (
     Backend,
     InfraRunner,
     Outcome,
+    StackLock,
     StackSpec,
     check_backend_url,
     is_service,
@@ -276,6 +277,18 @@ def _unreachable(lay: Layout) -> tuple[str, str] | None:
     said = f"answered HTTP {status}" if status is not None else "did not answer"
     fix = kubectl_command(lay.source.value, context, "get", "--raw", where)
     return f"the API server of context {context!r} {said} on {where} ({detail})", fix
+
+
+def _after_locks(live: Sequence[StackLock], resume: str) -> str:
+    """The resume command, run once the processes holding the stack's locks are gone: waited
+    for with ``tail --pid`` when they run on this machine, else said in a comment."""
+    import socket
+
+    here = socket.gethostname()
+    if all(lock.hostname == here and lock.pid for lock in live):
+        waits = " && ".join(f"tail --pid={lock.pid} -f /dev/null" for lock in live)
+        return f"{waits} && {resume}  # waits for the pulumi process holding the lock"
+    return f"{resume}  # once the pulumi process holding the stack's lock has finished"
 
 
 def _counts(changes: Sequence[ResourceChange]) -> dict[str, int]:
@@ -792,7 +805,7 @@ def _recover(
         holder = ", ".join(f"pid {lock.pid} on {lock.hostname}" for lock in live)
         raise LockBusy(
             f"stack {spec.name} is being changed by another pulumi process ({holder})",
-            fix=f"wait for it to finish, then rerun: {resume}",
+            fix=_after_locks(live, resume),
         )
     if locks:
         runner.clear_stale_locks(spec, locks)
