@@ -15,23 +15,11 @@ import argparse
 import os
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
-
-
-def cpu(fn: Callable[[], Any], repeat: int) -> float:
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.process_time()
-        fn()
-        best = min(best, time.process_time() - start)
-    return best
 
 
 def main() -> None:
@@ -39,7 +27,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2000, 20000])
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    from validate_scaling import generate
+    from validate_scaling import cpu, generate
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["NPA_HOME"] = str(Path(tmp) / "home")
