@@ -640,6 +640,10 @@ def test_the_control_plane_and_the_kubelet_stopped_under_a_running_job(
     Once both are back the same run ends SUCCEEDED with its output, in one job."""
     world = sky_cluster
     run_id, job = running_run_with_one_output(world, tmp_path, "e2e-apidown", seconds=150)
+    # Status reads RUNNING from SkyPilot before the supervisor's next poll records it; the outage
+    # starts once the record says so too, since the record is what status falls back on.
+    recorded, _ = follow(world, run_id, lambda a: a["last_known_state"] == "RUNNING" or terminal(a))
+    assert recorded["last_known_state"] == "RUNNING", json.dumps(recorded, indent=1)
     with world.cluster.down("kube-apiserver"):
         during = world.npa(*WF, "status", run_id, "--project", world.project, "--json",
                            timeout=300)  # fmt: skip
