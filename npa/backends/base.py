@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
     from npa.adapters.containers import RegistryLogin
+    from npa.adapters.kube.controller import ControllerReach
     from npa.adapters.kube.pods import PodReason
     from npa.adapters.storage import ObjectStore
 
@@ -517,6 +518,21 @@ class ReportsLaunchFailures(abc.ABC):
     @abc.abstractmethod
     def launch_failures_source(self, record: JobRecord) -> tuple[str, str]:
         """Where :meth:`launch_failures` reads, and the command a person runs to read it."""
+
+
+class ChecksController(abc.ABC):
+    """The jobs run under a controller that is itself a pod: when the queue does not answer,
+    the cluster can say whether that pod runs and whether its node's kubelet answers (status
+    shows it beside the unanswered queue, so "unknown" comes with its cause)."""
+
+    @abc.abstractmethod
+    def controller_reach(self, project: str) -> ControllerReach:
+        """The controller pod of ``project`` and its kubelet, as the cluster sees them; never
+        raises (what cannot be asked is ``unknown``)."""
+
+    @abc.abstractmethod
+    def controller_node_fix(self, node: str) -> str:
+        """The command that shows a person the state of ``node``."""
 
 
 @dataclass(frozen=True)

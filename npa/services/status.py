@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import normalize_store_uri
 from npa.backends.base import (
+    ChecksController,
     ExecutionBackend,
     JobRecord,
     JobState,
@@ -58,6 +59,7 @@ from npa.runs.reading import (
 )
 from npa.services.locate import (
     RUN_ID_SHAPE,
+    Answer,
     Located,
     SourceAnswer,
     cmd,
@@ -390,6 +392,32 @@ def ask_job(
     )
 
 
+def _controller_cause(located: Located, job: JobAnswer, backend: ExecutionBackend | None) -> str:
+    """When the job's queue did not answer and the backend's controller is a pod: the cluster's
+    view of that pod joins the sources, and the reason gains its cause ("" when it has none)."""
+    if job.answer != "unavailable" or not isinstance(backend, ChecksController):
+        return ""
+    controller = ask_controller(backend, located.project)
+    located.sources.append(controller)
+    return f"; {controller.detail}" if controller.answer == "unavailable" else ""
+
+
+def ask_controller(backend: ChecksController, project: str) -> SourceAnswer:
+    """The job controller as the cluster sees it, asked when its queue did not answer: a
+    controller whose kubelet stopped answering is the cause, not a job that ended."""
+    reach = backend.controller_reach(project)
+    answers: dict[str, Answer] = {"reachable": "found", "absent": "absent"}
+    answer = answers.get(reach.answer, "unavailable")
+    fix = backend.controller_node_fix(reach.node) if reach.node and answer != "found" else None
+    return SourceAnswer(
+        source="jobs-controller",
+        where="its pod and node",
+        answer=answer,
+        detail=reach.detail,
+        fix=fix,
+    )
+
+
 def ask_pods(
     backend: ReportsPodReasons, record: JobRecord, project: str
 ) -> tuple[list[PodReason], SourceAnswer]:
@@ -716,6 +744,7 @@ def status(
     located.sources.append(job_source)
     polled = isinstance(backend, PolledByWatcher)
     state, reason = decide(located, job, cached=cached, polled=polled)
+    reason += _controller_cause(located, job, backend)
     record = job.record
     m = located.manifest
     pending_verdict = polled and _verdict_pending(m, record, state)

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from npa.adapters.kube.client import project_namespace
-from npa.adapters.skypilot.api import ApiServerDown
+from npa.adapters.skypilot.api import CONTROLLER_PREFIX, ApiServerDown
 from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
     AdoptsPartialWaves,
+    ChecksController,
     ExecutionBackend,
     HasPrerequisites,
     JobRecord,
@@ -65,6 +66,7 @@ from npa.core.paths import NpaPaths
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
 
+    from npa.adapters.kube.controller import ControllerReach
     from npa.adapters.kube.pods import PodReason
 
 POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
@@ -199,6 +201,7 @@ class SkyPilotBackend(
     ReportsLaunchFailures,
     PolledByWatcher,
     PreparesLaunch,
+    ChecksController,
 ):
     name = BACKEND
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
@@ -396,6 +399,21 @@ class SkyPilotBackend(
             project_namespace(project),
         )
         return PodSource(where=where, missing=missing, fix=fix)
+
+    def controller_reach(self, project: str) -> ControllerReach:
+        from npa.adapters.kube.controller import ControllerReach, controller_reach
+
+        if self.kubeconfig_path is None or not self.kubeconfig:
+            return ControllerReach(
+                answer="unknown", detail=f"no kubeconfig at {self.kubeconfig_path}"
+            )
+        namespace = project_namespace(project)
+        return controller_reach(self.kubeconfig_path, self.context, namespace, CONTROLLER_PREFIX)
+
+    def controller_node_fix(self, node: str) -> str:
+        return kubectl_command(
+            str(self.kubeconfig_path), str(self.context), "describe", "node", node
+        )
 
     def pending_reasons(self, record: JobRecord, project: str) -> list[PodReason]:
         """The job's waiting pods, and the pods SkyPilot already deleted after they failed to
