@@ -252,8 +252,11 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     counts = tmp_path / "counts"
     counts.mkdir()
     text = spec.read_text()
-    # generate counts its runs; square has two waves of one shard, and wave 1 hangs while
-    # SLOW_WAVE is set (only in the first submit's environment: the spec never changes).
+    # generate counts its runs; square has two waves of one shard, and wave 1 hangs while the
+    # file "slow" exists (only during the first submit: the spec never changes). A file, since
+    # a stage sees none of the submitter's environment.
+    slow = tmp_path / "slow"
+    slow.touch()
     text = text.replace(
         'mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
         f'echo x >> {counts}/generate && mkdir -p "$NPA_OUTPUT_NUMBERS" &&',
@@ -261,7 +264,7 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     text = text.replace(
         '      mkdir -p "$NPA_OUTPUT_SQUARES" &&',
         f"      echo $NPA_WAVE >> {counts}/square &&\n"
-        '      { [ -z "$SLOW_WAVE" ] || [ "$NPA_WAVE" != 1 ] || sleep 60; } &&\n'
+        f'      {{ [ ! -e {slow} ] || [ "$NPA_WAVE" != 1 ] || sleep 60; }} &&\n'
         '      mkdir -p "$NPA_OUTPUT_SQUARES" &&',
     )
     text = text.replace(
@@ -275,7 +278,7 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     text = text.replace("      shards: 2\n      parallel: 2", "      shards: 2\n      parallel: 1")
     spec.write_text(text)
     run_id = prepare(spec, env)
-    first = submit(spec, run_id, {**env, "SLOW_WAVE": "1"})
+    first = submit(spec, run_id, env)
     wait_until(
         lambda: (counts / "square").exists() and "1" in (counts / "square").read_text().split(),
         "wave 1 started",
@@ -298,6 +301,7 @@ def test_resume_after_a_killed_wave_adopts_complete_waves_only(
     assert body["state"] == "FAILED_CONTROLLER", body
     assert body["stages"]["square"]["waves"].startswith("1/")
 
+    slow.unlink()
     r = npa(env, *WF, "submit", str(spec), "--project", "demo", "--resume-run", run_id,
             "--runtime", "process", "--json")  # fmt: skip
     assert r.code == 0, r.stdout + r.stderr
