@@ -1,4 +1,4 @@
-"""A real single-node Kubernetes cluster that runs pods, for SkyPilot managed jobs end to end.
+"""A real Kubernetes cluster of two nodes that runs pods, for SkyPilot managed jobs end to end.
 
 containerd + runc + the CNI bridge plugin run the pods; etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler and the kubelet are the upstream components, built by
@@ -59,6 +59,7 @@ STOP_GRACE = 3.0
 # An upper bound for containerd's tmpfs (images, unpacked layers, the pods' writable layers);
 # memory is used only as it fills (about 2 GiB with the runtime image and a few pods).
 CONTAINERD_TMPFS = "8g"
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass
@@ -93,6 +94,7 @@ class Cluster:
     workdir: Path
     tools: ClusterTools
     processes: list[ManagedProcess] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=list)  # every node's name, ``node`` first
     record: HostRecord | None = None  # where a restarted process's pid is recorded for undo
 
     @contextlib.contextmanager
@@ -119,6 +121,10 @@ class Cluster:
             return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
         proc.wait_until(answers, 180, "answering again after it was stopped")
+
+    def kubelet_of(self, node: str) -> str:
+        """The name of ``node``'s kubelet among :attr:`processes` (for :meth:`down`)."""
+        return f"kubelet{NodePlace.suffix_of(self.nodes.index(node))}"
 
     def api_client(self) -> Any:
         from kubernetes import config
@@ -558,6 +564,24 @@ def sky_config(cluster: Cluster, path: Path, *, cpu_request: str | None = None) 
 # --- the cluster ------------------------------------------------------------------------------
 
 
+def _cgroup(root: str, shares: int | None = None) -> None:
+    """``root`` in every cgroup v1 hierarchy (its parents must exist), with ``shares`` of CPU.
+
+    The cluster's pods weigh as one group against every other process of the host: with the
+    default weight (one process's) a busy host starves them, and SkyPilot's jobs controller
+    gives up on its own API server after 60 s without CPU."""
+    for hierarchy in sorted(CGROUP_FS.iterdir()):
+        if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
+            continue
+        target = hierarchy / root.lstrip("/")
+        target.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":  # a new cpuset starts empty: give it the parent's
+            for knob in ("cpuset.cpus", "cpuset.mems"):
+                (target / knob).write_text((target.parent / knob).read_text())
+        if hierarchy.name == "cpu" and shares is not None:
+            (target / "cpu.shares").write_text(f"{shares}\n")
+
+
 def _record_process(record: HostRecord, proc: ManagedProcess) -> None:
     record.started(proc.pid)
 
@@ -630,9 +654,109 @@ def _drain(cluster: Cluster, socket: Path, ctr: IO[bytes] | None = None) -> None
         time.sleep(0.5)
 
 
+@dataclass(frozen=True)
+class NodePlace:
+    """Where one node of the cluster keeps its things. The first node keeps them where a
+    one-node cluster did; every other node in folders of its own, under the cluster's, so that
+    undoing the cluster (:func:`tests.harness.cluster_host.undo`) undoes its nodes too."""
+
+    suffix: str  # "" for the first node, "-N" for node N: its process and log names
+    work: Path  # containerd's tmpfs, the kubelet's configuration and the pods' logs
+    rundir: Path  # containerd's socket and the kubelet's root: short paths
+    cgroup_root: str  # the kubelet's cgroup root, under the cluster's
+
+    @property
+    def socket(self) -> Path:
+        return self.rundir / "containerd.sock"
+
+    @staticmethod
+    def suffix_of(index: int) -> str:
+        return "" if index == 0 else f"-{index + 1}"
+
+    @classmethod
+    def of(cls, index: int, work: Path, rundir: Path, cgroup_root: str) -> NodePlace:
+        number = index + 1
+        if index == 0:
+            return cls("", work, rundir, f"{cgroup_root}/node-{number}")
+        return cls(
+            cls.suffix_of(index), work / f"node-{number}", rundir / f"n{number}",
+            f"{cgroup_root}/node-{number}",
+        )  # fmt: skip
+
+
+def _start_node(
+    start: Any,
+    record: HostRecord,
+    tools: ClusterTools,
+    *,
+    node: str,
+    place: NodePlace,
+    pki: dict[str, Path],
+    kubeconfig: Path,
+    gateway: str,
+    network_dir: Path,
+    registry: str,
+    images: dict[str, str],
+    logs: Path,
+) -> list[ManagedProcess]:
+    """One node: its containerd (images and the pods' layers in a tmpfs of its own, the images
+    pulled in advance) and its kubelet, registered as ``node``. Every node shares the cluster's
+    bridge and address range (one CNI network, one address allocator), so pods of different
+    nodes reach each other as pods of one node do. ``start`` starts a process for the cluster's
+    life. Returns the node's processes."""
+    work = place.work
+    # containerd's images and the pods' layers live in memory: unpacking the runtime image is
+    # then quick, and tearing it down is one unmount instead of deleting tens of thousands of
+    # files (minutes on a busy host).
+    record.did("containerd")
+    (work / "containerd").mkdir(parents=True, exist_ok=True)
+    run("mount", "-t", "tmpfs", "-o", f"size={CONTAINERD_TMPFS},mode=0700", "npa-containerd",
+        str(work / "containerd"), check=True)  # fmt: skip
+    _registry_hosts(work, registry)
+    socket = place.socket
+    socket.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    containerd_conf = _containerd_config(work, tools, network_dir, images["pause"], socket)
+    system_path = {**os.environ, "PATH": SYSTEM_PATH}
+    containerd = start(
+        ManagedProcess(
+            name=f"containerd{place.suffix}",
+            argv=[str(tools.containerd), "--config", str(containerd_conf)],
+            log_path=logs / f"containerd{place.suffix}.log",
+            env=system_path,
+        )
+    )
+    containerd.wait_until(socket.exists, 30, "listening")
+    pull_images(socket, work / "containerd" / "certs.d", images, logs / f"pull{place.suffix}.log")
+    port, healthz = free_port_on(gateway), free_port_on("127.0.0.1")
+    config = _kubelet_config(
+        work, pki, gateway=gateway, port=port, healthz=healthz,
+        cgroup_root=place.cgroup_root, socket=socket,
+    )  # fmt: skip
+    record.did("kubelet")
+    kubelet = start(
+        ManagedProcess(
+            name=f"kubelet{place.suffix}",
+            argv=[
+                str(tools.kubelet),
+                f"--config={config}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={place.rundir / 'kubelet'}",
+                f"--hostname-override={node}",
+                f"--node-ip={gateway}",
+                "--v=1",
+            ],
+            log_path=logs / f"kubelet{place.suffix}.log",
+            ports=[port, healthz],
+            env=system_path,
+        )
+    )
+    return [containerd, kubelet]
+
+
 @contextlib.contextmanager
-def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]:
-    """Start a cluster in ``workdir`` (root only); stop it and undo every host change after."""
+def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[Cluster]:
+    """Start a cluster of ``nodes`` nodes in ``workdir`` (root only); stop it and undo every host
+    change after. The first node advertises GPUs (:data:`NODE_GPUS`), the others none."""
     if os.geteuid() != 0:
         raise PermissionError("the test cluster needs root (network namespaces, cgroups, mounts)")
     cluster_id = secrets.token_hex(3)
@@ -659,6 +783,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
     record.save()
     context = f"npa-{cluster_id}"
     node = f"npa-node-{cluster_id}"
+    names = [node] + [f"{node}-{n}" for n in range(2, nodes + 1)]
     logs = work / "logs"
     procs: list[ManagedProcess] = []
 
@@ -685,27 +810,18 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
         run("ip", "addr", "add", f"{gateway}/{subnet.prefixlen}", "dev", record.bridge, check=True)
         run("ip", "link", "set", record.bridge, "up", check=True)
         record.did("cgroups")
-        for hierarchy in sorted(CGROUP_FS.iterdir()):
-            if hierarchy.name == "unified" or not (hierarchy / "cgroup.procs").exists():
-                continue
-            target = hierarchy / record.cgroup_root.lstrip("/")
-            target.mkdir(exist_ok=True)
-            if hierarchy.name == "cpuset":  # a new cpuset starts empty: give it the parent's
-                for knob in ("cpuset.cpus", "cpuset.mems"):
-                    (target / knob).write_text((hierarchy / knob).read_text())
-            if hierarchy.name == "cpu":
-                # All the pods weigh as one group against every other process of the host; with
-                # the default weight (one process's) a busy host starves them, and SkyPilot's
-                # jobs controller gives up on its own API server after 60 s without CPU.
-                (target / "cpu.shares").write_text(f"{POD_CPU_SHARES}\n")
+        _cgroup(record.cgroup_root, shares=POD_CPU_SHARES)
 
         pki = _write_pki(work / "pki", gateway=gateway, node=node)
-        tokens = {name: secrets.token_hex(24) for name in ("admin", "kubelet", "scheduler")}
+        users = {
+            "admin": ("npa-cluster-admin", "system:masters"),
+            "scheduler": ("system:kube-scheduler", ""),
+            **{f"kubelet-{name}": (f"system:node:{name}", "system:nodes") for name in names},
+        }
+        tokens = {name: secrets.token_hex(24) for name in users}
         token_file = work / "pki" / "tokens.csv"
         token_file.write_text(
-            f'{tokens["admin"]},npa-cluster-admin,npa-cluster-admin,"system:masters"\n'
-            f'{tokens["kubelet"]},system:node:{node},system:node:{node},"system:nodes"\n'
-            f'{tokens["scheduler"]},system:kube-scheduler,system:kube-scheduler,""\n'
+            "".join(f'{tokens[k]},{user},{user},"{group}"\n' for k, (user, group) in users.items())
         )
         token_file.chmod(0o600)
 
@@ -795,11 +911,7 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
         kubeconfigs = work / "kubeconfigs"
         kubeconfigs.mkdir()
         admin = kubeconfigs / "admin"
-        for name, user in (
-            ("admin", "npa-cluster-admin"),
-            ("kubelet", f"system:node:{node}"),
-            ("scheduler", "system:kube-scheduler"),
-        ):
+        for name, (user, _) in users.items():
             _kubeconfig(
                 kubeconfigs / name,
                 server=server,
@@ -899,47 +1011,14 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
         reg.wait_until(lambda: http_status(f"http://{registry}/v2/") == 200, 30, "serving /v2/")
         images = push_images(tools, registry, logs / "skopeo.log")
 
-        # --- containerd and the kubelet --------------------------------------------------
+        # --- the nodes: a containerd and a kubelet each ------------------------------------
         network_dir = work / "cni"
         _cni_config(network_dir, work, record.network, record.bridge, str(subnet), gateway)
-        # containerd's images and the pods' layers live in memory: unpacking the runtime image
-        # is then quick, and tearing it down is one unmount instead of deleting tens of
-        # thousands of files (minutes on a busy host).
-        record.did("containerd")
-        (work / "containerd").mkdir(exist_ok=True)
-        run("mount", "-t", "tmpfs", "-o", f"size={CONTAINERD_TMPFS},mode=0700", "npa-containerd",
-            str(work / "containerd"), check=True)  # fmt: skip
-        _registry_hosts(work, registry)
-        socket.parent.mkdir(mode=0o700, parents=True)
-        containerd_conf = _containerd_config(work, tools, network_dir, images["pause"], socket)
-        containerd = start(
-            ManagedProcess(
-                name="containerd",
-                argv=[str(tools.containerd), "--config", str(containerd_conf)],
-                log_path=logs / "containerd.log",
-                env={
-                    **os.environ,
-                    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                },
-            ),
-            stack,
-        )
-        containerd.wait_until(socket.exists, 30, "listening")
-        pull_images(socket, work / "containerd" / "certs.d", images, logs / "pull.log")
-        kubelet_port, healthz = free_port_on(gateway), free_port_on("127.0.0.1")
-        kubelet_conf = _kubelet_config(
-            work,
-            pki,
-            gateway=gateway,
-            port=kubelet_port,
-            healthz=healthz,
-            cgroup_root=record.cgroup_root,
-            socket=socket,
-        )
         cluster = Cluster(
             cluster_id=cluster_id,
             context=context,
-            node=node,
+            node=names[0],
+            nodes=names,
             kubeconfig=admin,
             gateway=gateway,
             subnet=str(subnet),
@@ -950,31 +1029,19 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             processes=procs,
             record=record,
         )
-        record.did("kubelet")
-        kubelet = start(
-            ManagedProcess(
-                name="kubelet",
-                argv=[
-                    str(tools.kubelet),
-                    f"--config={kubelet_conf}",
-                    f"--kubeconfig={kubeconfigs / 'kubelet'}",
-                    f"--root-dir={rundir / 'kubelet'}",
-                    f"--hostname-override={node}",
-                    f"--node-ip={gateway}",
-                    "--v=1",
-                ],
-                log_path=logs / "kubelet.log",
-                ports=[kubelet_port, healthz],
-                env={
-                    **os.environ,
-                    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                },
-            ),
-            stack,
-        )
-        # Pods go away first at teardown, while the kubelet can still tear them down cleanly.
-        stack.callback(teardown_mark, "drained")
-        stack.callback(_drain, cluster, socket)
+        node_procs: list[ManagedProcess] = []
+        for index, name in enumerate(names):
+            place = NodePlace.of(index, work, rundir, record.cgroup_root)
+            _cgroup(place.cgroup_root)
+            socket = place.socket
+            node_procs += _start_node(
+                lambda proc: start(proc, stack), record, tools, node=name, place=place, pki=pki,
+                kubeconfig=kubeconfigs / f"kubelet-{name}", gateway=gateway,
+                network_dir=network_dir, registry=registry, images=images, logs=logs,
+            )  # fmt: skip
+            # Pods go away first at teardown, while the kubelets can still tear them down cleanly.
+            stack.callback(teardown_mark, f"drained {name}")
+            stack.callback(_drain, cluster, socket)
 
         # --- our own NAT: the kubernetes Service and SkyPilot's network check ------------
         record.did("iptables")
@@ -1015,8 +1082,8 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             )
         run(*nat, "-I", "PREROUTING", "-s", str(subnet), "-j", record.chain, check=True)
 
-        def node_ready() -> bool:
-            got = cluster.kubectl("get", "node", node, "-o", "json", timeout=10)
+        def node_ready(name: str) -> bool:
+            got = cluster.kubectl("get", "node", name, "-o", "json", timeout=10)
             if got.returncode != 0:
                 return False
             data = json.loads(got.stdout)
@@ -1026,10 +1093,12 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
             )
             return ready and not data["spec"].get("taints")
 
-        _wait("node Ready and untainted", node_ready, READY_TIMEOUT, [kubelet, containerd])
-        advertise_gpus(cluster)
-        _wait("the node's GPUs allocatable", lambda: node_gpus(cluster) == NODE_GPUS[1],
-              READY_TIMEOUT, [kubelet, containerd])  # fmt: skip
+        _wait("every node Ready and untainted", lambda: all(node_ready(n) for n in names),
+              READY_TIMEOUT, node_procs)  # fmt: skip
+        advertise_gpus(cluster, cluster.node, NODE_GPUS[1])
+        _wait("the first node's GPUs allocatable",
+              lambda: node_gpus(cluster, cluster.node) == NODE_GPUS[1], READY_TIMEOUT,
+              node_procs)  # fmt: skip
         yield cluster
 
 
@@ -1039,30 +1108,59 @@ def single_node_cluster(tools: ClusterTools, workdir: Path) -> Iterator[Cluster]
 # NVIDIA GPU operator and SkyPilot write. Stage commands stay CPU commands.
 NODE_GPUS = ("H100", 8)
 GPU_RESOURCE = "nvidia.com/gpu"
-GPU_LABELS = {
-    "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
-    "nvidia.com/gpu.count": str(NODE_GPUS[1]),
-    "skypilot.co/accelerator": NODE_GPUS[0].lower(),
-}
 
 
-def advertise_gpus(cluster: Cluster) -> None:
-    patch = json.dumps({"status": {"capacity": {GPU_RESOURCE: str(NODE_GPUS[1])}}})
-    done = cluster.kubectl("patch", "node", cluster.node, "--subresource=status",
+def gpu_labels(count: int) -> dict[str, str]:
+    """The labels of a node with ``count`` of :data:`NODE_GPUS`' GPUs, as the GPU operator's
+    feature discovery and SkyPilot's labeller write them."""
+    return {
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+        "nvidia.com/gpu.count": str(count),
+        "skypilot.co/accelerator": NODE_GPUS[0].lower(),
+    }
+
+
+def advertise_gpus(cluster: Cluster, node: str, count: int) -> None:
+    """``node`` advertises ``count`` GPUs, labelled; with 0, no GPU resource and no GPU label."""
+    capacity = {GPU_RESOURCE: str(count) if count else None}  # null: merge patch removes it
+    patch = json.dumps({"status": {"capacity": capacity}})
+    done = cluster.kubectl("patch", "node", node, "--subresource=status",
                            "--type=merge", "-p", patch)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    labels = [f"{k}={v}" for k, v in GPU_LABELS.items()]
-    done = cluster.kubectl("label", "node", cluster.node, "--overwrite", *labels)
+    labels = gpu_labels(count)
+    changes = [f"{k}={v}" for k, v in labels.items()] if count else [f"{k}-" for k in labels]
+    done = cluster.kubectl("label", "node", node, "--overwrite", *changes)
     assert done.returncode == 0, done.stderr
 
 
-def node_gpus(cluster: Cluster) -> int | None:
+def node_gpus(cluster: Cluster, node: str) -> int | None:
     """The node's allocatable GPUs as the API server has them (None: no answer)."""
-    got = cluster.kubectl("get", "node", cluster.node, "-o", "json", timeout=10)
+    got = cluster.kubectl("get", "node", node, "-o", "json", timeout=10)
     if got.returncode != 0:
         return None
     allocatable = json.loads(got.stdout)["status"].get("allocatable", {})
     return int(allocatable.get(GPU_RESOURCE, "0"))
+
+
+@contextlib.contextmanager
+def gpus_per_node(cluster: Cluster, counts: dict[str, int]) -> Iterator[None]:
+    """Inside the block each node in ``counts`` advertises that many GPUs (allocatable before
+    the block starts); after it, the cluster's usual GPUs: the first node's, no other's."""
+    usual = {name: NODE_GPUS[1] if name == cluster.node else 0 for name in cluster.nodes}
+
+    def apply(wanted: dict[str, int]) -> None:
+        for name, count in wanted.items():
+            advertise_gpus(cluster, name, count)
+        deadline = time.monotonic() + READY_TIMEOUT
+        while any(node_gpus(cluster, n) != c for n, c in wanted.items()):
+            assert time.monotonic() < deadline, f"GPUs not allocatable as asked: {wanted}"
+            time.sleep(0.5)
+
+    apply(counts)
+    try:
+        yield
+    finally:
+        apply(usual)
 
 
 def push_images(tools: ClusterTools, registry: str, log: Path) -> dict[str, str]:
@@ -1160,7 +1258,7 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    with single_node_cluster(tools, Path(argv[1])) as cluster:
+    with pod_cluster(tools, Path(argv[1])) as cluster:
         info = {
             "context": cluster.context,
             "kubeconfig": str(cluster.kubeconfig),

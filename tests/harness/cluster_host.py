@@ -181,7 +181,9 @@ def _kill_recorded(record: HostRecord) -> list[int]:
 
 
 def _shims(socket: str) -> list[int]:
-    """containerd shims serving our containerd (they detach from it and outlive it)."""
+    """containerd shims serving the cluster's containerds (they detach from them and outlive
+    them): every node's socket lies in the folder of the first node's."""
+    folder = str(Path(socket).parent).encode() + b"/"
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -190,7 +192,11 @@ def _shims(socket: str) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and socket.encode() in argv:
+        if (
+            argv
+            and argv[0].endswith(b"containerd-shim-runc-v2")
+            and any(arg.startswith(folder) for arg in argv)
+        ):
             found.append(int(proc.name))
     return found
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.cluster import Cluster, single_node_cluster, tools_from_env
+from tests.harness.cluster import Cluster, pod_cluster, tools_from_env
 from tests.harness.kube import KubeCluster, kube_cluster
 from tests.harness.procs import stop_lock_holders
 from tests.harness.pulumi import PulumiBackend, file_backend
@@ -76,7 +76,7 @@ def sky_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    """A real single-node Kubernetes cluster that runs pods, started once per session and torn
+    """A real two-node Kubernetes cluster that runs pods, started once per session and torn
     down (processes, mounts, network, iptables, cgroups, sysctl) at its end."""
     if os.geteuid() != 0:
         missing("root (the test cluster makes a bridge, cgroups, mounts and iptables rules)")
@@ -84,7 +84,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if isinstance(tools, str):
         missing(tools)
         raise AssertionError("unreachable")  # pytest.skip/fail raise
-    with single_node_cluster(tools, tmp_path_factory.mktemp("cluster")) as running:
+    with pod_cluster(tools, tmp_path_factory.mktemp("cluster")) as running:
         yield running
 
 

@@ -201,7 +201,7 @@ def main(argv: list[str]) -> int:
     import json
     import sys
 
-    from tests.harness.cluster import single_node_cluster, tools_from_env
+    from tests.harness.cluster import pod_cluster, tools_from_env
 
     cpu_request = None
     if len(argv) == 4 and argv[2] == "--pod-cpu-request":
@@ -226,7 +226,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, request_stop)
     started = time.monotonic()
     with (
-        single_node_cluster(tools, workdir / "cluster") as cluster,
+        pod_cluster(tools, workdir / "cluster") as cluster,
         sky_cluster_world(cluster, workdir / "world", cpu_request=cpu_request) as world,
     ):
         info = {

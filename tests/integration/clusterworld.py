@@ -68,10 +68,10 @@ def prepare(world: SkyCluster, spec: Path) -> str:
     return r.stdout.strip()
 
 
-def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str) -> CliResult:
+def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str, **env: str) -> CliResult:
     return world.npa(
         *WF, "submit", str(spec), "--project", world.project, "--run-id", run_id,
-        "--infra", f"k8s/{world.context}", "--json", *extra,
+        "--infra", f"k8s/{world.context}", "--json", *extra, **env,
     )  # fmt: skip
 
 

@@ -159,14 +159,15 @@ class _Server(http.server.ThreadingHTTPServer):
 
 
 @contextlib.contextmanager
-def store_proxy(upstream: str) -> Iterator[tuple[str, ProxyState]]:
-    """``(endpoint_url, state)`` of a proxy to ``upstream``, stopped on exit."""
+def store_proxy(upstream: str, host: str = "127.0.0.1") -> Iterator[tuple[str, ProxyState]]:
+    """``(endpoint_url, state)`` of a proxy to ``upstream`` listening on ``host`` (a test
+    cluster's gateway, for pods), stopped on exit."""
     state = ProxyState(upstream=upstream)
-    server = _Server(("127.0.0.1", 0), _handler(state))
+    server = _Server((host, 0), _handler(state))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", state
+        yield f"http://{host}:{server.server_address[1]}", state
     finally:
         state.hang = False
         state.clear()
