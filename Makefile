@@ -81,7 +81,7 @@ rehearse: prepare-test
 demo: prepare-demo
 	$(TOOLS_ON_PATH) scripts/demo
 
-# Not one of the two commands: the lifecycle on the test harness's single-node Kubernetes
+# Not one of the two commands: the lifecycle on the test harness's two-node Kubernetes
 # cluster through SkyPilot managed jobs (root; the tools and images of the test profile).
 demo-cluster: prepare-test
 	$(TOOLS_ON_PATH) scripts/demo-cluster

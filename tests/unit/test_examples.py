@@ -1,4 +1,4 @@
-"""The examples: tiny-cluster is tiny-local sized for the test cluster's one small node."""
+"""The examples: tiny-cluster is tiny-local sized for the test cluster's small nodes."""
 
 from __future__ import annotations
 
@@ -25,9 +25,11 @@ def test_tiny_cluster_runs_tiny_locals_stages_and_differs_only_in_resources() ->
         ours = {k: v for k, v in cluster[name].items() if k != "resources"}
         theirs = {k: v for k, v in local[name].items() if k != "resources"}
         assert ours == theirs, name
-    # What it is sized for: the widest wave fits one 2-core node beside the jobs controller.
+    # What it is sized for: the widest wave fits one 2-core node beside the jobs controller, and
+    # its GPU stage fits the first node's 8 H100s.
     widest = max(
         float(s["resources"]["cpus"]) * int(s.get("waves", {}).get("parallel", 1))
         for s in cluster.values()
     )
     assert widest <= 1.0
+    assert cluster["square"]["resources"]["accelerators"] == "H100:1"
