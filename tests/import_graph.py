@@ -5,7 +5,8 @@ Layers, top to bottom::
 
     5  npa.__main__, npa.cli
     4  npa.services
-    3  npa.spec, npa.plan, npa.images, npa.render, npa.runs, npa.launch, npa.insights  (domain)
+    3  npa.spec, npa.plan, npa.images, npa.render, npa.runs, npa.launch, npa.insights,
+       npa.targets                                                                 (domain)
     2  npa.adapters.*, npa.backends, stacks                                         (adapters)
     1  npa.core, npa (the package itself: its version)
 
@@ -44,6 +45,7 @@ LAYERS: dict[str, int] = {
     "runs": 3,
     "launch": 3,
     "insights": 3,
+    "targets": 3,
     "adapters": 2,
     "backends": 2,
     "stacks": 2,  # the top-level stacks/ package: Pulumi programs the infra adapter runs
@@ -60,6 +62,7 @@ DOMAIN: dict[str, set[str]] = {
     "render": {"spec", "plan", "images"},
     "launch": {"spec", "plan", "runs"},
     "insights": {"spec", "plan", "runs"},
+    "targets": {"spec", "plan"},
 }
 # Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
 BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
