@@ -1,23 +1,29 @@
-"""The import-graph check ``make lint`` runs: imports point downward only, and no package cycle.
+"""The import-graph check ``make lint`` runs: imports follow the layer order docs/development.md
+documents ("How the code is layered"), and no package cycle.
 
-Layers, top to bottom (docs/development.md and ARCHITECTURE's layering)::
+Layers, top to bottom::
 
     5  npa.__main__, npa.cli
     4  npa.services
-    3  npa.spec, npa.plan, npa.images, npa.render, npa.runs, npa.launch, npa.insights  (domain)
-    2  npa.adapters.*, npa.backends                                                 (adapters)
+    3  npa.spec, npa.plan, npa.images, npa.render, npa.runs, npa.launch, npa.insights,
+       npa.targets                                                                 (domain)
+    2  npa.adapters.*, npa.backends, stacks                                         (adapters)
     1  npa.core, npa (the package itself: its version)
 
-A module may import its own layer or any layer below it. Within a layer, packages may import one
-another, but the package graph has no cycle (a package is ``npa.<name>``, and each
-``npa.adapters.<name>`` on its own). Outside ``npa.backends`` a backend is reached through the
-registry (``npa.backends``) and the interface (``npa.backends.base``) only, never by importing a
-backend's own folder; the one exception is the ``render`` verb's SkyPilot review in
+A module may import its own layer or any layer below it. Within the domain, each package may
+import only the domain packages ``DOMAIN`` lists for it (the documented table). Within the
+other layers, packages may import one another, but the package graph has no cycle (a package is
+``npa.<name>``, each ``npa.adapters.<name>`` on its own, and ``stacks``, the Pulumi programs
+beside ``npa``, which the infra adapter runs). Outside ``npa.backends`` a backend is reached
+through the registry (``npa.backends``) and the interface (``npa.backends.base``) only, never by
+importing a backend's own folder; the one exception is the ``render`` verb's SkyPilot review in
 ``npa.render.tasks``. Upward imports still owed are listed, with their reason, in
 ``UPWARD_EXCEPTIONS``.
 
 Run it as ``python -m tests.import_graph [ROOT]``; it prints each violation and exits 1.
-Every import counts, also those inside functions and under ``if TYPE_CHECKING``.
+Every import counts, also those inside functions and under ``if TYPE_CHECKING``, and a module
+named in a string to ``importlib.import_module`` or ``__import__`` (an f-string counts by its
+leading constant part: ``f"stacks.{kind}"`` imports the ``stacks`` package).
 """
 
 from __future__ import annotations
@@ -39,10 +45,24 @@ LAYERS: dict[str, int] = {
     "runs": 3,
     "launch": 3,
     "insights": 3,
+    "targets": 3,
     "adapters": 2,
     "backends": 2,
+    "stacks": 2,  # the top-level stacks/ package: Pulumi programs the infra adapter runs
     "core": 1,
     "": 1,  # npa/__init__.py
+}
+# The domain packages each domain package may import (docs/development.md's table); importing
+# one not listed, in either direction, is refused even when it closes no cycle.
+DOMAIN: dict[str, set[str]] = {
+    "spec": set(),
+    "plan": {"spec"},
+    "images": {"spec"},
+    "runs": {"spec", "plan"},
+    "render": {"spec", "plan", "images"},
+    "launch": {"spec", "plan", "runs"},
+    "insights": {"spec", "plan", "runs"},
+    "targets": {"spec", "plan"},
 }
 # Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
 BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
@@ -58,6 +78,9 @@ class Import:
     line: int
 
 
+OURS = ("npa", "stacks")
+
+
 def module_name(root: Path, path: Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -65,42 +88,88 @@ def module_name(root: Path, path: Path) -> str:
     return ".".join(parts)
 
 
+def _ours(name: str) -> bool:
+    return any(name == top or name.startswith(top + ".") for top in OURS)
+
+
+def _named_module(node: ast.Call) -> str | None:
+    """The module a call to ``importlib.import_module`` or ``__import__`` names, when it names
+    one absolutely (a constant, or an f-string's constant head up to its last dot)."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        head = arg.values[0]
+        if isinstance(head, ast.Constant) and isinstance(head.value, str) and "." in head.value:
+            return head.value.rsplit(".", 1)[0]
+    return None
+
+
+def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if not node.level:
+            return [node.module or ""]
+        base = module.split(".")
+        base = base if is_package else base[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        return [".".join([*base, *([node.module] if node.module else [])])]
+    if isinstance(node, ast.Call):
+        named = _named_module(node)
+        return [named] if named else []
+    return []
+
+
+def sources(root: Path) -> Iterator[Path]:
+    """The modules read: the ``npa`` package at ``root`` and ``stacks/`` beside it."""
+    yield from sorted(root.rglob("*.py"))
+    yield from sorted((root.parent / "stacks").rglob("*.py"))
+
+
 def imports(root: Path) -> Iterator[Import]:
-    """Every ``npa`` import of every module under ``root`` (the ``npa`` package folder)."""
-    for path in sorted(root.rglob("*.py")):
+    """Every import of ``npa`` or ``stacks`` made by a module of either (``root`` is the ``npa``
+    package folder; ``stacks/`` is read beside it)."""
+    for path in sources(root):
         module = module_name(root, path)
         is_package = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = module.split(".")
-                    base = base if is_package else base[:-1]
-                    base = base[: len(base) - (node.level - 1)]
-                    targets = [".".join([*base, *([node.module] if node.module else [])])]
-                else:
-                    targets = [node.module or ""]
-            else:
-                continue
-            for target in targets:
-                if target == "npa" or target.startswith("npa."):
-                    yield Import(module, target, path, node.lineno)
+            for target in _targets(node, module, is_package):
+                if _ours(target):
+                    yield Import(module, target, path, getattr(node, "lineno", 0))
 
 
 def layer_of(module: str) -> int:
     parts = module.split(".")
+    if parts[0] == "stacks":
+        return LAYERS["stacks"]
     name = parts[1] if len(parts) > 1 else ""
-    if name not in LAYERS:
+    if name not in LAYERS or name == "stacks":
         raise SystemExit(f"{module}: package npa.{name} has no layer in tests/import_graph.py")
     return LAYERS[name]
 
 
 def package_of(module: str) -> str:
     parts = module.split(".")
+    if parts[0] == "stacks":
+        return "stacks"
     if len(parts) > 2 and parts[1] == "adapters":
         return ".".join(parts[:3])
     return ".".join(parts[:2])
+
+
+def domain_refusal(source: str, target: str) -> str | None:
+    """Why ``source`` (a package) may not import ``target``, when both are domain packages and
+    the documented table does not allow it."""
+    mine, theirs = source.removeprefix("npa."), target.removeprefix("npa.")
+    if mine not in DOMAIN or theirs not in DOMAIN or mine == theirs or theirs in DOMAIN[mine]:
+        return None
+    allowed = ", ".join(sorted(DOMAIN[mine])) or "no other domain package"
+    return f"domain order: {source} may import {allowed}, not {target}"
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -139,7 +208,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 def violations(root: Path) -> list[str]:
-    """Every upward import, backend-folder import and package cycle under ``root``."""
+    """Every upward import, import against the domain order, backend-folder import and package
+    cycle under ``root`` (the ``npa`` package folder) and ``stacks/`` beside it."""
     problems: list[str] = []
     edges: dict[str, set[str]] = {}
     for imp in imports(root):
@@ -159,6 +229,9 @@ def violations(root: Path) -> list[str]:
                 "interface in npa.backends.base and the registry in npa.backends"
             )
         source, target = package_of(imp.module), package_of(imp.target)
+        refusal = domain_refusal(source, target)
+        if refusal and not owed:
+            problems.append(f"{where}: {refusal} ({imp.module} imports {imp.target})")
         if source != target:
             edges.setdefault(source, set()).add(target)
     for component in cycles(edges):

@@ -16,10 +16,6 @@ from npa.core.text import gib_text, number, plural
 from npa.plan.evidence import StackState, StateReader
 from npa.plan.infra import (
     GIB,
-    DiskNeed,
-    QuotaRequirement,
-    cluster_requirements,
-    local_requirements,
 )
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.plan.quota import (
@@ -27,12 +23,15 @@ from npa.plan.quota import (
     PulumiOutputRef,
     QuotaAssessment,
     QuotaLine,
-    QuotaScope,
     QuotaSource,
     assess,
 )
-from npa.spec.model import Workflow
 from npa.spec.validate import load_workflow
+from npa.targets import base as targets
+from npa.targets import target_for
+from npa.targets.base import ExistingCluster, MeasuresLocalDisk
+
+PLAN_COMMAND = ("workbench", "workflow", "plan-spec")
 
 
 class PlanResult(Result):
@@ -83,7 +82,7 @@ class PlanResult(Result):
             for o in s.outputs:
                 lines.append(f"       out {o.name}: {o.uri or o.path}")
         lines += ["", "infrastructure needed:"]
-        if self.target == "kubernetes":
+        if isinstance(target_for(self.target, PLAN_COMMAND), ExistingCluster):
             lines.append("  no disks: the cluster exists (provisioning adds a namespace and RBAC)")
         for d in p.disks:
             lines.append(
@@ -175,19 +174,11 @@ def pulumi_state(paths: NpaPaths) -> StateReader:
     return read
 
 
-def _requirements(
-    target: Target, needs: list[DiskNeed], workflow: Workflow
-) -> list[QuotaRequirement]:
-    """What the target's quota must allow: the disks npa creates (nebius), the store's disk
-    (local), or nothing (kubernetes: the cluster exists)."""
-    if target == "nebius":
-        return cluster_requirements(needs)
-    return local_requirements(workflow) if target == "local" else []
-
-
-def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
-    """The kubernetes target plans for a cluster that exists: cloud quota and disks proven to
-    exist describe disks npa would create, which it does not there."""
+def _refuse_cloud_quota(
+    options: QuotaOptions, path: Path, run_id: str, target: ExistingCluster
+) -> None:
+    """A target that is a cluster that exists: cloud quota and disks proven to exist describe
+    disks npa would create, which it does not there."""
     given = [
         flag
         for flag, value in (
@@ -199,26 +190,21 @@ def _refuse_cloud_quota(options: QuotaOptions, path: Path, run_id: str) -> None:
     ]
     if given:
         raise InvalidInput(
-            f"{', '.join(given)} describe{'s' if len(given) == 1 else ''} the disks npa creates "
-            "on nebius; the kubernetes target is a cluster that exists, where it creates none",
-            fix=plan_spec_command(path, run_id, "kubernetes", options, evidence=False),
+            target.cloud_evidence_refused(given),
+            fix=plan_spec_command(path, run_id, target.name, options, evidence=False),
         )
 
 
-def _evidence_fix(path: Path, run_id: str, target: str, options: QuotaOptions) -> str:
-    """The plan again with the Nebius quota API as evidence (the project of the Nebius CLI's
+def _evidence_fix(path: Path, run_id: str, target: targets.Target, options: QuotaOptions) -> str:
+    """The plan again with the target's quota API as evidence (the project of its cloud CLI's
     profile), or where that project is written when the profile names none."""
     from dataclasses import replace
 
-    from npa.services.provision import nebius_profile_project
-
-    project = nebius_profile_project()
+    project = target.profile_project()
     if project is None:
-        return (
-            "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project "
-            "(offline: figures in a file, --quota-file)"
-        )
-    return plan_spec_command(path, run_id, target, replace(options, nebius_parent_id=project))
+        return f"{target.profile_hint} (offline: figures in a file, --quota-file)"
+    again = replace(options, nebius_parent_id=project)
+    return plan_spec_command(path, run_id, target.name, again)
 
 
 def plan_spec_command(
@@ -242,19 +228,12 @@ def plan_spec_command(
     return npa_command(*argv)
 
 
-def _gpus_command(path: Path, context: str | None) -> str:
-    """Which stages the cluster's nodes can run; without the spec's context, gpus picks the
-    project's or the current one itself."""
-    ctx = ["--context", context] if context else []
-    return npa_command("workbench", "workflow", "gpus", *ctx, "--spec", str(path))
-
-
 @collector_paused()  # the validated workflow and its plan stay alive throughout
 def plan_spec(
     path: Path,
     run_id: str,
     *,
-    target: Target = "nebius",
+    target: str,
     quota: QuotaOptions | None = None,
     project: str | None = None,
 ) -> PlanResult:
@@ -263,7 +242,6 @@ def plan_spec(
     else the spec's ``storage.uri``."""
     from npa.adapters.storage import normalize_store_uri
     from npa.plan.evidence import check_existing
-    from npa.plan.infra import build_region, disk_needs
     from npa.plan.quota_sources import (
         NebiusDiskLookup,
         load_existing,
@@ -284,28 +262,26 @@ def plan_spec(
         spec_store=workflow.storage.uri if workflow.storage else None,
     )
     plan = build_plan(workflow, run_id, store_uri=where.store)
-    if target == "kubernetes":
-        _refuse_cloud_quota(options, path, run_id)
+    chosen = target_for(target, PLAN_COMMAND)
+    cluster = chosen if isinstance(chosen, ExistingCluster) else None
+    if cluster is not None:
+        _refuse_cloud_quota(options, path, run_id, cluster)
         # An existing cluster: npa creates no disks there, so no cloud quota applies.
         plan.disks = []
-    needs = disk_needs(workflow.infrastructure) if target == "nebius" else []
-    requirements = _requirements(target, needs, workflow)
+    needs = chosen.plan_needs(workflow.infrastructure)
+    requirements = chosen.plan_requirements(needs, workflow)
     claims = load_existing(options.existing_file) if options.existing_file else []
-    if claims and target == "local":
-        raise InvalidInput("--existing describes cluster disks; the local target has none")
-    scope = QuotaScope()
-    if target == "nebius":
-        scope = QuotaScope(
-            region=build_region(workflow.infrastructure, options.nebius_region),
-            project=options.nebius_parent_id,
-        )
+    if claims and isinstance(chosen, MeasuresLocalDisk):
+        raise InvalidInput(f"--existing describes cluster disks; the {target} target has none")
+    infra = workflow.infrastructure
+    scope = chosen.plan_scope(infra, options.nebius_region, options.nebius_parent_id)
     nebius = None
     if options.nebius_parent_id:
         assert scope.region is not None
         nebius = (options.nebius_parent_id, scope.region, options.nebius_endpoint)
     store: str | None = None
     local = None
-    if target == "local" or options.local:
+    if isinstance(chosen, MeasuresLocalDisk) or options.local:
         settings = resolve_project(options.project, paths=paths)
         store = normalize_store_uri(settings.value("store") or "local", paths)
         local = local_store_source(store, paths.local_jobs)
@@ -320,7 +296,7 @@ def plan_spec(
         read_disk=NebiusDiskLookup(endpoint=options.nebius_endpoint).get,
         origin=str(options.existing_file),
     )
-    if options.skip or target == "kubernetes":
+    if options.skip or cluster is not None:
         assessment = QuotaAssessment(
             verdict="not-checked",
             lines=[],
@@ -332,7 +308,7 @@ def plan_spec(
     else:
         assessment = assess(requirements, sources, needs=needs, existing=existing, scope=scope)
         if not sources:
-            assessment.fix = _evidence_fix(path, run_id, target, options)
+            assessment.fix = _evidence_fix(path, run_id, chosen, options)
         else:
             # What raises a quota (a request to the cloud, space freed on a disk) is no npa
             # command: the fix is the plan that shows when it is enough.
@@ -341,13 +317,7 @@ def plan_spec(
                 assessment.fix = f"{again}  # once the lines marked blocked have more quota"
             elif assessment.verdict == "blocked-unknown":
                 assessment.fix = f"{again}  # once the unknown evidence listed above is resolved"
-    note = None
-    if target == "kubernetes":
-        gpus = _gpus_command(path, workflow.infrastructure.context)
-        note = (
-            "an existing cluster has no cloud quota for npa to check; which stages its nodes "
-            f"can run: {gpus}"
-        )
+    note = cluster.plan_note(path, infra.context) if cluster is not None else None
     return PlanResult(
         spec=str(path),
         target=target,

@@ -384,7 +384,8 @@ def test_provision_deducts_exactly_what_its_state_records(
     otherwise, and says ok only when the quota covers the rest."""
     from npa.core.errors import InvalidInput
     from npa.core.paths import NpaPaths
-    from npa.services.provision import ProvisionRequest, existing_disks, quota_gate
+    from npa.services.provision import ProvisionRequest, quota_gate
+    from npa.targets.nebius.target import existing_disks
 
     spec = cluster_spec()
     infra = Workflow.model_validate(spec).infrastructure

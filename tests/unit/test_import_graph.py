@@ -1,5 +1,7 @@
-"""The import-graph check ``make lint`` runs: it passes on npa as it is, and fails on a planted
-upward import, a planted package cycle and a service that imports a backend's own folder."""
+"""The import-graph check ``make lint`` runs: it passes on npa as it is, and fails on each kind of
+planted violation: an upward import (also one named in a string to ``importlib``, and one made by
+a stack program), a domain package importing one the documented order does not allow it, a
+package cycle, and a service that imports a backend's own folder."""
 
 from __future__ import annotations
 
@@ -17,13 +19,17 @@ NPA = Path(__file__).resolve().parents[2] / "npa"
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the npa package to plant imports into."""
+    """A copy of the npa package, and of the stack programs beside it, to plant imports into."""
     copy = tmp_path / "npa"
-    shutil.copytree(NPA, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(NPA, copy, ignore=ignore)
+    shutil.copytree(NPA.parent / "stacks", tmp_path / "stacks", ignore=ignore)
     return copy
 
 
 def plant(tree: Path, module: str, line: str) -> None:
+    """Append ``line`` to ``module`` (relative to the npa folder; ``../stacks/...`` for a stack
+    program)."""
     path = tree / module
     path.write_text(path.read_text("utf-8") + f"\n{line}\n", "utf-8")
 
@@ -66,3 +72,61 @@ def test_a_service_importing_a_backend_folder_is_refused(tree: Path) -> None:
     plant(tree, "services/cancel.py", "from npa.backends.local.jobs import LocalJobTable  # noqa")
     (found,) = violations(tree)
     assert "npa.services.cancel imports a backend's folder" in found
+
+
+@pytest.mark.parametrize(
+    ("module", "line", "source", "target"),
+    [
+        ("images/probe.py", "from npa.launch import transaction", "npa.images", "npa.launch"),
+        ("plan/dag.py", "from npa.images import reference", "npa.plan", "npa.images"),
+        ("insights/scan.py", "from npa.launch import watch", "npa.insights", "npa.launch"),
+        ("render/report.py", "from npa.launch import progress", "npa.render", "npa.launch"),
+    ],
+)
+def test_a_domain_import_the_documented_order_does_not_allow_is_refused(
+    tree: Path, module: str, line: str, source: str, target: str
+) -> None:
+    # None of these closes a cycle: the domain order itself refuses them.
+    plant(tree, module, f"def later() -> None:\n    {line}  # noqa")
+    found = violations(tree)
+    assert len(found) == 1, found
+    assert f"domain order: {source} may import" in found[0]
+    assert f"not {target} (" in found[0]
+
+
+def test_an_upward_import_named_in_a_string_is_found(tree: Path) -> None:
+    plant(
+        tree,
+        "core/paths.py",
+        "def later() -> None:\n"
+        "    import importlib\n\n"
+        '    importlib.import_module("npa.services.status")  # noqa',
+    )
+    found = violations(tree)
+    assert any("upward import: npa.core.paths imports npa.services.status" in f for f in found), (
+        found
+    )
+
+
+def test_an_f_string_module_name_counts_by_its_constant_head(tree: Path) -> None:
+    plant(
+        tree,
+        "core/text.py",
+        "def later(verb: str) -> None:\n"
+        "    from importlib import import_module\n\n"
+        '    import_module(f"npa.services.{verb}")  # noqa',
+    )
+    found = violations(tree)
+    assert any("upward import: npa.core.text imports npa.services" in f for f in found), found
+
+
+def test_the_stack_programs_are_read(tree: Path) -> None:
+    plant(tree, "../stacks/local.py", "from npa.services.status import status  # noqa")
+    found = violations(tree)
+    assert any("upward import: stacks.local imports npa.services.status" in f for f in found), found
+
+
+def test_a_stack_program_importing_the_infra_runner_closes_a_cycle(tree: Path) -> None:
+    # The runner runs the stack programs (stacks.PROGRAMS); a program importing it back loops.
+    plant(tree, "../stacks/localfs.py", "from npa.adapters.infra import runner  # noqa")
+    assert "package cycle: npa.adapters.infra <-> stacks" in violations(tree)

@@ -39,8 +39,8 @@ class Recorder:
 def graph() -> tuple[Recorder, dict[str, Any]]:
     import pulumi
 
-    from npa.services.provision import nebius_config
     from npa.spec.model import Infrastructure
+    from npa.targets.nebius.target import nebius_config
 
     config = nebius_config(Infrastructure(), "demo", "project-e00abc", None)
     recorder = Recorder()
@@ -122,7 +122,7 @@ def test_no_credentials_in_inputs_and_credential_free_kubeconfig(
 
 
 def test_existing_disks_from_state_are_deducted() -> None:
-    from npa.services.provision import existing_disks
+    from npa.targets.nebius.target import existing_disks
 
     state = [
         {

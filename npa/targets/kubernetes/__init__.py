@@ -1,0 +1,1 @@
+"""The ``kubernetes`` target: a cluster that exists, reached through a kube context."""

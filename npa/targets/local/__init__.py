@@ -1,0 +1,1 @@
+"""The ``local`` target: this machine's store and executor directories."""

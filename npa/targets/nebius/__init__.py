@@ -1,0 +1,1 @@
+"""The ``nebius`` target: a Managed Kubernetes cluster npa creates on Nebius."""
