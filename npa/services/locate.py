@@ -350,14 +350,21 @@ def _indexed_workflows(located: Located, store: ObjectStore, run_id: str) -> lis
     except StoreUnavailable as error:
         located.sources.append(_error("run-index", where, error))
         return []
-    if not complete:
+    # Without --project a run of any project is the run asked about (as by its prefix), and
+    # the index is the default project's only: one it does not name is looked for everywhere.
+    unasked = not workflows and located.project_asked is None
+    if not complete or unasked:
+        why = (
+            f"no run {run_id} of project {project}, and no --project was given"
+            if complete
+            else "not complete for this project yet (the first list completes it)"
+        )
         located.sources.append(
             SourceAnswer(
                 source="run-index",
                 where=where,
                 answer="skipped",
-                detail="not complete for this project yet (the first list completes it); "
-                "the store was scanned instead",
+                detail=f"{why}: the store was scanned instead",
             )
         )
         return None

@@ -312,3 +312,14 @@ def test_status_scans_the_store_while_the_index_is_not_complete(world: World) ->
     assert found["workflow"] == "wf" and found["state"] == "CACHED"
     answers = {s["source"]: s["answer"] for s in found["sources"]}
     assert answers["run-index"] == "skipped" and answers["store-scan"] == "found"
+
+
+def test_status_without_a_project_still_finds_any_projects_run(world: World) -> None:
+    """Without --project, a run of any project is the run asked about: the default project's
+    index not naming it sends status to the store scan, not to NOT_FOUND."""
+    rid = world.run(5, "other")
+    assert invoke_npa(*WF, "list", "--json").code == 0  # the default project's index: complete
+    found, _ = world.status(rid)
+    answers = {s["source"]: s["answer"] for s in found["sources"]}
+    assert (answers["run-index"], answers["store-scan"]) == ("skipped", "found")
+    assert found["state"] == "CACHED" and found["workflow"] == "wf"
