@@ -8,6 +8,9 @@ describes the same tree for people)::
       npa-workflow/                                 the run prefix npa writes under
         manifest.json  plan.json  tasks/<stage><suffix>  source/  logs/
         stages/<stage>/outputs/<path>  stages/<stage>/logs/  stages/<stage>/checkpoints/<path>
+    <store>/.npa-index/<project>/                   the project's run index (npa/runs/index.py)
+      .complete                                     every earlier run of the project is indexed
+      <newest-first order>.<run>@<workflow>         one marker per run, written before its objects
 
 Names in ``$NPA_HOME/locks``: ``manifest.<project>.<run>`` (every manifest writer on this
 machine), ``launch.<project>.<run>[.r<N>][.a<N>]`` (one launch transaction: its lock and journal),
@@ -31,6 +34,16 @@ PREFIX_LEAF = "npa-workflow"
 SHARED_SOURCE = "npa-source"
 MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
+
+# The run index: one folder per project, beside the workflows (a workflow name starts with a
+# letter or digit, so it never collides). Marker names start with their run id's newest-first
+# order, so a plain ascending listing yields the newest runs first; the completeness mark
+# starts with ".", which sorts before every marker, so it arrives in the same first page.
+RUN_INDEX = ".npa-index"
+INDEX_COMPLETE = ".complete"
+# The shape prepare-run gives run ids; only folders of this shape are runs.
+RUN_ID_SHAPE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
+_NEWEST_FIRST = str.maketrans("0123456789abcdef", "fedcba9876543210")
 
 _WAVE_TASK = re.compile(r"(?P<base>.+)-w(?P<wave>0|[1-9][0-9]*)")
 
@@ -91,6 +104,42 @@ def shared_source_key(prefix: str) -> str:
     """Where the source blobs and trees every run of a workflow shares live
     (``<workflow>/npa-source``), from one run's prefix (``<workflow>/<run>/npa-workflow``)."""
     return f"{prefix.rsplit('/', 2)[0]}/{SHARED_SOURCE}"
+
+
+def newest_first(run_id: str) -> str:
+    """A key part that sorts newest first: each hex digit of the run id (``YYYYMMDD-HHMMSS-``
+    and 24 random bits, all hex digits) replaced by its complement. Same length and dashes, so
+    ascending order of the result is descending order of the ids."""
+    return run_id.lower().translate(_NEWEST_FIRST)
+
+
+def run_index_prefix(project: str) -> str:
+    """Where the project's run index lives in its store (ends with ``/``)."""
+    return f"{RUN_INDEX}/{project}/"
+
+
+def run_index_key(project: str, workflow: str, run_id: str) -> str:
+    """The marker that says run ``run_id`` of ``workflow`` in this store is ``project``'s."""
+    return f"{run_index_run_prefix(project, run_id)}{workflow}"
+
+
+def run_index_run_prefix(project: str, run_id: str) -> str:
+    """The prefix every marker of one run id shares, whatever its workflow."""
+    return f"{run_index_prefix(project)}{newest_first(run_id)}.{run_id}@"
+
+
+def run_index_complete_key(project: str) -> str:
+    return f"{run_index_prefix(project)}{INDEX_COMPLETE}"
+
+
+def run_of_index_key(project: str, key: str) -> tuple[str, str] | None:
+    """(run id, workflow) a marker key of ``project`` names; None for any other key."""
+    name = key.removeprefix(run_index_prefix(project))
+    order, dot, rest = name.partition(".")
+    run_id, at, workflow = rest.partition("@")
+    if name == key or not (dot and at and workflow) or "/" in workflow:
+        return None
+    return (run_id, workflow) if newest_first(run_id) == order else None
 
 
 # --- local locks and journals -------------------------------------------------------------------

@@ -547,9 +547,12 @@ def stage_source(
     index: Path | None = None,
     verify: bool = False,
     rules: IgnoreRules | None = None,
+    before_commit: Callable[[], None] | None = None,
 ) -> StagingTally:
     """Stage ``source`` under ``run_prefix``; returns the tally, whose ``manifest()`` is the
-    committed source. ``rules``: what the walk leaves out (see :func:`scan_tree`).
+    committed source. ``rules``: what the walk leaves out (see :func:`scan_tree`);
+    ``before_commit`` runs before the commit, the run prefix's first object (it writes the run's
+    index marker).
 
     ``index`` is a local file remembering the digests of files whose stat has not changed
     (see :class:`HashIndex`); without it every file is read and hashed. When the run already
@@ -609,6 +612,8 @@ def stage_source(
     if not tree_stored:
         _store_tree(store, layout, plan, verify)
     if committed is None:
+        if before_commit is not None:
+            before_commit()
         _commit(store, layout, plan, refuse_fix)
     note("committed", {"source_digest": digest, "already": plan.already_committed})
     _remember_commit(known, index, location, digest)

@@ -12,7 +12,6 @@ so a caller can never mistake "could not verify" for "absent". It reads only.
 from __future__ import annotations
 
 import json
-import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Literal
@@ -30,17 +29,22 @@ from npa.adapters.storage import (
 from npa.adapters.storage.bounded import BoundedStore, read_timeout
 from npa.core.commands import status_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, RunMismatch, StateCorrupt
-from npa.core.layout import PREFIX_LEAF, manifest_key, run_prefix
+from npa.core.layout import (
+    PREFIX_LEAF,
+    RUN_ID_SHAPE,
+    manifest_key,
+    run_index_prefix,
+    run_prefix,
+)
 from npa.core.paths import NpaPaths, safe_component
 from npa.runs.identity import ReservationRecord, RunEntry
+from npa.runs.index import is_complete, workflows_of
 from npa.runs.manifest import RunManifest, read_manifest
 from npa.runs.reading import RunKey, check_run_identity
 from npa.runs.receipts import Receipt, read_receipt
 from npa.services.configure import ProjectSettings, resolve_project
 
 Answer = Literal["found", "absent", "unavailable", "skipped", "not_applicable"]
-# The shape prepare-run gives run ids; only folders of this shape are listed as runs.
-RUN_ID_SHAPE = re.compile(r"^\d{8}-\d{6}-[0-9a-f]{6}$")
 
 
 class SourceAnswer(BaseModel):
@@ -331,10 +335,57 @@ def _pinned(ref: RunRef, workflow_uri: str | None, project: str) -> RunRef:
     return pinned
 
 
+def _indexed_workflows(located: Located, store: ObjectStore, run_id: str) -> list[str] | None:
+    """The workflows the project's run index names for the run (one listing; a second, of the
+    index's completeness mark, when it names none). None when the index cannot settle it: it is
+    not complete yet (the first ``list`` completes it), so the store is scanned instead."""
+    project = located.project
+    where = f"{store.uri}/{run_index_prefix(project)}"
+    try:
+        workflows = workflows_of(store, project, run_id)
+        complete = bool(workflows) or is_complete(store, project)
+    except BucketAbsent as error:
+        located.sources.append(_bucket_absent("run-index", where, error))
+        return []
+    except StoreUnavailable as error:
+        located.sources.append(_error("run-index", where, error))
+        return []
+    # Without --project a run of any project is the run asked about (as by its prefix), and
+    # the index is the default project's only: one it does not name is looked for everywhere.
+    unasked = not workflows and located.project_asked is None
+    if not complete or unasked:
+        why = (
+            f"no run {run_id} of project {project}, and no --project was given"
+            if complete
+            else "not complete for this project yet (the first list completes it)"
+        )
+        located.sources.append(
+            SourceAnswer(
+                source="run-index",
+                where=where,
+                answer="skipped",
+                detail=f"{why}: the store was scanned instead",
+            )
+        )
+        return None
+    located.sources.append(
+        SourceAnswer(
+            source="run-index",
+            where=where,
+            answer="found" if workflows else "absent",
+            detail=", ".join(workflows) if workflows else f"no run {run_id} of project {project}",
+        )
+    )
+    return workflows
+
+
 def _found_workflow(located: Located, store: ObjectStore, run_id: str) -> str | None:
-    """The one workflow of the store that holds the run; None when none does."""
-    workflows, scan = _scan_store(store, run_id)
-    located.sources.append(scan)
+    """The one workflow of the store that holds the run, as the project's run index says (the
+    whole store scanned only when that index is not complete); None when none does."""
+    workflows = _indexed_workflows(located, store, run_id)
+    if workflows is None:
+        workflows, scan = _scan_store(store, run_id)
+        located.sources.append(scan)
     if len(workflows) > 1:
         store_uri = located.store_uri
         raise InvalidInput(

@@ -24,6 +24,7 @@ from npa.runs.identity import (
     reserve_run,
 )
 from npa.runs.ignore import IgnoreRules
+from npa.runs.index import mark_run
 from npa.runs.journal import OperationJournal
 from npa.runs.selection import Ask, choose_run
 from npa.runs.staging import Progress, default_jobs, stage_source
@@ -242,6 +243,7 @@ def stage_run_source(
                 index=paths.source_index(tree),
                 verify=verify,
                 rules=rules,
+                before_commit=lambda: mark_run(store, settings.project, workflow, entry.run_id),
             )
         except NpaError as error:
             journal.append("failed", "failed", kind=error.kind, message=error.message)

@@ -73,6 +73,7 @@ from npa.launch.readiness import ReadinessCheck, readiness_check
 from npa.launch.supervision import Policy
 from npa.launch.transaction import LaunchTransaction, Observer, Transaction
 from npa.launch.watch import ensure_watcher
+from npa.runs.index import mark_run
 from npa.runs.journal import OperationJournal
 from npa.runs.manifest import (
     ResumeRecord,
@@ -451,6 +452,9 @@ def _new_manifest(run: _Run, digests: dict[str, str], now: str) -> RunManifest:
 def _record(run: _Run) -> tuple[RunManifest, ResumeRecord | None]:
     """Store the run's files and its manifest (a resume's record added to an existing one)."""
     existing = read_manifest(run.store, run.prefix)
+    if existing is None:
+        # The run's marker in its project's index, before its first manifest (npa.runs.index).
+        mark_run(run.store, run.project, run.workflow.metadata.name, run.run_id)
     digests = _store_run_files(run, existing)
     resume: ResumeRecord | None = None
     if existing is not None and existing.job_id is not None and run.options.resume_run:

@@ -52,6 +52,7 @@ class ProxyState:
     conditional_puts: int = 0
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     writes: list[str] = field(default_factory=list)
+    requests: list[str] = field(default_factory=list)  # every request: "METHOD /path?query"
     rules: list[Rule] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -87,6 +88,7 @@ def _handler(state: ProxyState) -> type[http.server.BaseHTTPRequestHandler]:
 
         def _forward(self) -> None:
             state.counts[self.command] += 1
+            state.requests.append(f"{self.command} {self.path}")
             length = int(self.headers.get("Content-Length") or 0)
             data = self.rfile.read(length) if length else None
             with state.lock:

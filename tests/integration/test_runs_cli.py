@@ -284,7 +284,7 @@ def test_stat_index_reads_only_changed_and_racy_files(
 
     # One file changed, staged as a new run: that file is read (hashed, then uploaded) and
     # nothing else; one blob PUT plus the three tree writes (its restore list, the tree, the
-    # run's commit).
+    # run's commit) and the run's marker in its project's run index, before the commit.
     edited = "pkg3/mod3/f0003.py"
     (tree / edited).write_bytes(b"edited, same run of the workflow, new run id")
     _wait_past_racy_window(tree)
@@ -292,7 +292,7 @@ def test_stat_index_reads_only_changed_and_racy_files(
     changed, counts = _staged_reading(spec, run2, env, tree, log)
     assert set(log.read_text().split()) == {edited}
     assert changed["hashed"] == 1 and changed["uploaded"] == 1
-    assert counts["PUT"] == 4 and "DELETE" not in counts and "POST" not in counts
+    assert counts["PUT"] == 5 and "DELETE" not in counts and "POST" not in counts
     assert assert_consistent(s3, run2, tree)
 
     # Racy-clean: a file whose mtime is not yet past the index's confirmation (here, stamped

@@ -120,6 +120,21 @@ def test_list_paginates_in_key_order(store: ObjectStore) -> None:
     assert list(store.list("nothing/")) == []
 
 
+def test_a_prefix_inside_a_name_lists_its_own_keys_in_pages(store: ObjectStore) -> None:
+    """A prefix that ends inside a name (the run index's ``<order>.<run>@``): exactly the keys
+    under it, paged, whatever sorts before or after it in the same folder."""
+    keys = [f"f/{c}{i:02d}" for c in "abc" for i in range(12)] + ["f/b", "f/b.", "f/ba"]
+    for k in keys:
+        store.put(k, b"x")
+    page = store.list_page("f/b0", page_size=5)
+    assert [o.key for o in page.objects] == [f"f/b{i:02d}" for i in range(5)]
+    assert page.next_token is not None
+    listed = [o.key for o in store.list("f/b", page_size=5)]
+    assert listed == sorted((k for k in keys if k.startswith("f/b")), key=str.encode)
+    assert [o.key for o in store.list("f/b1")] == [f"f/b{i:02d}" for i in range(10, 12)]
+    assert list(store.list("f/b2")) == [] and list(store.list("f/d")) == []
+
+
 def test_keys_that_escape_are_refused(store: ObjectStore) -> None:
     for bad in ["../x", "/abs", "a//b", "a/./b", ""]:
         with pytest.raises(InvalidInput):

@@ -122,7 +122,7 @@ class FileStore(ObjectStore):
     ) -> ListPage:
         # Walk only the directory the prefix names; keys sort like S3's (by UTF-8 bytes).
         start = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root
-        keys: list[tuple[str, int]] = []
+        keys: list[str] = []
         try:
             for dirpath, dirnames, filenames in os.walk(start, onerror=_raise):
                 rel_dir = os.path.relpath(dirpath, self.root)
@@ -132,17 +132,26 @@ class FileStore(ObjectStore):
                 for name in filenames:
                     key = f"{rel_dir}/{name}" if rel_dir else name
                     if key.startswith(prefix) and (token is None or key > token):
-                        keys.append((key, os.stat(os.path.join(dirpath, name)).st_size))
+                        keys.append(key)
         except FileNotFoundError:
             keys = []
         except OSError as exc:
             raise self._unavailable(exc, "list", prefix) from None
-        keys.sort(key=lambda item: item[0].encode())
-        page = keys[:page_size]
-        more = len(keys) > page_size
-        return ListPage(
-            tuple(ObjectInfo(k, size) for k, size in page), page[-1][0] if more else None
-        )
+        keys.sort(key=str.encode)
+        # Only the page's own objects are looked up: a page of a large folder costs its page.
+        page: list[ObjectInfo] = []
+        more = False
+        for key in keys:
+            if len(page) == page_size:
+                more = True
+                break
+            try:
+                page.append(ObjectInfo(key, os.stat(self.root / key).st_size))
+            except FileNotFoundError:
+                continue  # deleted since the walk
+            except OSError as exc:
+                raise self._unavailable(exc, "list", prefix) from None
+        return ListPage(tuple(page), page[-1].key if more else None)
 
     def children(self, prefix: str) -> builtins.list[str]:
         folder = self.root / prefix.rstrip("/") if prefix else self.root

@@ -192,15 +192,20 @@ class ObstoreS3Store(S3Base):
     ) -> ListPage:
         # obstore lists by whole path segments; a prefix that ends inside a name is listed
         # from its folder and filtered, so any prefix means what it means on S3.
-        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        folder, _, name = prefix.rpartition("/")
+        # Start the listing just before the prefix (S3's start-after), and stop at the first
+        # key past it: a prefix inside a large folder costs its own keys, not the folder's.
+        offset = token or (_just_before(prefix) if name else None)
 
         def page() -> tuple[list[ObjectInfo], bool]:
             out: list[ObjectInfo] = []
-            stream = self._ob.list(self.store, folder or None, offset=token, chunk_size=page_size)
+            stream = self._ob.list(self.store, folder or None, offset=offset, chunk_size=page_size)
             for batch in stream:
                 for meta in batch:
                     path = str(meta["path"])
                     if not path.startswith(prefix):
+                        if path.encode() > prefix.encode():
+                            return out, False
                         continue
                     if len(out) == page_size:
                         return out, True
@@ -279,6 +284,14 @@ def _credential_provider(creds: Any) -> Callable[[], dict[str, Any]] | None:
         }
 
     return provide
+
+
+def _just_before(prefix: str) -> str:
+    """A key that sorts before every key starting with ``prefix`` and after every key before
+    them that does not (its last character one lower: keys between it and ``prefix`` start
+    with it, and are filtered out)."""
+    last = prefix[-1]
+    return prefix[:-1] + chr(ord(last) - 1) if ord(last) > 1 else prefix[:-1]
 
 
 def _etag(value: object) -> str | None:

@@ -1,0 +1,277 @@
+"""Benchmark: ``list --limit 50`` of a project with --runs runs in a store that also holds
+--runs runs of another project, on a file store and on moto's S3 server, each beside an anchor
+measured in the same run.
+
+Per store it prints the whole-process time of the real CLI (median of --repeat), the store
+requests it made (S3: counted by the tests' proxy; file store: counted in process by wrapping
+the store), and the anchor: on S3, ``aws s3api list-objects-v2`` of the project's index prefix
+(one page of 52 keys) as a whole process, and the same CLI's GETs of the 50 manifests as
+a plain boto3 script would do them; on the file store, a plain ``os.scandir`` of the index
+folder and reads of the 50 manifests in Python. ``npa --help`` is printed too (the start-up any
+command pays). Targets (issue 34): < 0.3 s on a file store, < 1.5 s on moto, at most
+1 + 50 + (listing pages) requests. The first list of a store written without an index (the
+one-time repair) is timed once as well. It prints figures; it is not a test.
+
+    .venv/bin/python bench/list_scaling.py [--runs 10000] [--repeat 5] [--stores file s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from npa.core.layout import (  # noqa: E402
+    manifest_key,
+    run_index_complete_key,
+    run_index_key,
+    run_index_prefix,
+    run_prefix,
+)
+from tests.harness.procs import free_port  # noqa: E402
+from tests.harness.s3 import ACCESS_KEY, REGION, SECRET_KEY  # noqa: E402
+from tests.integration.store_proxy import store_proxy  # noqa: E402
+
+BUCKET = "bench"
+ROOT = "runs"
+LIMIT = 50
+PROJECTS = ("mine", "theirs")
+
+
+def run_id(n: int) -> str:
+    day = f"2026{1 + n // 40000:02d}{1 + n // 1440 % 28:02d}"
+    return f"{day}-{n // 60 % 24:02d}{n % 60:02d}00-{n:06x}"
+
+
+def manifest(project: str, workflow: str, rid: str, store: str) -> bytes:
+    from npa.runs.manifest import RunManifest
+
+    now = "2026-01-01T00:00:00+00:00"
+    m = RunManifest(
+        project=project, workflow=workflow, run_id=rid, backend="local", infra="local",
+        state="SUCCEEDED", submitted_at=now, updated_at=now, store=store,
+        prefix=run_prefix(workflow, rid), spec_sha256="x", source_digest=None, plan_digest="x",
+        tasks={}, images={}, job_name=f"npa-{workflow}-{rid}", job_id=1,
+    )  # fmt: skip
+    return json.dumps(m.model_dump(mode="json")).encode()
+
+
+def runs(count: int) -> list[tuple[str, str, str]]:
+    """(project, workflow, run id): ``count`` runs of each project, interleaved in time."""
+    made = []
+    for n in range(2 * count):
+        project = PROJECTS[n % 2]
+        made.append((project, f"{project}-wf{n % 3}", run_id(n)))
+    return made
+
+
+def median_time(fn: Callable[[], Any], repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def cli(env: dict[str, str], *argv: str) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run([sys.executable, "-m", "npa", *argv], env=env, capture_output=True,
+                          text=True, check=False)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"{argv} failed ({proc.returncode}): {proc.stdout}{proc.stderr}")
+    return proc
+
+
+LIST = ("workbench", "workflow", "list", "--project", "mine", "--limit", str(LIMIT), "--json")
+
+
+def row(label: str, seconds: float, anchor: str, anchor_s: float, requests: str) -> None:
+    ratio = seconds / anchor_s if anchor_s else float("nan")
+    print(f"  {label:34} {seconds:7.3f} s   {anchor:38} {anchor_s:7.3f} s  "
+          f"x{ratio:6.1f}   {requests}")  # fmt: skip
+
+
+# --- file store -------------------------------------------------------------------------------
+
+
+def bench_file(count: int, repeat: int, tmp: Path, env: dict[str, str]) -> None:
+    store = tmp / "store"
+    uri = store.as_uri()
+    made = runs(count)
+    t0 = time.perf_counter()
+    for project, workflow, rid in made:
+        path = store / manifest_key(run_prefix(workflow, rid))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(manifest(project, workflow, rid, uri))
+    print(f"file store: {len(made)} runs written in {time.perf_counter() - t0:.1f} s")
+    for project in PROJECTS:
+        cli(env, "configure", "--project", project, "--store", uri)
+
+    # The one-time repair: a store written before the index (no markers at all).
+    t0 = time.perf_counter()
+    first = json.loads(cli(env, *LIST).stdout)
+    repair = time.perf_counter() - t0
+    print(f"  first list (repairs the index once): {repair:.2f} s; {first['index_note']}")
+
+    seconds = median_time(lambda: cli(env, *LIST), repeat)
+    help_s = median_time(lambda: cli(env, "--help"), repeat)
+    requests = count_file_requests(uri)
+
+    def anchor() -> None:
+        folder = store / run_index_prefix("mine")
+        names = sorted(e.name for e in os.scandir(folder))[: LIMIT + 1]
+        for name in names[1:]:
+            rid, workflow = name.split(".", 1)[1].split("@", 1)
+            (store / manifest_key(run_prefix(workflow, rid))).read_bytes()
+
+    anchor_s = median_time(anchor, repeat)
+    print(f"  {'':34} {'npa':>9}   {'anchor':38} {'':9}  {'ratio':>7}   requests")
+    row("list --limit 50 (whole process)", seconds, "npa --help (whole process)", help_s,
+        requests)  # fmt: skip
+    in_process = median_time(lambda: list_in_process(uri), repeat)
+    row("list --limit 50 (in process)", in_process, "os.scandir + 50 manifest reads", anchor_s,
+        "")  # fmt: skip
+
+
+def list_in_process(uri: str) -> None:
+    from npa.services.status import list_runs
+
+    list_runs("mine", limit=LIMIT)
+
+
+def count_file_requests(uri: str) -> str:
+    """The store calls one in-process list makes, counted by wrapping the real store."""
+    import npa.services.status as status
+    from npa.adapters.storage.base import WrappingStore
+
+    calls: list[str] = []
+
+    class Counting(WrappingStore):
+        def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+            calls.append(what.split(" ", 2)[1])
+            return fn()
+
+    opened = status.open_run_store
+    status.open_run_store = lambda *a, **k: Counting(opened(*a, **k))  # type: ignore[assignment]
+    try:
+        list_in_process(uri)
+    finally:
+        status.open_run_store = opened  # type: ignore[assignment]
+    return f"{len(calls)} ({', '.join(f'{calls.count(c)} {c}' for c in sorted(set(calls)))})"
+
+
+# --- S3 (moto) ---------------------------------------------------------------------------------
+
+
+def bench_s3(count: int, repeat: int, env: dict[str, str]) -> None:
+    import logging
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    upstream = f"http://127.0.0.1:{port}"
+    try:
+        client = boto3.client("s3", endpoint_url=upstream, region_name=REGION,
+                              aws_access_key_id=ACCESS_KEY,
+                              aws_secret_access_key=SECRET_KEY)  # fmt: skip
+        client.create_bucket(Bucket=BUCKET)
+        made = runs(count)
+        uri = f"s3://{BUCKET}/{ROOT}"
+
+        def put(item: tuple[str, str, str]) -> None:
+            project, workflow, rid = item
+            key = f"{ROOT}/{manifest_key(run_prefix(workflow, rid))}"
+            client.put_object(Bucket=BUCKET, Key=key, Body=manifest(project, workflow, rid, uri))
+            marker = f"{ROOT}/{run_index_key(project, workflow, rid)}"
+            client.put_object(Bucket=BUCKET, Key=marker, Body=b"{}")
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(16) as pool:
+            list(pool.map(put, made))
+        for project in PROJECTS:
+            key = f"{ROOT}/{run_index_complete_key(project)}"
+            client.put_object(Bucket=BUCKET, Key=key, Body=b"{}")
+        print(f"moto: {len(made)} runs (manifest and marker each) written in "
+              f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+        s3_env = {**env, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+                  "AWS_DEFAULT_REGION": REGION}  # fmt: skip
+        with store_proxy(upstream) as (endpoint, proxy):
+            s3_env["AWS_ENDPOINT_URL_S3"] = endpoint
+            for project in PROJECTS:
+                cli(s3_env, "configure", "--project", project, "--store", uri)
+            cli(s3_env, *LIST)  # warm moto's caches as the anchor's run will find them
+            proxy.counts.clear()
+            cli(s3_env, *LIST)
+            counts = dict(proxy.counts)
+            seconds = median_time(lambda: cli(s3_env, *LIST), repeat)
+            aws = ["aws", "s3api", "list-objects-v2", "--bucket", BUCKET, "--prefix",
+                   f"{ROOT}/{run_index_prefix('mine')}", "--max-items", str(LIMIT + 2),
+                   "--page-size", str(LIMIT + 2), "--endpoint-url", upstream]  # fmt: skip
+            if shutil.which("aws") is None:
+                raise SystemExit("the aws CLI is needed for the anchor (pip install awscli)")
+            listing = median_time(
+                lambda: subprocess.run(aws, env=s3_env, capture_output=True, check=True), repeat
+            )
+            keys = [
+                o["Key"] for o in client.list_objects_v2(
+                    Bucket=BUCKET, Prefix=f"{ROOT}/{run_index_prefix('mine')}", MaxKeys=LIMIT + 1
+                )["Contents"]
+            ][1:]  # fmt: skip
+
+            def gets() -> None:
+                def one(key: str) -> None:
+                    rid, workflow = key.rsplit("/", 1)[1].split(".", 1)[1].split("@", 1)
+                    manifest_at = f"{ROOT}/{manifest_key(run_prefix(workflow, rid))}"
+                    client.get_object(Bucket=BUCKET, Key=manifest_at)["Body"].read()
+
+                with ThreadPoolExecutor(16) as pool:
+                    list(pool.map(one, keys))
+
+            gets_s = median_time(gets, repeat)
+        total = sum(counts.values())
+        print(f"  {'':34} {'npa':>9}   {'anchor':38} {'':9}  {'ratio':>7}   requests")
+        row("list --limit 50 (whole process)", seconds, "aws s3api list-objects-v2 (process)",
+            listing, f"{total} {counts}")  # fmt: skip
+        row("", seconds, "that + 50 GETs from boto3 (in process)", listing + gets_s, "")
+        print(f"  target: at most 1 + {LIMIT} + pages requests; {total} made")
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--runs", type=int, default=10_000, help="runs of each project")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--stores", nargs="+", default=["file", "s3"], choices=["file", "s3"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "NPA_HOME": f"{tmp}/.npa", "HOME": tmp,
+               "PYTHONPATH": str(REPO)}  # fmt: skip
+        os.environ["NPA_HOME"] = env["NPA_HOME"]
+        print(f"{args.runs} runs of project 'mine' and {args.runs} of 'theirs' in one store; "
+              f"median of {args.repeat}")  # fmt: skip
+        if "file" in args.stores:
+            bench_file(args.runs, args.repeat, Path(tmp), env)
+        if "s3" in args.stores:
+            bench_s3(args.runs, args.repeat, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,200 @@
+"""The per-project run index on S3 (moto over HTTP, the real CLI in a subprocess, a counting
+proxy in front): ``list`` and ``status`` of one project send requests in proportion to what they
+print, never one for another project's runs; a missing index is repaired from the manifests; a
+manifest copied under another run's key is flagged, never shown as a second run. Both S3
+clients. (The file store's twins: tests/unit/test_run_index.py.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlparse
+
+import pytest
+
+from npa.adapters.storage import S3_CLIENT_ENV, S3_CLIENTS
+from npa.core.layout import (
+    manifest_key,
+    run_index_complete_key,
+    run_index_key,
+    run_index_prefix,
+    run_prefix,
+)
+from npa.runs.manifest import RunManifest
+from tests.harness.cli import CliResult, run_npa
+from tests.harness.s3 import S3Server
+from tests.integration.store_proxy import ProxyState, store_proxy
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "npa-index"
+ROOT = "runs"  # the stores' prefix in the bucket
+WF = ("workbench", "workflow")
+NOW = "2026-01-01T00:00:00+00:00"
+
+
+def run_id(n: int) -> str:
+    return f"202601{1 + n // 1440:02d}-{n // 60 % 24:02d}{n % 60:02d}00-{n * 7919 % 0xFFFFFF:06x}"
+
+
+@dataclass
+class Store:
+    s3: S3Server
+    env: dict[str, str]
+    proxy: ProxyState
+
+    def key(self, key: str) -> str:
+        return f"{ROOT}/{key}"
+
+    def run(self, n: int, project: str, *, workflow: str = "wf", indexed: bool = True) -> str:
+        """A run as submit leaves it (its marker unless ``indexed`` is False, its manifest)."""
+        rid = run_id(n)
+        prefix = run_prefix(workflow, rid)
+        client = self.s3.client()
+        if indexed:
+            client.put_object(Bucket=BUCKET, Key=self.key(run_index_key(project, workflow, rid)),
+                              Body=b"{}")  # fmt: skip
+        m = RunManifest(
+            project=project, workflow=workflow, run_id=rid, backend="local", infra="local",
+            state="SUCCEEDED", submitted_at=NOW, updated_at=NOW, store=f"s3://{BUCKET}/{ROOT}",
+            prefix=prefix, spec_sha256="x", source_digest=None, plan_digest="x", tasks={},
+            images={}, job_name=f"npa-{workflow}-{rid}", job_id=n,
+        )  # fmt: skip
+        body = json.dumps(m.model_dump(mode="json")).encode()
+        client.put_object(Bucket=BUCKET, Key=self.key(manifest_key(prefix)), Body=body)
+        return rid
+
+    def keys(self, prefix: str) -> set[str]:
+        pages = self.s3.client().get_paginator("list_objects_v2")
+        found = set()
+        for page in pages.paginate(Bucket=BUCKET, Prefix=self.key(prefix)):
+            found |= {o["Key"].removeprefix(f"{ROOT}/") for o in page.get("Contents", [])}
+        return found
+
+    def npa(self, *argv: str) -> tuple[CliResult, list[str]]:
+        """Run the CLI through the proxy; returns its result and the requests it sent."""
+        self.proxy.requests.clear()
+        res = run_npa(*argv, env=self.env)
+        return res, list(self.proxy.requests)
+
+    def list(self, project: str, limit: int = 50) -> tuple[dict[str, Any], list[str]]:
+        res, sent = self.npa(*WF, "list", "--project", project, "--limit", str(limit), "--json")
+        assert res.code in (0, 4), res.stdout + res.stderr
+        return res.json(), sent
+
+
+def listings(sent: list[str]) -> list[str]:
+    """The prefixes of the listing requests among ``sent``."""
+    out = []
+    for line in sent:
+        url = urlparse(line.split(" ", 1)[1])
+        query = parse_qs(url.query)
+        if "list-type" in query:
+            out.append(query.get("prefix", [""])[0].removeprefix(f"{ROOT}/"))
+    return out
+
+
+def reads(sent: list[str]) -> list[str]:
+    """The keys of the object GETs among ``sent``."""
+    return [
+        unquote(urlparse(line.split(" ", 1)[1]).path).removeprefix(f"/{BUCKET}/{ROOT}/")
+        for line in sent
+        if line.startswith("GET ") and "list-type" not in line
+    ]
+
+
+@pytest.fixture(params=S3_CLIENTS)
+def store(request: pytest.FixtureRequest, s3: S3Server, npa_home: Path) -> Iterator[Store]:
+    s3.client().create_bucket(Bucket=BUCKET)
+    with store_proxy(s3.endpoint_url) as (endpoint, proxy):
+        env = {**s3.env, "AWS_ENDPOINT_URL_S3": endpoint, S3_CLIENT_ENV: request.param,
+               "NPA_HOME": str(npa_home), "HOME": str(npa_home.parent)}  # fmt: skip
+        for project in ("demo", "other"):
+            r = run_npa("configure", "--project", project, "--store", f"s3://{BUCKET}/{ROOT}",
+                        env=env)  # fmt: skip
+            assert r.code == 0, r.stderr
+        yield Store(s3, env, proxy)
+
+
+def test_list_sends_one_listing_and_one_read_per_run_printed(store: Store) -> None:
+    mine = [store.run(n, "demo") for n in range(0, 80, 2)]
+    theirs = [store.run(n, "other") for n in range(1001, 1121, 3)]
+    store.list("demo")  # completes the index: nothing from before it to read
+    assert run_index_complete_key("demo") in store.keys(run_index_prefix("demo"))
+
+    listed, sent = store.list("demo", limit=10)
+    newest = sorted(mine, reverse=True)[:10]
+    assert [r["run_id"] for r in listed["runs"]] == newest and listed["truncated"]
+    assert listings(sent) == [run_index_prefix("demo")]
+    assert sorted(reads(sent)) == sorted(manifest_key(run_prefix("wf", r)) for r in newest)
+    assert len(sent) == 1 + 10  # <= 1 + limit + listing pages, whatever the other project holds
+    assert not any(rid in line for line in sent for rid in theirs)
+
+
+def test_a_missing_index_is_repaired_from_the_manifests(store: Store) -> None:
+    mine = {store.run(n, "demo", indexed=False) for n in range(0, 30, 2)}
+    theirs = {store.run(n, "other", indexed=False) for n in range(1001, 1031, 2)}
+
+    listed, sent = store.list("demo")
+    assert {r["run_id"] for r in listed["runs"]} == mine
+    assert "indexed 30 runs" in listed["index_note"]
+    assert store.keys(run_index_prefix("demo")) == {
+        run_index_key("demo", "wf", r) for r in mine
+    } | {run_index_complete_key("demo")}
+    other = {run_index_key("other", "wf", r) for r in theirs}
+    assert store.keys(run_index_prefix("other")) == other
+
+    # From now on the index alone: one listing, one read per run printed.
+    again, sent = store.list("demo", limit=5)
+    assert again["index_note"] is None and len(sent) == 1 + 5
+
+    # Markers deleted: the next list still shows every run, and writes them again.
+    client = store.s3.client()
+    for key in store.keys(run_index_prefix("demo")):
+        client.delete_object(Bucket=BUCKET, Key=store.key(key))
+    repaired, sent = store.list("demo")
+    assert {r["run_id"] for r in repaired["runs"]} == mine
+    assert len(store.keys(run_index_prefix("demo"))) == len(mine) + 1
+    # The repair read only runs no index named: the other project's are still indexed.
+    assert not any(rid in key for key in reads(sent) for rid in theirs)
+
+
+def test_a_copied_manifest_is_flagged_and_never_a_second_run(store: Store) -> None:
+    genuine = store.run(1, "demo")
+    victim = store.run(2, "demo")
+    store.list("demo")
+    client = store.s3.client()
+    source = {"Bucket": BUCKET, "Key": store.key(manifest_key(run_prefix("wf", genuine)))}
+    for workflow, rid in (("wf", victim), ("copied", run_id(3))):
+        client.copy_object(CopySource=source, Bucket=BUCKET,
+                           Key=store.key(manifest_key(run_prefix(workflow, rid))))  # fmt: skip
+    listed, _ = store.list("demo")
+    rows = {r["run_id"]: r for r in listed["runs"]}
+    assert set(rows) == {genuine, victim}
+    assert rows[genuine]["recorded_state"] == "SUCCEEDED"
+    assert rows[victim]["recorded_state"] == "VERIFICATION_UNAVAILABLE"
+    assert rows[victim]["error"].startswith("run_mismatch: ")
+    status, _ = store.npa(*WF, "status", f"s3://{BUCKET}/{ROOT}/wf/{victim}", "--project",
+                          "demo", "--cached", "--json")  # fmt: skip
+    assert status.json()["reason"] == rows[victim]["error"].removeprefix("run_mismatch: ")
+
+
+def test_status_without_a_receipt_asks_the_index(store: Store) -> None:
+    for n in range(8):
+        store.run(1000 + n, "other", workflow=f"wf{n}")
+    rid = store.run(5, "demo", workflow="mine")
+    store.list("demo")
+    res, sent = store.npa(*WF, "status", rid, "--project", "demo", "--cached", "--json")
+    assert res.code == 0 and res.json()["workflow"] == "mine", res.stdout
+    # The run's markers, its manifest, its plan (for the stage order): nothing of the others.
+    # (obstore lists the index's folder from just before the run's markers; botocore lists
+    # the run's markers by their prefix: one request either way.)
+    [listing] = listings(sent)
+    assert listing.startswith(run_index_prefix("demo")), sent
+    assert len(sent) <= 3, sent
+    res, sent = store.npa(*WF, "status", run_id(77), "--project", "demo", "--json")
+    assert res.code == 3 and res.json()["state"] == "NOT_FOUND"
+    assert len(sent) == 2, sent  # the run's markers, then the index's completeness mark
