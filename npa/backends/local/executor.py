@@ -78,7 +78,14 @@ from npa.core.fsio import (
 )
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
-from npa.core.procs import GroupMember, ProcessIdentity, end_group, group_members, signal_group
+from npa.core.procs import (
+    GroupMember,
+    ProcessIdentity,
+    end_group,
+    group_members,
+    run_child,
+    signal_group,
+)
 from npa.core.redaction import KnownSecrets, known_secrets
 from npa.core.text import plural
 
@@ -322,8 +329,7 @@ class Executor:
         leaves the container running."""
         assert child.remove is not None
         try:
-            subprocess.run(child.remove, stdin=subprocess.DEVNULL, capture_output=True,
-                           timeout=60, check=False)  # fmt: skip
+            run_child(child.remove, timeout=60)  # its own group, ended on a timeout
         except (OSError, subprocess.SubprocessError) as exc:
             self.log(f"{child.name}: could not remove its container: {exc}")
 
