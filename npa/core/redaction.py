@@ -201,9 +201,12 @@ _NAME_VALUE = re.compile(
 # NAME VALUE with white space only, or a few words between (``PASSWORD<TAB>v``, ``token v``,
 # ``password is v``): prose follows such names too, so the value must look like a credential
 # (see _credential_like).
+# The name must hold a fragment of a secret name (_NAME_HINTS): most words of a log are passed
+# over by the regex itself, not one by one.
 _SPACED = re.compile(
-    r"(?P<pre>(?<![\w.\-])(?P<name>[A-Za-z_][\w.\-]*)(?:[ \t]+(?:is|was|of|for|set to|now))?"
-    r"[ \t]+)(?P<uq>[^\s'\"`<>]{8,})"
+    r"(?P<pre>(?<![\w.\-])(?P<name>(?=[A-Za-z_])(?i:[\w.\-]*?"
+    r"(?:pass|secret|token|key|auth|cred|pw|cookie|signature)[\w.\-]*))"
+    r"(?:[ \t]+(?:is|was|of|for|set to|now))?[ \t]+)(?P<uq>[^\s'\"`<>]{8,})"
 )
 # <NAME>VALUE</NAME> (XML, a Maven settings file), and an HTML-ish <NAME>VALUE.
 _XML = re.compile(r"(?P<pre><(?P<name>[A-Za-z_][\w.\-]*)(?:\s[^<>]*)?>)(?P<uq>[^<\s]+)")
