@@ -6,8 +6,10 @@ disagree about the facts.
 
 from __future__ import annotations
 
+import copy
 import json
 import sys
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from pydantic import BaseModel, ConfigDict
@@ -53,10 +55,27 @@ def emit(
     return result.exit_code()
 
 
+def _redacted(error: NpaError, redact: Callable[[str], str]) -> NpaError:
+    """``error`` with ``redact`` applied to its message, its fix and its text details."""
+    message = redact(error.message)
+    fix = redact(error.fix) if error.fix else error.fix
+    details = {k: redact(v) if isinstance(v, str) else v for k, v in error.details.items()}
+    if (message, fix, details) == (error.message, error.fix, error.details):
+        return error
+    shown = copy.copy(error)
+    shown.message, shown.fix, shown.details = message, fix, details
+    return shown
+
+
 def emit_error(
     error: NpaError, *, as_json: bool, stream: TextIO | None = None, compact: bool = False
 ) -> int:
-    """Print an error cleanly: an object under ``--json``, two short lines otherwise."""
+    """Print an error cleanly: an object under ``--json``, two short lines otherwise. An error
+    may quote a command line (this one, to run again) or what a tool answered: a credential in
+    it is redacted (:func:`npa.core.redaction.scrub`) before it is shown or captured."""
+    from npa.core.redaction import scrub
+
+    error = _redacted(error, scrub)
     if as_json:
         out = stream or sys.stdout
         out.write(json.dumps(error.to_dict(), indent=None if compact else 2, sort_keys=True) + "\n")

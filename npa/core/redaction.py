@@ -66,6 +66,7 @@ _SECRET_WORDS = frozenset(
         "password",
         "passwd",
         "passphrase",
+        "pass",
         "pwd",
         "pw",
         "secret",
@@ -152,10 +153,16 @@ def _secret_value(value: str) -> bool:
     """Whether a value assigned to a secret name is worth hiding (not empty, not a reference to
     a variable or source, not a placeholder or a mark this module left)."""
     bare = value.strip()
-    if not bare or bare.lower() in _NOT_SECRET_VALUES or bare.startswith(("[REDACTED", "$")):
+    if not bare or bare.lower() in _NOT_SECRET_VALUES or bare.startswith("[REDACTED"):
+        return False
+    if re.fullmatch(r"\$(?:\w+|\{\w+\})", bare):  # a reference ($X, ${X}); ${X:-v} holds v
         return False
     if set(bare) <= set("*xX.<>-_"):  # a mask or a placeholder: ****, <none>, xxx
         return False
+    if re.fullmatch(r"[|>][-+0-9]*", bare):  # a YAML block scalar's header: the value follows
+        return False
+    if re.fullmatch(r"[A-Z][A-Z_]*(?::[A-Z][A-Z_]*)?", bare) and len(bare) < 40:
+        return False  # a placeholder in a hint: PASSWORD, USER:PASSWORD, YOUR_TOKEN
     if bare.isdigit() and len(bare) < 6:  # a count, a port, a flag value
         return False
     # A credential's source by name (env:VAR, file:/path, HOST=env:VAR), as npa itself prints.
@@ -172,7 +179,7 @@ _VALUE = r"""(?:"(?P<dq>(?:\\.|[^"\\\n])*)"|'(?P<sq>[^'\n]*)'|(?P<uq>[^\s'"&`]+)
 # NAME = VALUE, NAME: VALUE, "NAME": "VALUE", 'NAME': 'VALUE', --NAME=VALUE, NAME := VALUE.
 _ASSIGNMENT = re.compile(
     r"""(?P<pre>(?<![\w.\-])(?P<kq>["']?)-{0,2}(?P<name>[A-Za-z_][\w.\-]*)(?P=kq)"""
-    rf"""[ \t]*(?::=|=>|[:=])[ \t]*){_VALUE}"""
+    rf"""[ \t]*(?::=|=>|[:=]|%3[DdAa])[ \t]*){_VALUE}"""
 )
 # --NAME VALUE (a flag and its value as separate words).
 _FLAG = re.compile(rf"(?P<pre>(?<![\w\-])--(?P<name>[A-Za-z][\w.\-]*)[ \t]+)(?!-){_VALUE}")
@@ -191,9 +198,107 @@ _NAME_VALUE = re.compile(
 )
 
 
+# NAME VALUE with white space only, or a few words between (``PASSWORD<TAB>v``, ``token v``,
+# ``password is v``): prose follows such names too, so the value must look like a credential
+# (see _credential_like).
+# The name must hold a fragment of a secret name (_NAME_HINTS): most words of a log are passed
+# over by the regex itself, not one by one.
+_SPACED = re.compile(
+    r"(?P<pre>(?<![\w.\-])(?P<name>(?=[A-Za-z_])(?i:[\w.\-]*?"
+    r"(?:pass|secret|token|key|auth|cred|pw|cookie|signature)[\w.\-]*))"
+    r"(?:[ \t]+(?:is|was|of|for|set to|now))?[ \t]+)(?P<uq>[^\s'\"`<>]{8,})"
+)
+# <NAME>VALUE</NAME> (XML, a Maven settings file), and an HTML-ish <NAME>VALUE.
+_XML = re.compile(r"(?P<pre><(?P<name>[A-Za-z_][\w.\-]*)(?:\s[^<>]*)?>)(?P<uq>[^<\s]+)")
+# A YAML key whose scalar is on the next, indented line (``password:\n  v``, ``token: |\n  v``).
+_YAML_NEXT = re.compile(
+    r"(?P<pre>(?<![\w.\-])[\"']?(?P<name>[A-Za-z_][\w.\-]*)[\"']?:[ \t]*[|>]?[-+]?[ \t]*\n"
+    r"[ \t]+)(?![-#])(?P<uq>[^\s:'\"]+(?=[ \t]*(?:\n|$)))"
+)
+# A password given with a short flag by the tools that take one so: ``mysql -pV``, ``sshpass -p
+# V``; and ``curl -u USER:PASSWORD`` / ``--user USER:PASSWORD`` (the password after the colon).
+_SHORT_P = re.compile(
+    r"(?P<pre>\b(?:(?:mysql\w*|mariadb\w*|sshpass|mongo\w*)\b[^\n]*?[ \t]-p"
+    r"|redis-cli\b[^\n]*?[ \t]-a)[ \t]*)(?!-)" + _VALUE
+)
+_USER_PASS = re.compile(
+    r"(?P<pre>(?<![\w\-])(?:-u|--user|--proxy-user)(?:[ \t]+|=)[\"']?[^\s:\"'@/]+:)"
+    r"(?P<uq>[^\s\"']+)"
+)
+# base64 long enough to hide a credential: decoded and redacted when it holds one (a docker auth
+# string "user:password", a .dockerconfigjson, an encoded env file or header).
+_BASE64 = re.compile(r"(?<![A-Za-z0-9+/=_\-])[A-Za-z0-9+/]{12,}={0,2}(?![A-Za-z0-9+/=_\-])")
+
+
+def _credential_like(value: str) -> bool:
+    """A word that reads as a credential, not prose or a path: 8 characters or more, with a
+    letter and a digit, and not a path, a URL or a number with a unit."""
+    return (
+        len(value) >= 8
+        and any(c.isalpha() for c in value)
+        and any(c.isdigit() for c in value)
+        and "/" not in value
+        and not value.endswith((":", ",", "."))
+        and not re.fullmatch(r"[\d.]+[A-Za-z]{0,3}", value)
+    )
+
+
+def _spaced(text: str) -> str:
+    """NAME VALUE with only white space (or a linking word) between: the value goes when the
+    name holds a secret and the value reads as a credential; any other name is passed over up to
+    its value, which may itself be a name (``export token v``)."""
+    out: list[str] = []
+    pos = 0
+    while (m := _SPACED.search(text, pos)) is not None:
+        value = m.group("uq")
+        if (
+            secret_name(m.group("name"))
+            and _credential_like(value)
+            and _secret_value(value)
+            and not _in_mark(text, m.start())
+        ):
+            out += [text[pos : m.start("uq")], _mark("secret-value")]
+            pos = m.end("uq")
+        else:
+            out.append(text[pos : m.end("pre")])
+            pos = m.end("pre")
+    out.append(text[pos:])
+    return "".join(out)
+
+
+def _decoded(blob: str) -> str | None:
+    """``blob`` decoded from base64 when it is printable UTF-8 text; None otherwise."""
+    try:
+        raw = base64.b64decode(blob + "=" * (-len(blob) % 4), validate=True)
+        text = raw.decode("utf-8")
+    except (binascii.Error, ValueError):
+        return None
+    return text if text.isprintable() or text.replace("\n", "").isprintable() else None
+
+
+def _base64(m: re.Match[str]) -> str:
+    blob = m.group(0)
+    if not any(c.isdigit() or c.isupper() for c in blob) or not any(c.islower() for c in blob):
+        return blob  # a word, a hex digest: not base64 worth decoding
+    text = _decoded(blob)
+    if text is None or len(text) < MIN_LENGTH:
+        return blob
+    user, colon, secret = text.partition(":")
+    if colon and re.fullmatch(r"[\w.@+\-]+", user) and " " not in text and _secret_value(secret):
+        return _mark("basic-auth")  # user:password, as a docker auth field or Basic header holds
+    return _mark("encoded-secret") if redact_shapes(text) != text else blob
+
+
+def _in_mark(text: str, at: int) -> bool:
+    """Whether ``at`` is inside a mark this module left (``[REDACTED:secret:NAME]``)."""
+    opened = text.rfind("[REDACTED", 0, at + 1)
+    return opened >= 0 and text.find("]", opened) >= at
+
+
 def _value_of(m: re.Match[str]) -> tuple[str, int, int]:
+    found = m.groupdict()
     for group in ("dq", "sq", "uq"):
-        if m.group(group) is not None:
+        if found.get(group) is not None:
             return m.group(group), m.start(group), m.end(group)
     raise AssertionError("a value group always matches")  # pragma: no cover
 
@@ -210,7 +315,11 @@ def _named(pattern: re.Pattern[str], kind: str, check_name: bool = True) -> Call
             value, start, end = _value_of(m)
             found = m.groupdict()
             name = found.get("name") or found.get("name2") or ""
-            if (check_name and not secret_name(name)) or not _secret_value(value):
+            if (
+                (check_name and not secret_name(name))
+                or not _secret_value(value)
+                or _in_mark(text, m.start())
+            ):
                 out.append(text[pos : m.end("pre")])
                 pos = m.end("pre")
                 continue
@@ -229,7 +338,7 @@ _PEM = re.compile(
 # base64 of a PEM block (a kubeconfig's client-key-data): "-----BEGIN" encodes to LS0tLS1CRUdJTi.
 _PEM_B64 = re.compile(r"LS0tLS1CRUdJTi[A-Za-z0-9+/]{16,}={0,2}")
 _URL_PASSWORD = re.compile(r"(?i)\b(?P<pre>[a-z][a-z0-9+.\-]*://[^\s/@:'\"\[]*:)[^\s/'\"]+(?=@)")
-_URL_TOKEN = re.compile(r"(?i)\b(?P<pre>[a-z][a-z0-9+.\-]*://)[^\s/@:'\"\[]{16,}(?=@)")
+_URL_TOKEN = re.compile(r"(?i)\b(?P<pre>[a-z][a-z0-9+.\-]*://)(?P<v>[^\s/@:'\"\[]{8,})(?=@)")
 _JWT = re.compile(r"\beyJ[A-Za-z0-9_\-]{4,}\.[A-Za-z0-9_\-]{2,}\.[A-Za-z0-9_\-]*")
 _TOKEN_FORMATS = re.compile(
     r"(?<![\w\-])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{30,}|glpat-[\w\-]{20,}"
@@ -249,6 +358,15 @@ _AUTHORIZATION = re.compile(
     r"(?:(?:bearer|basic|token|digest|negotiate|aws4-hmac-sha256)[ \t]+)?)[^\s\"',]+"
 )
 _SCHEME_TOKEN = re.compile(r"(?i)(?P<pre>\b(?:bearer|basic)[ \t]+)(?P<v>[\w\-.~+/]{8,}=*)")
+
+
+def _url_token(m: re.Match[str]) -> str:
+    """A URL's user part alone is a token when long or credential-like (``https://TOKEN@host``);
+    a plain user name (``https://robot@host``) stays."""
+    value = m.group("v")
+    if len(value) >= 16 or _credential_like(value):
+        return m.group("pre") + _mark("url-token")
+    return m.group(0)
 
 
 def _aws_secret(m: re.Match[str]) -> str:
@@ -305,6 +423,7 @@ def _when(hints: tuple[str, ...], shape: Callable[[str], str]) -> Callable[[str]
     return apply
 
 
+_PASSWORD_TOOLS = ("mysql", "mariadb", "sshpass", "mongo", "redis-cli")
 # Fragments of every name secret_name accepts.
 _NAME_HINTS = ("pass", "secret", "token", "key", "auth", "cred", "pw", "cookie", "signature")
 
@@ -314,9 +433,10 @@ _SHAPES: tuple[Callable[[str], str], ...] = (
     _when(("private key",), _sub(_PEM, lambda m: _mark("private-key"))),
     _when(("ls0tls1crudjti",), _sub(_PEM_B64, _pem_b64)),
     _when(("://",), _sub(_URL_PASSWORD, lambda m: m.group("pre") + _mark("url-password"))),
-    _when(("://",), _sub(_URL_TOKEN, lambda m: m.group("pre") + _mark("url-token"))),
+    _when(("://",), _sub(_URL_TOKEN, _url_token)),
     _when(("eyj",), _sub(_JWT, lambda m: _mark("jwt"))),
     _when(("_", "-"), _sub(_TOKEN_FORMATS, lambda m: _mark("token"))),
+    lambda text: _BASE64.sub(_base64, text),
     _sub(_AWS_KEY_ID, lambda m: _mark("aws-access-key-id")),
     _when(("authorization",), _sub(_AUTHORIZATION, _authorization)),
     _when(("bearer", "basic"), _sub(_SCHEME_TOKEN, _scheme_token)),
@@ -325,12 +445,21 @@ _SHAPES: tuple[Callable[[str], str], ...] = (
     _when(_NAME_HINTS, _named(_FLAG, "secret-flag")),
     _when(_NAME_HINTS, _named(_SET_WORDS, "secret-assignment")),
     _when(_NAME_HINTS, _named(_ASSIGNMENT, "secret-assignment")),
+    _when(_NAME_HINTS, _named(_XML, "secret-element")),
+    _when(_NAME_HINTS, _named(_YAML_NEXT, "secret-assignment")),
+    _when(_NAME_HINTS, _spaced),
+    _when(_PASSWORD_TOOLS, _named(_SHORT_P, "password", check_name=False)),
+    _when(
+        ("-u", "--user", "--proxy-user"),
+        _sub(_USER_PASS, lambda m: m.group("pre") + _mark("password")),
+    ),
     _sub(_AWS_SECRET, _aws_secret),
 )
 
 
 def redact_shapes(text: str) -> str:
-    """``text`` with every credential-shaped value replaced by ``[REDACTED:<shape>]``."""
+    """``text`` with every credential-shaped value replaced by ``[REDACTED:<shape>]``; base64
+    that decodes to a credential (a docker auth string, an encoded config) goes whole."""
     for shape in _SHAPES:
         text = shape(text)
     return text
@@ -401,9 +530,11 @@ def _docker_config(found: KnownSecrets, path: Path) -> None:
         data = json.loads(path.read_text("utf-8"))
     except (OSError, ValueError):
         return
-    auths = data.get("auths") if isinstance(data, dict) else None
-    if not isinstance(auths, dict):
+    if not isinstance(data, dict):
         return
+    auths = data.get("auths")
+    if not isinstance(auths, dict):
+        auths = {}
     source = f"docker-config:{path}"
     for entry in auths.values():
         if not isinstance(entry, dict):
@@ -420,6 +551,81 @@ def _docker_config(found: KnownSecrets, path: Path) -> None:
             found.add_login(user, secret, source)
         if isinstance(entry.get("username"), str) and isinstance(entry.get("password"), str):
             found.add_login(entry["username"], entry["password"], source)
+    _docker_helpers(found, data, path)
+
+
+# A credential helper asked while redacting answers within this many seconds or adds nothing.
+HELPER_TIMEOUT = 10.0
+_helper_answers: dict[tuple[str, str], tuple[str, str] | None] = {}
+
+
+def _ask_helper(helper: str, server: str) -> tuple[str, str] | None:
+    """(username, secret) ``docker-credential-<helper>`` holds for ``server``, asked the way
+    docker asks it (once per process); None when it is not installed or holds nothing."""
+    key = (helper, server)
+    if key in _helper_answers:
+        return _helper_answers[key]
+    import shutil
+    import subprocess
+
+    from npa.core.procs import run_child
+
+    answer = None
+    program = shutil.which(f"docker-credential-{helper}")
+    if program is not None:
+        try:
+            proc = run_child([program, "get"], input=server, timeout=HELPER_TIMEOUT)
+            data = json.loads(proc.stdout) if proc.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired, ValueError):
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("Secret"), str):
+            answer = (str(data.get("Username") or ""), data["Secret"])
+    _helper_answers[key] = answer
+    return answer
+
+
+def _docker_helpers(found: KnownSecrets, data: dict[str, Any], path: Path) -> None:
+    """What the credential helpers the Docker config names hold for the hosts it names: a
+    ``credHelpers`` host asks its helper, every host under ``auths`` asks ``credsStore``."""
+    helpers = data.get("credHelpers")
+    asks = [(h, s) for s, h in helpers.items()] if isinstance(helpers, dict) else []
+    store, auths = data.get("credsStore"), data.get("auths")
+    if isinstance(store, str) and store and isinstance(auths, dict):
+        asks += [(store, s) for s in auths]
+    for helper, server in asks:
+        if isinstance(helper, str) and helper and isinstance(server, str):
+            got = _ask_helper(helper, server)
+            if got is not None:
+                found.add_login(got[0], got[1], f"docker-credential-{helper}:{path}")
+
+
+def _aws_caches(found: KnownSecrets, home: Path) -> None:
+    """Credentials the AWS CLI cached for a profile (assumed roles, SSO): ``~/.aws/cli/cache``
+    and ``~/.aws/sso/cache``."""
+    for folder in (home / ".aws/cli/cache", home / ".aws/sso/cache"):
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                data = json.loads(path.read_text("utf-8"))
+            except (OSError, ValueError):
+                continue
+            if not isinstance(data, dict):
+                continue
+            creds = data.get("Credentials")
+            for holder in (data, creds if isinstance(creds, dict) else {}):
+                for key in ("SecretAccessKey", "SessionToken", "accessToken", "refreshToken",
+                            "clientSecret", "AccessKeyId"):  # fmt: skip
+                    found.add(holder.get(key), f"aws-cache:{path}")
+
+
+def _pgpass(found: KnownSecrets, path: Path) -> None:
+    """The passwords of a ``.pgpass`` (host:port:db:user:password per line)."""
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return
+    for line in lines:
+        if line and not line.startswith("#"):
+            found.add(re.split(r"(?<!\\):", line, maxsplit=4)[-1], f"pgpass:{path}")
 
 
 def _aws_files(found: KnownSecrets, paths: Iterable[Path]) -> None:
@@ -456,10 +662,11 @@ def known_secrets(
 ) -> KnownSecrets:
     """Every credential value npa can know of here: secret-named environment variables (and
     USER:PASSWORD pairs in them; a secret-named ``*_FILE`` variable's file, such as
-    PULUMI_CONFIG_PASSPHRASE_FILE), the Docker config's registry auths, the AWS shared
-    credentials and config files, and the tokens and keys of kubeconfigs ($KUBECONFIG,
-    ~/.kube/config, the ones provisioning placed under NPA_HOME). Files that cannot be read add
-    nothing."""
+    PULUMI_CONFIG_PASSPHRASE_FILE), the Docker config's registry auths and what the credential
+    helpers it names (credHelpers, credsStore) hold for its hosts, the AWS shared credentials
+    and config files and the CLI's cached role and SSO credentials (a store's profile), a
+    .pgpass, and the tokens and keys of kubeconfigs ($KUBECONFIG, ~/.kube/config, the ones
+    provisioning placed under NPA_HOME). Files that cannot be read add nothing."""
     env = os.environ if env is None else env
     home = Path(env.get("HOME") or Path.home())
     found = KnownSecrets()
@@ -473,6 +680,8 @@ def known_secrets(
             Path(env.get("AWS_CONFIG_FILE") or home / ".aws/config"),
         ],
     )
+    _aws_caches(found, home)
+    _pgpass(found, Path(env.get("PGPASSFILE") or home / ".pgpass"))
     kubeconfigs = [Path(p) for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
     kubeconfigs.append(home / ".kube/config")
     if npa_home is not None:

@@ -8,8 +8,10 @@ own; the trees are listed before and after, and only ``$NPA_HOME/cache`` may dif
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -25,18 +27,26 @@ from tests.integration.imagespec import push_attested, write_spec
 pytestmark = pytest.mark.integration
 
 
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every path under ``root`` with its size and modification time (directories too)."""
+Entry = tuple[int, int, int, str]
+
+
+def tree(root: Path) -> dict[str, Entry]:
+    """Every path under ``root`` (directories too) with its mode, size, modification time and,
+    for a file, the sha256 of its bytes (a symlink: its target)."""
     found = {}
     for dirpath, dirnames, filenames in os.walk(root):
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             st = path.lstat()
-            found[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns)
+            if stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            else:
+                digest = os.readlink(path) if path.is_symlink() else ""
+            found[str(path.relative_to(root))] = (st.st_mode, st.st_size, st.st_mtime_ns, digest)
     return found
 
 
-def changed(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> set[str]:
+def changed(before: dict[str, Entry], after: dict[str, Entry]) -> set[str]:
     return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
 
 
@@ -104,6 +114,122 @@ def test_skypilot_status_and_verify_write_nothing_in_the_users_home(
 
     assert changed(before, tree(home)) == set()
     assert list(scratch.iterdir()) == []  # SkyPilot's private home is gone too
+
+
+def test_skypilot_status_in_a_home_without_sky_creates_none(npa_home: Path, tmp_path: Path) -> None:
+    """A user who never ran SkyPilot here: no ~/.sky before, none after (importing SkyPilot
+    would create ~/.sky/{user_hash,serve,locks}); no server answers."""
+    home = npa_home.parent
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    kubeconfig = tmp_path / "kubeconfig"  # a cluster that does not answer
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))  # fmt: skip
+    env = {"NPA_HOME": str(npa_home), "HOME": str(home), "TMPDIR": str(scratch),
+           "KUBECONFIG": str(kubeconfig),
+           "SKYPILOT_API_SERVER_ENDPOINT": f"http://127.0.0.1:{free_port()}"}  # fmt: skip
+    before = tree(home)
+    r = run_npa("skypilot", "status", "--project", "demo", "--context", "gone", "--json",
+                env=env, timeout=240)  # fmt: skip
+    assert r.json()["checks"], r.stdout + r.stderr
+    assert not (home / ".sky").exists()
+    assert changed(before, tree(home)) == set()
+    assert list(scratch.iterdir()) == []
+
+
+SDK_READ = """
+import sys
+from npa.backends.skypilot import jobs
+service = jobs.SkyManagedJobs(kubeconfig=None)
+service._server = __import__("contextlib").nullcontext  # no server: only the import is looked at
+with service._sdk():
+    import sky  # what queue, logs and the controller log import first
+    import sky.jobs.utils
+print("imported", sky.__name__)
+"""
+
+
+def test_the_managed_jobs_reads_import_skypilot_with_its_own_home(tmp_path: Path) -> None:
+    """status, logs and list of a SkyPilot run read through the managed-jobs client; its
+    reads import SkyPilot with SkyPilot's home moved, so the user's home is left as it was."""
+    home = tmp_path / "home"
+    home.mkdir()
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    env = {**os.environ, "HOME": str(home), "NPA_HOME": str(home / ".npa"),
+           "TMPDIR": str(scratch)}  # fmt: skip
+    before = tree(home)
+    proc = subprocess.run([sys.executable, "-c", SDK_READ], env=env, capture_output=True,
+                          text=True, timeout=300, check=False)  # fmt: skip
+    assert "imported sky" in proc.stdout, proc.stdout + proc.stderr
+    assert changed(before, tree(home)) == set()
+    assert list(scratch.iterdir()) == []  # the private home went with the process
+
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED", "FAILED_STARTUP", "FAILED_CONTROLLER"}
+
+
+def _quiet(root: Path, timeout: float = 60) -> dict[str, Entry]:
+    """The tree of ``root`` once it stopped changing (a run's executor ends after its record)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    last = tree(root)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = tree(root)
+        if now == last:
+            return now
+        last = now
+    raise AssertionError(f"{root} kept changing")
+
+
+def test_the_read_commands_of_a_local_run_write_nothing(npa_home: Path, tmp_path: Path) -> None:
+    """status, logs, list, artifacts and gpus of a finished local run: HOME (NPA_HOME and the
+    store inside it) and TMPDIR are byte for byte what they were."""
+    import json
+    import time
+
+    home = npa_home.parent
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir()
+    env = {"NPA_HOME": str(npa_home), "HOME": str(home), "TMPDIR": str(scratch)}
+    spec = str(EXAMPLES / "tiny-local.yaml")
+    prep = run_npa("workbench", "workflow", "prepare-run", spec, "--project", "demo", env=env)
+    run_id = prep.stdout.strip()
+    sub = run_npa("workbench", "workflow", "submit", spec, "--project", "demo", "--run-id",
+                  run_id, "--runtime", "process", "--json", env=env)  # fmt: skip
+    assert sub.code == 0, sub.stdout + sub.stderr
+    manifest = npa_home / "store" / "tiny-local" / run_id / "npa-workflow" / "manifest.json"
+    deadline = time.monotonic() + 300
+    while json.loads(manifest.read_text())["state"] not in TERMINAL:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    kubeconfig = tmp_path / "kubeconfig"  # a cluster that does not answer, for gpus
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{free_port()}"}}],
+        "users": [{"name": "u", "user": {}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "u"}}]}))  # fmt: skip
+    for entry in scratch.iterdir():
+        raise AssertionError(f"the run left {entry} in TMPDIR")
+    before = _quiet(home)
+    wf = ("workbench", "workflow")
+    for args in (
+        (*wf, "status", run_id, "--project", "demo", "--json"),
+        (*wf, "status", run_id, "--project", "demo", "--cached"),
+        (*wf, "logs", run_id, "--project", "demo", "--stage", "total"),
+        (*wf, "list", "--project", "demo", "--json"),
+        (*wf, "artifacts", run_id, "--project", "demo", "--json"),
+        (*wf, "gpus", "--context", "gone", "--json"),
+    ):
+        r = run_npa(*args, env={**env, "KUBECONFIG": str(kubeconfig)}, cwd=str(tmp_path))
+        assert r.code in (0, 1, 4), (args, r.stdout, r.stderr)  # gpus: the cluster is down
+        assert changed(before, tree(home)) == set(), args
+        assert list(scratch.iterdir()) == [], args
 
 
 def test_preflight_images_writes_only_its_documented_cache(
@@ -222,3 +348,116 @@ def _zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+def _pip_processes(venv: Path) -> list[int]:
+    """Live (not zombie) processes running ``venv``'s pip."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and str(venv).encode() in b" ".join(cmdline) and b"pip" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def test_bootstraps_real_pip_against_a_silent_index_ends_with_npa(tmp_path: Path) -> None:
+    """npa skypilot bootstrap creates a venv and runs its real pip against an index that
+    accepts the connection and never answers (pip waits on it); SIGTERM to npa leaves no pip
+    process behind."""
+    import socket
+
+    from tests.harness.procs import wait_until
+
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)  # accepted by the kernel, never read or answered
+    port = silent.getsockname()[1]
+    venv = tmp_path / "venv"
+    env = {**os.environ, "HOME": str(tmp_path), "NPA_HOME": str(tmp_path / ".npa"),
+           "PIP_INDEX_URL": f"http://127.0.0.1:{port}/simple", "PIP_TIMEOUT": "600",
+           "PIP_RETRIES": "0", "PIP_CONFIG_FILE": os.devnull}  # fmt: skip
+    env.pop("PIP_FIND_LINKS", None)
+    npa = subprocess.Popen(
+        [sys.executable, "-m", "npa", "skypilot", "bootstrap", "--venv", str(venv)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: bool(_pip_processes(venv)), "pip started", timeout=240)
+        pips = _pip_processes(venv)
+        npa.send_signal(signal.SIGTERM)
+        npa.communicate(timeout=120)
+        assert npa.returncode == 128 + signal.SIGTERM, npa.returncode
+        wait_until(lambda: not _pip_processes(venv), "pip is gone", timeout=30)
+        for pid in pips:
+            assert not Path(f"/proc/{pid}").exists() or _zombie(pid), pid
+    finally:
+        if npa.poll() is None:
+            os.killpg(npa.pid, signal.SIGKILL)
+            npa.communicate()
+        for pid in _pip_processes(venv):  # never leave one behind, whatever failed
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        silent.close()
+
+
+LIBRARY_CHILDREN = """
+import signal, subprocess, sys
+from npa.core.ending import end_children_on_signals
+end_children_on_signals()
+# As a library starts its helper (the Pulumi Automation API's pulumi): npa's own group.
+plain = subprocess.Popen(["sh", "-c", "sleep 600 & wait"])
+# Meant to outlive npa (a run's watcher): a session of its own.
+detached = subprocess.Popen(["sleep", "602"], start_new_session=True)
+print(plain.pid, detached.pid, flush=True)
+signal.pause()
+"""
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == pid and fields[0] != "Z":
+                    found.append(int(entry.name))
+    return found
+
+
+def test_children_a_library_started_end_with_npa_and_detached_ones_do_not(
+    tmp_path: Path,
+) -> None:
+    """A helper npa did not start through run_child (a library's own subprocess, with a
+    grandchild) is ended when npa gets SIGTERM; a process started in a session of its own is
+    left running, as a run's watcher must be."""
+    from tests.harness.procs import wait_until
+
+    proc = subprocess.Popen([sys.executable, "-c", LIBRARY_CHILDREN], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)  # fmt: skip
+    detached = 0
+    try:
+        assert proc.stdout is not None
+        plain, detached = (int(x) for x in proc.stdout.readline().split())
+        wait_until(lambda: bool(_children_of(plain)), "the grandchild started", timeout=30)
+        grandchild = _children_of(plain)[0]
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        for pid in (plain, grandchild):
+            wait_until(lambda p=pid: not Path(f"/proc/{p}").exists() or _zombie(p),
+                       f"{pid} is gone", timeout=30)  # fmt: skip
+        assert Path(f"/proc/{detached}").exists() and not _zombie(detached)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        if detached:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(detached, signal.SIGKILL)

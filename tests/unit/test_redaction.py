@@ -359,3 +359,144 @@ def test_the_supervisor_keeps_no_credential_a_failure_quoted() -> None:
     kept = sup.model_dump_json()
     assert "ghp_" not in kept and "AKIAABCDEFGHIJKLMNOP" not in kept and "abc.def.ghi" not in kept
     assert sup.attempts[1].recovery == "stopped"  # the second identical failure hit threshold 2
+
+
+# Forms beyond NAME=VALUE in which programs print a credential: white space between name and
+# value, a linking word, XML, a YAML scalar on the next line, percent-encoded separators.
+SPACED_FORMS = ["{n}\t{v}", "{n} {v}", "{n} is {v}", "the {n}: {v}", "<{n}>{v}</{n}>",
+                '<{n} type="x">{v}</{n}>', "{n}:\n  {v}\n", "{n}: |\n  {v}", "?{n}%3D{v}&x=1",
+                "{n} = ${{X:-{v}}}"]  # fmt: skip
+CREDENTIAL_CHARS = string.ascii_letters + string.digits + "!#%^*()_+-=.,;~@"
+
+
+@st.composite
+def credential_like(draw: st.DrawFn) -> str:
+    """A value that reads as a credential (letters and digits, at least 8 characters)."""
+    body = draw(st.text(alphabet=CREDENTIAL_CHARS, min_size=6, max_size=40))
+    value = draw(st.sampled_from(string.ascii_letters)) + body + draw(st.sampled_from("0123456789"))
+    assume(not value.endswith((":", ",", ".")) and not value.startswith("[REDACTED"))
+    return value
+
+
+@SETTINGS
+@given(name=secret_names(), value=credential_like(), form=st.sampled_from(SPACED_FORMS))
+def test_a_credential_after_a_secret_name_goes_in_other_layouts_too(
+    name: str, value: str, form: str
+) -> None:
+    assume("{" not in value and "}" not in value and "<" not in value)
+    text = "[stage total] " + form.format(n=name, v=value)
+    assume(text.count(value) == 1)
+    out = redact_shapes(text)
+    assert value not in out, out
+    assert redact_shapes(out) == out
+
+
+@SETTINGS
+@given(
+    user=st.text(alphabet=string.ascii_letters + string.digits + "._-", min_size=1, max_size=12),
+    password=credential_like(),
+    layout=st.sampled_from(["bare", "json", "yaml", "header", "k8s-secret"]),
+)
+def test_base64_that_hides_a_credential_goes_whatever_field_holds_it(
+    user: str, password: str, layout: str
+) -> None:
+    """A docker auth string (base64 of user:password) and a .dockerconfigjson (base64 of a
+    config holding one) are found by decoding, not by the field's name."""
+    auth = base64.b64encode(f"{user}:{password}".encode()).decode()
+    config = base64.b64encode(json.dumps({"auths": {"r.example": {"auth": auth}}}).encode())
+    blob = {"bare": auth, "json": auth, "yaml": auth, "header": auth, "k8s-secret": config.decode()}
+    text = {
+        "bare": f"creds {auth} sent",
+        "json": json.dumps({"registry": "r.example", "blob": auth}),
+        "yaml": f"data:\n  value: {auth}\n",
+        "header": f"X-Registry-Auth: {auth}",
+        "k8s-secret": f"data:\n  .dockerconfigjson: {config.decode()}\n",
+    }[layout]
+    out = redact_shapes(text)
+    assert blob[layout] not in out and password not in out, out
+
+
+@SETTINGS
+@given(
+    password=credential_like(),
+    form=st.sampled_from(["mysql -u root -p{p} db", "sshpass -p {p} ssh host",
+                          "curl -u robot:{p} https://r.example/v2/", "curl --user robot:{p} x",
+                          "https://{p}@github.com/o/r.git", "redis-cli -h h -a {p} ping"]),
+)  # fmt: skip
+def test_tools_that_take_a_password_on_their_command_line(password: str, form: str) -> None:
+    assume("'" not in password and '"' not in password and "@" not in password)
+    text = "+ " + form.format(p=password)
+    out = redact_shapes(text)
+    assert password not in out, out
+
+
+@SETTINGS
+@given(
+    run_id=st.builds(
+        lambda d, t, h: f"{d}-{t}-{h}",
+        st.text(alphabet=string.digits, min_size=8, max_size=8),
+        st.text(alphabet=string.digits, min_size=6, max_size=6),
+        st.text(alphabet="0123456789abcdef", min_size=6, max_size=6),
+    ),
+    parts=st.lists(
+        st.text(alphabet=string.ascii_lowercase + string.digits + "_-.", min_size=1, max_size=12),
+        min_size=1,
+        max_size=6,
+    ),
+    hexdigits=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
+    count=st.integers(min_value=0, max_value=10**9),
+)
+def test_run_ids_paths_digests_and_counts_are_not_mangled(
+    run_id: str, parts: list[str], hexdigits: str, count: int
+) -> None:
+    path = "/" + "/".join(parts)
+    text = (
+        f"run {run_id} wrote s3://bucket/npa/{run_id}/stages/total/outputs{path}\n"
+        f"reading {path} ({count} bytes) key: stages/total/logs/wave-0-shard-1.log\n"
+        f"pulled ghcr.io/org/img@sha256:{hexdigits} token_count={count} tokens {count}\n"
+        f"password reset required; uses Bearer authentication; auth ok for {run_id}\n"
+    )
+    assert redact_shapes(text) == text
+
+
+def test_cached_aws_credentials_and_a_pgpass_are_known_values(tmp_path: object) -> None:
+    """A store's profile may hold no key in the shared files (an assumed role, SSO): the
+    credentials the AWS CLI cached for it are known values too, as is a .pgpass password."""
+    from pathlib import Path
+
+    assert isinstance(tmp_path, Path)
+    cache = tmp_path / ".aws/cli/cache"
+    cache.mkdir(parents=True)
+    (cache / "role.json").write_text(json.dumps({"Credentials": {
+        "AccessKeyId": "ASIAEXAMPLEROLE00001", "SecretAccessKey": "plain words role secret",
+        "SessionToken": "session-token-value-77"}}))  # fmt: skip
+    (tmp_path / ".pgpass").write_text("db.internal:5432:runs:npa:pg pass phrase 9\n")
+    found = known_secrets({"HOME": str(tmp_path)})
+    out = found.redact("said plain words role secret, session-token-value-77, pg pass phrase 9")
+    assert "role secret" not in out and "session-token" not in out and "phrase 9" not in out
+
+
+def test_an_error_shown_to_the_user_quotes_no_credential(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error may quote the command line to run again or a tool's answer: what it shows
+    and what --json prints hold no credential, and the hint's placeholders stay."""
+    import io
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # no credential helper of the user's is asked
+    monkeypatch.delenv("DOCKER_CONFIG", raising=False)
+
+    from npa.core.errors import InvalidInput
+    from npa.core.output import emit_error
+
+    error = InvalidInput(
+        "pip install --index-url https://robot:Zq9vK2mPw7Lx@pypi.example/simple failed",
+        fix="export GHCR_IO_AUTH=USER:PASSWORD  # then npa ... --registry-auth ghcr.io=env:X",
+        details={"command": "curl -H 'Authorization: Bearer Zq9vK2mPw7Lx' x"},
+    )
+    for as_json in (False, True):
+        out = io.StringIO()
+        emit_error(error, as_json=as_json, stream=out)
+        assert "Zq9vK2mPw7Lx" not in out.getvalue(), out.getvalue()
+        assert "USER:PASSWORD" in out.getvalue() and "env:X" in out.getvalue()
+    assert "Zq9vK2mPw7Lx" in error.message  # the error itself is left as it was raised

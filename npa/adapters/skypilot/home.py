@@ -9,7 +9,14 @@ still read from the user's own ``~/.sky`` through the variables SkyPilot honours
 - ``SKYPILOT_GLOBAL_CONFIG``: the user's ``~/.sky/config.yaml`` (which API server, its token);
 - ``SKYPILOT_USER_ID``: the user's ``~/.sky/user_hash``, so the server sees the same user;
 - ``SKYPILOT_API_COOKIE_FILE``: a copy of the user's cookie jar (a login's session), which
-  SkyPilot may rewrite without touching the original.
+  SkyPilot may rewrite without touching the original;
+- ``KUBECONFIG``: the user's ``~/.kube/config`` when no ``KUBECONFIG`` is set (SkyPilot's
+  kubernetes client would look for it under the moved ``HOME``).
+
+Every SkyPilot import of a read path runs inside :func:`private_home` (the API server's
+health and configuration, the environment probe, the managed-jobs reads behind ``status``,
+``logs`` and ``list``, the pod names behind their pending reasons); only ``submit``'s launch
+runs SkyPilot with the user's own home.
 
 A variable the user set already is left as it is. The directory is removed when npa exits.
 """
@@ -54,6 +61,9 @@ def _user_hash(real_sky: Path) -> str | None:
 def _overrides(home: Path, real_home: Path) -> dict[str, str]:
     real_sky = real_home / ".sky"
     found = {"HOME": str(home)}
+    kubeconfig = real_home / ".kube" / "config"
+    if "KUBECONFIG" not in os.environ and kubeconfig.is_file():
+        found["KUBECONFIG"] = str(kubeconfig)  # SkyPilot's kubernetes client reads ~/.kube
     config = real_sky / "config.yaml"
     if GLOBAL_CONFIG_ENV not in os.environ and config.is_file():
         found[GLOBAL_CONFIG_ENV] = str(config)

@@ -69,6 +69,7 @@ from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
 from npa.core.errors import BackendError, NpaError, local_state_error, passes_by_itself
 from npa.core.fsio import (
+    atomic_write_bytes,
     atomic_write_text,
     ensure_private_dir,
     flock_within,
@@ -77,8 +78,15 @@ from npa.core.fsio import (
 )
 from npa.core.layout import attempts_key, shards_of_wave
 from npa.core.paths import NpaPaths
-from npa.core.procs import GroupMember, ProcessIdentity, end_group, group_members, signal_group
-from npa.core.redaction import scrub
+from npa.core.procs import (
+    GroupMember,
+    ProcessIdentity,
+    end_group,
+    group_members,
+    run_child,
+    signal_group,
+)
+from npa.core.redaction import KnownSecrets, known_secrets
 from npa.core.text import plural
 
 POLL_SECONDS = 0.05
@@ -242,11 +250,24 @@ class Executor:
         self.death_fd: int | None = None  # read end of the pipe shards watch (see shard.py)
         self.death_w: int | None = None  # its write end: open, never written, until we exit
         self.since = time.time()  # when the job was first taken
+        self._secrets: KnownSecrets | None = None
 
     # --- records -----------------------------------------------------------------------------
+    def redact(self, text: str) -> str:
+        """``text`` without a credential (npa.core.redaction: the values this machine holds and
+        the stages' declared secrets, read once per executor, and every credential-shaped
+        value): what every text this executor keeps goes through."""
+        if self._secrets is None:
+            self._secrets = known_secrets(npa_home=self.paths.root)
+            for body in self.submission.tasks.values():  # what the stages are given as secrets
+                for name, source in local_tasks.parse(body).secrets.items():
+                    variable = source.removeprefix(contract.SECRET_FROM_ENV)
+                    self._secrets.add(os.environ.get(variable), f"secret:{name}")
+        return self._secrets.redact(text)
+
     def log(self, message: str) -> None:
         at = datetime.now(UTC).isoformat(timespec="milliseconds")
-        line = f"{at} {message}\n"
+        line = f"{at} {self.redact(message)}\n"
         try:
             with open(self.logs / "supervisor.log", "a", encoding="utf-8") as out:
                 out.write(line)
@@ -308,8 +329,7 @@ class Executor:
         leaves the container running."""
         assert child.remove is not None
         try:
-            subprocess.run(child.remove, stdin=subprocess.DEVNULL, capture_output=True,
-                           timeout=60, check=False)  # fmt: skip
+            run_child(child.remove, timeout=60)  # its own group, ended on a timeout
         except (OSError, subprocess.SubprocessError) as exc:
             self.log(f"{child.name}: could not remove its container: {exc}")
 
@@ -748,7 +768,20 @@ class Executor:
         for file in files:
             if file.is_file():
                 where = f"stages/{stage}/logs/{file.name}" if stage else "logs/supervisor.log"
-                self.store.put(f"{self.submission.prefix}/{where}", file.read_bytes())
+                self.store.put(f"{self.submission.prefix}/{where}", self.redact_log(file))
+
+    def redact_log(self, file: Path) -> bytes:
+        """A shard's log (what the stage printed) as it is kept: without a credential, here
+        and in the store. The file is rewritten when redaction changed it, so no copy on this
+        machine keeps what the store does not."""
+        raw = file.read_bytes()
+        text = raw.decode("utf-8", errors="surrogateescape")
+        clean = self.redact(text)
+        if clean == text:
+            return raw
+        data = clean.encode("utf-8", errors="surrogateescape")
+        atomic_write_bytes(file, data)
+        return data
 
     def verify_outputs(self, task: LocalTask) -> dict[str, int]:
         """Bytes the store holds for each declared output (0 = missing or empty)."""
@@ -886,7 +919,7 @@ class Executor:
             engine = self.containers.engine
             error = start_failure(engine, tail, task.image)
             # Words from the shard's log are the stage's own output: it may echo a credential.
-            why = scrub(error.message if error else _last_line(tail))
+            why = self.redact(error.message if error else _last_line(tail))
             fix = f" (fix: {error.fix})" if error and error.fix else ""
             return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{fix}"
         return None

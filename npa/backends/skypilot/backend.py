@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from npa.adapters.kube.client import project_namespace
 from npa.adapters.skypilot.api import CONTROLLER_PREFIX, ApiServerDown
+from npa.adapters.skypilot.home import private_home
 from npa.adapters.skypilot.layer import run_layer
 from npa.backends.base import (
     AdoptsPartialWaves,
@@ -172,9 +173,10 @@ def no_jobs_controller(exc: BaseException) -> bool:
     """
     if "ClusterNotUpError" not in _kinds(exc):
         return False
-    from sky.utils import controller_utils
+    with private_home():
+        from sky.utils import controller_utils
 
-    hint = controller_utils.Controllers.JOBS_CONTROLLER.value.default_hint_if_non_existent
+        hint = controller_utils.Controllers.JOBS_CONTROLLER.value.default_hint_if_non_existent
     return str(exc).strip() == hint.strip()
 
 
@@ -428,7 +430,8 @@ class SkyPilotBackend(
 
         assert self.kubeconfig_path is not None
         names = [t.task_name for t in record.tasks if t.task_name]
-        clusters = managed_job_clusters(names or [record.job_name], record.job_id)
+        with private_home():  # SkyPilot's naming: importing it would create ~/.sky
+            clusters = managed_job_clusters(names or [record.job_name], record.job_id)
         reasons = pending_reasons(self.kubeconfig_path, self.context, clusters)
         failed = startup_failures(
             self.kubeconfig_path, self.context, project_namespace(project), clusters
@@ -448,7 +451,8 @@ class SkyPilotBackend(
 
         assert self.kubeconfig_path is not None
         names = [t.task_name for t in record.tasks if t.task_name] or [record.job_name]
-        task_of = {c: n for n in names for c in managed_job_clusters([n], record.job_id)}
+        with private_home():
+            task_of = {c: n for n in names for c in managed_job_clusters([n], record.job_id)}
         failures = startup_failures(
             self.kubeconfig_path, self.context, project_namespace(project), set(task_of)
         )

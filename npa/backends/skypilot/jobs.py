@@ -32,6 +32,7 @@ from npa.adapters.skypilot.api import (
     kubeconfig_env,
     server_reachable,
 )
+from npa.adapters.skypilot.home import private_home
 
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
@@ -102,9 +103,16 @@ class SkyManagedJobs:
         self.start_server = start_server
 
     @contextlib.contextmanager
-    def _sdk(self) -> Iterator[None]:
+    def _sdk(self, private: bool = True) -> Iterator[None]:
         """Around every SDK call: this kubeconfig, a server that answers (started through the
-        keeper only when this service may start one), and no implicit start by the SDK."""
+        keeper only when this service may start one), and no implicit start by the SDK. A read
+        (``private``) runs SkyPilot with a home of its own (:mod:`npa.adapters.skypilot.home`):
+        it leaves ``~/.sky`` as it was."""
+        with private_home() if private else contextlib.nullcontext(), self._server():
+            yield
+
+    @contextlib.contextmanager
+    def _server(self) -> Iterator[None]:
         if self.start_server:
             from npa.adapters.skypilot.keeper import ensure_local_server
             from npa.core.paths import NpaPaths
@@ -156,14 +164,14 @@ class SkyManagedJobs:
                 attempt += 1
 
     def launch(self, task_yamls: list[str], name: str, config: dict[str, Any] | None = None) -> str:
-        with self._sdk(), layer.applied(config):
+        with self._sdk(private=False), layer.applied(config):
             import sky
 
             dag = build_dag(task_yamls, name)
             return str(self._request(lambda: sky.jobs.launch(dag, name=name)))
 
     def get(self, request_id: str) -> Any:
-        with self._sdk():
+        with self._sdk(private=False):  # the answer to submit's launch
             import sky
 
             return sky.get(request_id)  # type: ignore[arg-type]
