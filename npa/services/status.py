@@ -24,6 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from npa.adapters.kube.controller import ControllerReach
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.adapters.storage import ObjectStore, normalize_store_uri
 from npa.backends.base import (
@@ -400,15 +401,14 @@ def _controller_cause(located: Located, job: JobAnswer, backend: ExecutionBacken
     view of that pod joins the sources, and the reason gains its cause ("" when it has none)."""
     if job.answer != "unavailable" or not isinstance(backend, ChecksController):
         return ""
-    controller = ask_controller(backend, located.project)
-    located.sources.append(controller)
-    return f"; {controller.detail}" if controller.answer == "unavailable" else ""
+    reach = backend.controller_reach(located.project)
+    located.sources.append(controller_source(backend, reach))
+    return f"; {reach.detail}" if reach.answer == "unreachable" else ""
 
 
-def ask_controller(backend: ChecksController, project: str) -> SourceAnswer:
+def controller_source(backend: ChecksController, reach: ControllerReach) -> SourceAnswer:
     """The job controller as the cluster sees it, asked when its queue did not answer: a
     controller whose kubelet stopped answering is the cause, not a job that ended."""
-    reach = backend.controller_reach(project)
     answers: dict[str, Answer] = {"reachable": "found", "absent": "absent"}
     answer = answers.get(reach.answer, "unavailable")
     fix = backend.controller_node_fix(reach.node) if reach.node and answer != "found" else None

@@ -548,9 +548,10 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         argv = shlex.split(suggested)
         assert argv[0] == "npa" and "--spec" in argv, suggested
         fit = world.npa(*argv[1:], "--json")
-        assert fit.code == 0, fit.stdout + fit.stderr
+        assert fit.code == 1, fit.stdout + fit.stderr  # a stage that fits no node fails the check
         [row] = fit.json()["stages"]
         assert (row["count"], row["fits"], row["fits_now"], row["nodes"]) == (2, False, False, [])
+        assert "no single node has 2" in row["detail"], row
         per_node = {n["node"]: n["allocatable"] for n in fit.json()["nodes"]}
         assert per_node == {name: 1 for name in nodes}, fit.json()["nodes"]
         cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
@@ -832,44 +833,52 @@ def test_the_control_plane_and_the_kubelet_stopped_under_a_running_job(
     assert final["job_id"] == int(job) and supervisor.get("relaunches", 0) == 0, final
 
 
+@pytest.mark.parametrize("fault", ["500s", "silence"])
 def test_a_store_outage_while_a_pod_uploads_its_output_is_ridden_out(
-    sky_cluster: SkyCluster, tmp_path: Path
+    sky_cluster: SkyCluster, tmp_path: Path, fault: str
 ) -> None:
-    """The store answers 500 to every write of the stage's output while the pod uploads it, until
-    the pod has asked again: the stage library rides the outage out (its log says so), the run
-    ends SUCCEEDED in its one job, the shard started once, and the output is in the store. The
-    pod and the run's supervisor reach the store through a proxy on the cluster's gateway."""
+    """The store fails the stage's output upload: it answers 500 to every write of the output
+    until the pod has asked again (``500s``), or it leaves the write unanswered for 20 s
+    (``silence``). The stage library rides the outage out (its log says so when it asks again),
+    the run ends SUCCEEDED in its one job, the shard started once, and the output is in the
+    store. The pod and the run's supervisor reach the store through a proxy on the cluster's
+    gateway."""
     world = sky_cluster
+    workflow = f"e2e-outage-{fault}"
     out = {"name": "done", "path": "done.txt", "kind": "file"}
     command = 'echo working; echo done > "$NPA_OUTPUT_DONE"'
     works = stage("works", command, outputs=[out])
-    spec = write_spec(tmp_path / "wf" / "outage.yaml", "e2e-outage",
+    spec = write_spec(tmp_path / "wf" / "outage.yaml", workflow,
                       world.cluster.images["sky-runtime"], [works])  # fmt: skip
     run_id = prepare(world, spec)
     with store_proxy(world.s3.endpoint_url, host=world.cluster.gateway) as (endpoint, proxy):
-        outage = proxy.rule("PUT", "/stages/works/outputs/", "fail")
+        outage = proxy.rule("PUT", "/stages/works/outputs/", "fail" if fault == "500s" else "hold")
         # Every pod of the job and the run's supervisor reach the store through the proxy.
         submitted = submit(world, spec, run_id, AWS_ENDPOINT_URL_S3=endpoint)
         assert submitted.code == 0, submitted.stdout + submitted.stderr
         # The AWS CLI asks three times per call; six refusals are two calls of the library.
+        refusals = 6 if fault == "500s" else 1
         deadline = time.monotonic() + 900
-        while outage.seen < 6:
+        while outage.seen < refusals:
             assert time.monotonic() < deadline, f"the pod never uploaded ({outage.seen} PUTs)"
             outage.hit.wait(5)
-        proxy.clear()
+        if fault == "silence":
+            time.sleep(20)  # the outage itself: the held write stays unanswered this long
+        proxy.clear()  # held writes are dropped unanswered, and the store answers again
         final, _ = follow(world, run_id, terminal, timeout=900)
         # The run records the store's endpoint it was submitted with (the proxy): its readers
         # use it, so the log is read while the proxy still stands.
         logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "works")
     assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
-    assert "asking again" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
-    prefix = f"runs/e2e-outage/{run_id}/npa-workflow/stages/works"
+    if fault == "500s":
+        assert "asking again" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+    prefix = f"runs/{workflow}/{run_id}/npa-workflow/stages/works"
     s3 = world.s3.client()
     done = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/outputs/done.txt")
     assert done["Body"].read().decode().strip() == "done"
     starts = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/attempts/wave-0-shard-0")
     assert starts["Body"].read().decode().strip() == "1"
-    assert len(sky_jobs_named(world, job_name("e2e-outage", run_id))) == 1
+    assert len(sky_jobs_named(world, job_name(workflow, run_id))) == 1
 
 
 def running_run_with_one_output(

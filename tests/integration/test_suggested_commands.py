@@ -58,6 +58,7 @@ _TOOL_VERBS = {
     "cat": None,
     "sky": None,
     "nebius": None,
+    "${EDITOR:-vi}": None,  # opens a file npa names (a quota file, an --existing file)
 }
 
 

@@ -406,9 +406,10 @@ class SkyPilotBackend(
         from npa.adapters.kube.controller import ControllerReach, controller_reach
 
         if self.kubeconfig_path is None or not self.kubeconfig:
-            return ControllerReach(
-                answer="unknown", detail=f"no kubeconfig at {self.kubeconfig_path}"
+            where = (
+                f"at {self.kubeconfig_path}" if self.kubeconfig_path else "for the run's context"
             )
+            return ControllerReach(answer="unknown", detail=f"not asked: no kubeconfig {where}")
         namespace = project_namespace(project)
         return controller_reach(self.kubeconfig_path, self.context, namespace, CONTROLLER_PREFIX)
 
