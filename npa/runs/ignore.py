@@ -167,7 +167,7 @@ class IgnoreRules:
         ignore = root / NPAIGNORE
         include = " ".join(f"!{p}" for p in found[:3])
         raise InvalidInput(
-            f"source {root} holds files that look like credentials: {shown}. npa stages "
+            f"source {root} holds files that look like credentials ({shown}); npa stages "
             "them only when you say so. To leave them out, list them in "
             f"{ignore}; to stage one anyway, add it there with '!' (e.g. {include})",
             fix="printf '%s\\n' " + " ".join(f"'{p}'" for p in found[:20]) + f" >> {ignore}",
