@@ -1,19 +1,37 @@
-"""Per-stage durations of two runs as one PNG (matplotlib, imported only when asked for)."""
+"""Per-stage durations of two runs as one PNG (matplotlib, imported only when asked for).
+
+matplotlib is not a core dependency: it comes with npa's ``plot`` extra (and the dev extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
+from npa.core.errors import ToolMissing
 from npa.insights.compare import StagePair
+
+PLOT_EXTRA_FIX = "pip install 'npa[plot]'"
+
+
+def pyplot() -> ModuleType:
+    """matplotlib's pyplot on the file-only Agg backend; ToolMissing naming the extra that
+    installs it when matplotlib is absent."""
+    try:
+        import matplotlib
+        from matplotlib import pyplot as plt
+    except ImportError as exc:
+        raise ToolMissing(
+            f"--plot draws with matplotlib, which is not installed ({exc}); "
+            "it comes with npa's `plot` extra",
+            fix=PLOT_EXTRA_FIX,
+        ) from exc
+    matplotlib.use("Agg")
+    return plt
 
 
 def durations_png(pairs: list[StagePair], base: str, candidate: str, out: Path) -> int:
     """Draw grouped bars of each stage's duration in both runs; returns the file's size."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    plt = pyplot()
     stages = [p.stage for p in pairs]
     b = [(p.base.duration_s or 0.0) if p.base else 0.0 for p in pairs]
     c = [(p.candidate.duration_s or 0.0) if p.candidate else 0.0 for p in pairs]

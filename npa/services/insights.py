@@ -252,6 +252,12 @@ def compare(
 ) -> CompareResult:
     """Compare two stored runs; optionally draw their per-stage durations to ``plot`` (PNG),
     and write the comparison as one self-contained page to ``html``."""
+    if plot is not None:
+        from npa.insights.plot import pyplot
+
+        if plot.suffix.lower() != ".png":
+            raise InvalidInput(f"--plot {plot} must name a .png file")
+        pyplot()  # a missing `plot` extra is reported before any work is done
     with db.connect(input_path, create=False) as conn:
         base = db.load(conn, base_run)
         candidate = db.load(conn, candidate_run)
@@ -273,8 +279,6 @@ def compare(
     if plot is not None:
         from npa.insights.plot import durations_png
 
-        if plot.suffix.lower() != ".png":
-            raise InvalidInput(f"--plot {plot} must name a .png file")
         result.plot_bytes = durations_png(pairs, base.run_id, candidate.run_id, plot)
         result.plot = str(plot)
     if html is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from npa.adapters.infra.sdk_plugins import sdk_plugin
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.kube import KubeCluster
 from tests.harness.pulumi import PulumiBackend
@@ -23,7 +24,7 @@ from tests.harness.tools import missing
 
 pytestmark = pytest.mark.integration
 
-K8S_PLUGIN = "resource-kubernetes-v4.25.0-alpha.1768448096"
+K8S_PLUGIN = "{}-{}-v{}".format(*sdk_plugin("pulumi_kubernetes"))
 
 
 def _journal(root: Path, operation: str) -> list[dict[str, Any]]:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from npa.adapters.infra.runner import InfraRunner, StackSpec
+from npa.adapters.infra.sdk_plugins import sdk_plugin
 from npa.core.commands import kubectl_command, npa_command
 from npa.core.errors import InvalidInput
 from npa.core.paths import NpaPaths, check_context_name
@@ -33,7 +34,9 @@ from npa.targets.base import (
     stack_token,
 )
 
-K8S_PLUGIN: Plugin = ("resource", "kubernetes", "4.25.0-alpha.1768448096")
+# The plugin the installed pulumi-kubernetes SDK asks for; its version is pinned only in
+# pyproject.toml (see the comment there for why it is a pre-release).
+K8S_PLUGIN: Plugin = sdk_plugin("pulumi_kubernetes")
 
 
 def cluster_stack(

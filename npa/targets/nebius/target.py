@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from npa.adapters.infra.runner import InfraRunner, StackSpec
+from npa.adapters.infra.sdk_plugins import sdk_plugin
 from npa.core.commands import npa_command
 from npa.core.paths import NpaPaths, check_context_name
 from npa.plan.infra import GIB, DiskNeed, QuotaRequirement, build_region, cluster_requirements
@@ -27,7 +28,7 @@ from npa.targets.base import (
 from npa.targets.kubernetes.target import K8S_PLUGIN, cluster_stack, prepare_cluster_destroy
 
 # The Nebius SDK is bridged from the Nebius Terraform provider through this plugin.
-NEBIUS_PLUGINS = (("resource", "terraform-provider", "1.5.0"), ("resource", "aws", "7.51.1"))
+NEBIUS_PLUGINS = (("resource", "terraform-provider", "1.5.0"), sdk_plugin("pulumi_aws"))
 
 
 def nebius_config(
