@@ -259,12 +259,7 @@ def _resolve_output(ref: PulumiOutputRef, state: StackState, where: str, place: 
     if ref.value is not None and str(value) != ref.value:
         return Finding(detail=f"{where} is {_short(value)}, not {ref.value!r}")
     if not isinstance(value, str):
-        listed = output_record(value)
-        if isinstance(listed, str):
-            return Finding(refused=f"{where} is {_short(value)}: {listed}")
-        return Finding(
-            record=DiskRecord(listed.disks, where, listed.keys | {f"output {place}{ref.output}"})
-        )
+        return _listed(value, state, where, f"output {place}{ref.output}")
     matches = [r for r in state.resources if r.get("id") == value]
     if matches and all(leaving(r) for r in matches):
         return Finding(
@@ -287,6 +282,17 @@ def _resolve_output(ref: PulumiOutputRef, state: StackState, where: str, place: 
             record.keys | {f"output {place}{ref.output}"},
         )
     )
+
+
+def _listed(value: Any, state: StackState, where: str, key: str) -> Finding:
+    """An output that records disks itself, checked against the state's resources."""
+    listed = output_record(value)
+    if isinstance(listed, str):
+        return Finding(refused=f"{where} is {_short(value)}: {listed}")
+    contradiction = _contradicted(value, state)
+    if contradiction is not None:
+        return Finding(refused=f"{where}: {contradiction}")
+    return Finding(record=DiskRecord(listed.disks, where, listed.keys | {key}))
 
 
 def _resolve_resource(ref: PulumiOutputRef, state: StackState, where: str, place: str) -> Finding:
@@ -314,6 +320,27 @@ def _resolve_resource(ref: PulumiOutputRef, state: StackState, where: str, place
 def _going(resources: list[dict[str, Any]]) -> str:
     names = ", ".join(sorted({str(r.get("urn", "")).rsplit("::", 1)[-1] for r in resources}))
     return f"{names} for deletion, so it proves no disk that will stay"
+
+
+def _contradicted(value: Any, state: StackState) -> str | None:
+    """Why a disk record (checked by :func:`output_record`) disagrees with the same state's
+    resources: an entry whose id is a resource there that records other disks (or is marked
+    for deletion). None when the state agrees or records nothing under those ids."""
+    for entry in value if isinstance(value, list) else [value]:
+        found = [r for r in state.resources if r.get("id") == entry["id"]]
+        if not found:
+            continue
+        if all(leaving(r) for r in found):
+            return f"entry {entry['id']} is a resource the state marks for deletion"
+        record = resource_record(next(r for r in found if not leaving(r)))
+        one = Disks(entry["role"], entry["disk_type"], entry["size_gib"] * GIB, 1)
+        if record is None or record.disks != (one,):
+            got = record.text() if record is not None else "no disk"
+            return (
+                f"entry {entry['id']} says {one.text()}, but the state's resource with that id "
+                f"records {got}"
+            )
+    return None
 
 
 def _named(resource: dict[str, Any]) -> str:

@@ -136,7 +136,7 @@ def cases(draw: st.DrawFn) -> tuple[World, list[ExistingDisk]]:
         role, disk_type, size = draw(kinds)
         count = draw(st.sampled_from(COUNTS))
         probe = ExistingDisk.model_validate({"role": "agent", "size_gib": 1, "evidence": evidence})
-        outcome, record, _ = expect(world, probe)
+        outcome, record, _ = expect(world, probe, cross=False)
         if outcome == "resolved" and record and len(record) == 1 and draw(st.booleans()):
             recorded_role, disk_type, size, count = record[0]
             role = recorded_role or role
@@ -182,9 +182,13 @@ def from_entries(value: Any) -> tuple[list[Kind] | None, set[str]]:
     return [(r, t, s, n) for (r, t, s), n in kinds_seen.items()], {"id:" + i for i in ids}
 
 
-def expect(world: World, claim: ExistingDisk) -> tuple[str, list[Kind] | None, set[str]]:
+def expect(
+    world: World, claim: ExistingDisk, cross: bool = True
+) -> tuple[str, list[Kind] | None, set[str]]:
     """(outcome, what the cited state records, identities) for one claim, before reuse:
-    outcome is ``resolved`` (compare the record), ``refused`` or ``absent``."""
+    outcome is ``resolved`` (compare the record), ``refused`` or ``absent``. Without ``cross``
+    a record's entries are not checked against the state's resources (so the cases can write
+    claims that match a record the state contradicts)."""
     ev: Any = claim.evidence
     if isinstance(ev, str):
         return "absent", None, set()
@@ -219,7 +223,18 @@ def expect(world: World, claim: ExistingDisk) -> tuple[str, list[Kind] | None, s
         kind, keys = from_resource(by_id[value])
         return ("resolved", [kind], keys | here) if kind else ("refused", None, set())
     listed, keys = from_entries(value)
-    return ("resolved", listed, keys | here) if listed else ("refused", None, set())
+    if not listed:
+        return "refused", None, set()
+    # An entry whose id is a resource of the same state must say what that resource records.
+    items = (value if isinstance(value, list) else [value]) if cross else []
+    for entry in items:
+        if entry["id"] in going:
+            return "refused", None, set()
+        if entry["id"] in by_id:
+            kind, _ = from_resource(by_id[entry["id"]])
+            if kind != (entry["role"], entry["disk_type"], entry["size_gib"], 1):
+                return "refused", None, set()
+    return "resolved", listed, keys | here
 
 
 def exactly(record: list[Kind], claim: ExistingDisk) -> bool:

@@ -513,3 +513,28 @@ def test_provision_counts_no_disks_of_a_replaced_node_group() -> None:
     new = node_group("s", "gpu", "ng-new", 2, 1023)
     checks = existing_disks("s", [old, new])
     assert [(c.status, c.disk.size_gib, c.disk.count) for c in checks] == [("proven", 1023, 2)]
+
+
+def test_a_disk_record_must_agree_with_the_resource_its_id_names() -> None:
+    # An output that records disks itself, under the id of a resource of the same state: the
+    # resource decides. The agent disk's id written as a GPU node disk of 1,023 GiB proves
+    # nothing; written as what the resource records, it proves the agent disk.
+    wrong = {
+        "id": "computedisk-1",
+        "role": "gpu_node",
+        "size_gib": 1023,
+        "disk_type": "NETWORK_SSD",
+    }
+    right = dict(RECORD, id="computedisk-1")
+    state = {"s": StackState(outputs={"wrong": [wrong], "right": right}, resources=[AGENT])}
+    gpu = ExistingDisk(role="gpu_node", size_gib=1023, evidence=pulumi("s", "wrong"))
+    with pytest.raises(InvalidInput) as caught:
+        check_existing([gpu], NORTH, read_state=states_of(state))
+    assert "but the state's resource with that id records agent: 1 x 100 GiB" in str(
+        caught.value.message
+    )
+    (check,) = check_existing([claim(pulumi("s", "right"))], NORTH, read_state=states_of(state))
+    assert check.status == "proven", check.detail
+    gone = {"s": StackState(outputs={"right": right}, resources=[{**AGENT, "delete": True}])}
+    with pytest.raises(InvalidInput, match="marks for deletion"):
+        check_existing([claim(pulumi("s", "right"))], NORTH, read_state=states_of(gone))
