@@ -15,13 +15,14 @@ Two kinds of proof can be checked:
 - ``{nebius_disk: ID}``: npa asks the Nebius compute API for the disk; it must be READY, in the
   plan's project, and one disk of the claimed size and type (the API records no npa role).
 
-A proof whose stack, output, resource or disk is not there (or cannot be read) deducts nothing
-and the plan says why. A proof that resolves to something other than the claim, or to what an
-earlier claim already used, is refused (InvalidInput) with the claim, what the state records,
-and the edit that fixes it. Evidence in words is "claimed, unproven", never deducted. The
-readers come in as parameters (the pulumi state and the Nebius SDK live in adapters), so nothing
-here does I/O. ``provision-if-absent`` checks the disks its own refreshed state records with
-the same :func:`check_existing`.
+A proof whose stack, output, resource or disk is not there (or cannot be read, or is a resource
+the state marks for deletion: :func:`leaving`) deducts nothing and the plan says why. A proof
+that resolves to something other than the claim, or to what an earlier claim already used, is
+refused (InvalidInput) with the claim, what the state records, and the edit that fixes it.
+Evidence in words is "claimed, unproven", never deducted. The readers come in as parameters
+(the pulumi state and the Nebius SDK live in adapters), so nothing here does I/O.
+``provision-if-absent`` checks the disks its own refreshed state records with the same
+:func:`check_existing`.
 """
 
 from __future__ import annotations
@@ -182,10 +183,29 @@ def output_record(value: Any) -> DiskRecord | str:
     )
 
 
+def leaving(resource: dict[str, Any]) -> bool:
+    """Whether the state marks the resource for deletion (``delete: true``: a replaced
+    resource a later update deletes, or one whose deletion was interrupted). Such a resource
+    proves nothing: the disks it records are going, or already gone."""
+    return resource.get("delete") is True
+
+
 def state_from_deployment(deployment: dict[str, Any]) -> StackState:
     """A stack's state from its checkpoint (``deployment`` of ``pulumi stack export``): the root
-    stack resource's outputs (an encrypted value as ``[secret]``) and every resource."""
-    resources = [r for r in deployment.get("resources") or [] if isinstance(r, dict)]
+    stack resource's outputs (an encrypted value as ``[secret]``) and every resource; a resource
+    a pending ``deleting`` operation names is marked ``delete: true`` (see :func:`leaving`)."""
+    going = {
+        (str(op["resource"].get("urn")), str(op["resource"].get("id")))
+        for op in deployment.get("pending_operations") or []
+        if isinstance(op, dict)
+        and op.get("type") == "deleting"
+        and isinstance(op.get("resource"), dict)
+    }
+    resources = [
+        {**r, "delete": True} if (str(r.get("urn")), str(r.get("id"))) in going else r
+        for r in deployment.get("resources") or []
+        if isinstance(r, dict)
+    ]
     outputs: dict[str, Any] = {}
     for resource in resources:
         if resource.get("type") == "pulumi:pulumi:Stack" and not resource.get("parent"):
@@ -239,13 +259,13 @@ def _resolve_output(ref: PulumiOutputRef, state: StackState, where: str, place: 
     if ref.value is not None and str(value) != ref.value:
         return Finding(detail=f"{where} is {_short(value)}, not {ref.value!r}")
     if not isinstance(value, str):
-        listed = output_record(value)
-        if isinstance(listed, str):
-            return Finding(refused=f"{where} is {_short(value)}: {listed}")
-        return Finding(
-            record=DiskRecord(listed.disks, where, listed.keys | {f"output {place}{ref.output}"})
-        )
+        return _listed(value, state, where, f"output {place}{ref.output}")
     matches = [r for r in state.resources if r.get("id") == value]
+    if matches and all(leaving(r) for r in matches):
+        return Finding(
+            detail=f"{where} is {value!r}, and the stack's state marks {_going(matches)}"
+        )
+    matches = [r for r in matches if not leaving(r)]
     if len(matches) != 1:
         return Finding(
             refused=f"{where} is {value!r}, and the stack's state has "
@@ -264,6 +284,17 @@ def _resolve_output(ref: PulumiOutputRef, state: StackState, where: str, place: 
     )
 
 
+def _listed(value: Any, state: StackState, where: str, key: str) -> Finding:
+    """An output that records disks itself, checked against the state's resources."""
+    listed = output_record(value)
+    if isinstance(listed, str):
+        return Finding(refused=f"{where} is {_short(value)}: {listed}")
+    contradiction = _contradicted(value, state)
+    if contradiction is not None:
+        return Finding(refused=f"{where}: {contradiction}")
+    return Finding(record=DiskRecord(listed.disks, where, listed.keys | {key}))
+
+
 def _resolve_resource(ref: PulumiOutputRef, state: StackState, where: str, place: str) -> Finding:
     name = ref.resource
     matches = [
@@ -273,6 +304,9 @@ def _resolve_resource(ref: PulumiOutputRef, state: StackState, where: str, place
     ]
     if not matches:
         return Finding(detail=f"stack {ref.stack} records no resource {name}")
+    if all(leaving(r) for r in matches):
+        return Finding(detail=f"the state of stack {ref.stack} marks {_going(matches)}")
+    matches = [r for r in matches if not leaving(r)]  # a replaced resource shares the URN
     if len(matches) > 1:
         return Finding(detail=f"{len(matches)} resources of stack {ref.stack} are named {name}")
     if ref.value is not None and matches[0].get("id") != ref.value:
@@ -281,6 +315,32 @@ def _resolve_resource(ref: PulumiOutputRef, state: StackState, where: str, place
     if record is None:
         return Finding(refused=f"{where} is {_named(matches[0])}")
     return Finding(record=DiskRecord(record.disks, f"{where}, {record.where}", record.keys))
+
+
+def _going(resources: list[dict[str, Any]]) -> str:
+    names = ", ".join(sorted({str(r.get("urn", "")).rsplit("::", 1)[-1] for r in resources}))
+    return f"{names} for deletion, so it proves no disk that will stay"
+
+
+def _contradicted(value: Any, state: StackState) -> str | None:
+    """Why a disk record (checked by :func:`output_record`) disagrees with the same state's
+    resources: an entry whose id is a resource there that records other disks (or is marked
+    for deletion). None when the state agrees or records nothing under those ids."""
+    for entry in value if isinstance(value, list) else [value]:
+        found = [r for r in state.resources if r.get("id") == entry["id"]]
+        if not found:
+            continue
+        if all(leaving(r) for r in found):
+            return f"entry {entry['id']} is a resource the state marks for deletion"
+        record = resource_record(next(r for r in found if not leaving(r)))
+        one = Disks(entry["role"], entry["disk_type"], entry["size_gib"] * GIB, 1)
+        if record is None or record.disks != (one,):
+            got = record.text() if record is not None else "no disk"
+            return (
+                f"entry {entry['id']} says {one.text()}, but the state's resource with that id "
+                f"records {got}"
+            )
+    return None
 
 
 def _named(resource: dict[str, Any]) -> str:

@@ -13,7 +13,7 @@ from npa.plan.quota_sources import LocalStoreSource
 from tests.harness.cli import run_npa
 from tests.harness.disks import tmpfs
 from tests.harness.pulumi import PulumiBackend, file_backend
-from tests.harness.stackstate import nebius_stack
+from tests.harness.stackstate import nebius_stack, node_group, write_checkpoint
 
 pytestmark = pytest.mark.integration
 
@@ -256,6 +256,39 @@ def test_one_output_does_not_prove_two_claims(npa_home: Path, tmp_path: Path) ->
     result = res.json()["quota"]
     assert [c["status"] for c in result["existing"]] == ["proven", "proven"]
     assert (result["verdict"], result["lines"][0]["existing_gib"]) == ("ok", 228)
+
+
+def test_a_node_group_marked_for_deletion_proves_nothing(npa_home: Path, tmp_path: Path) -> None:
+    # A replace of the GPU node group stopped before the stack wrote its outputs: the old group
+    # stays in the checkpoint marked for deletion and gpu_node_group_id still names it.
+    spec = tmp_path / "physai-2gpu.yaml"
+    text = (EXAMPLES / "physical-ai.yaml").read_text()
+    spec.write_text(text.replace("  gpu_nodes:\n    count: 1\n", "  gpu_nodes:\n    count: 2\n"))
+    stack = "npa-physai-nebius"
+    old = {**node_group(stack, "gpu", "mk8snodegroup-e00old", 2, 1023), "delete": True}
+    new = node_group(stack, "gpu", "mk8snodegroup-e00new", 2, 1023)
+    write_checkpoint(
+        npa_home / "pulumi", stack, {"gpu_node_group_id": "mk8snodegroup-e00old"}, [old, new]
+    )
+    quota = quota_with(tmp_path, 228)
+    stale = claims(tmp_path, ("gpu_node", 1023, 2, "gpu_node_group_id"))
+    res = plan_physai(tmp_path, str(spec), quota, stale, npa_home)
+    result = res.json()["quota"]
+    (check,) = result["existing"]
+    assert check["status"] == "refuted" and "gpu-nodes for deletion" in check["detail"], check
+    assert result["lines"][0]["existing"] == 0 and result["verdict"] != "ok", result
+
+    # Cited by name, the group that replaced it (same name and URN) proves the two disks.
+    by_name = tmp_path / "by-name.yaml"
+    by_name.write_text(
+        "existing:\n  - {role: gpu_node, size_gib: 1023, count: 2, evidence: "
+        f"{{pulumi: {{stack: {stack}, resource: gpu-nodes}}}}}}\n"
+    )
+    res = plan_physai(tmp_path, str(spec), quota, str(by_name), npa_home)
+    assert res.code == 0, res.stdout + res.stderr
+    result = res.json()["quota"]
+    assert "mk8snodegroup-e00new" in result["existing"][0]["detail"], result["existing"]
+    assert (result["verdict"], result["lines"][0]["existing_gib"]) == ("ok", 2046)
 
 
 def _free(path: Path) -> int:

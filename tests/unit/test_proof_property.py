@@ -38,7 +38,7 @@ COUNTS = (1, 2, 3)
 IDS = ("computedisk-a", "d1", "d2", "ng-cpu")
 OUTPUTS = (
     "agent_boot_disk_id", "cpu_node_group_id", "gpu_node_group_id", "cluster_id", "stray",
-    "empty", "pw", "listed", "one", "missing",
+    "empty", "pw", "listed", "one", "missing", "gpu_new",
 )  # fmt: skip
 RESOURCES = ("agent-boot-disk", "cpu-nodes", "gpu-nodes", "cluster", "nope", "URN:cpu-nodes")
 NEBIUS = ("computedisk-a", "d1", "creating", "nx")
@@ -76,6 +76,14 @@ def worlds(draw: st.DrawFn) -> World:
     gpu = node_group(STACK, "gpu", "ng-gpu", pick(COUNTS), pick(SIZES), pick(TYPES))
     kind = "nebius:index/mk8sV1Cluster:Mk8sV1Cluster"
     cluster = {"urn": urn(STACK, kind, "cluster"), "type": kind, "id": "cluster-1", "outputs": {}}
+    resources = [agent, cpu, gpu, cluster]
+    if draw(st.booleans()):
+        # An update replaced the GPU group and stopped before writing the outputs: the old
+        # group stays in the state marked for deletion, gpu_node_group_id still names it.
+        resources[2] = {**gpu, "delete": True}
+        resources.append(
+            node_group(STACK, "gpu", "ng-gpu2", pick(COUNTS), pick(SIZES), pick(TYPES))
+        )
     listed = draw(entries())
     one = draw(entries())
     outputs = {
@@ -89,6 +97,8 @@ def worlds(draw: st.DrawFn) -> World:
         "listed": listed,
         "one": one[0] if one else {},
     }
+    if len(resources) > 4:
+        outputs["gpu_new"] = "ng-gpu2"
     disks = {}
     for disk_id in ("computedisk-a", "d1", "creating"):
         _, disk_type, size = draw(kinds)
@@ -99,7 +109,7 @@ def worlds(draw: st.DrawFn) -> World:
             disk_type,
             "CREATING" if disk_id == "creating" else "READY",
         )
-    return World(StackState(outputs, [agent, cpu, gpu, cluster]), disks)
+    return World(StackState(outputs, resources), disks)
 
 
 GROUP = "nebius:index/mk8sV1NodeGroup:Mk8sV1NodeGroup"
@@ -126,7 +136,7 @@ def cases(draw: st.DrawFn) -> tuple[World, list[ExistingDisk]]:
         role, disk_type, size = draw(kinds)
         count = draw(st.sampled_from(COUNTS))
         probe = ExistingDisk.model_validate({"role": "agent", "size_gib": 1, "evidence": evidence})
-        outcome, record, _ = expect(world, probe)
+        outcome, record, _ = expect(world, probe, cross=False)
         if outcome == "resolved" and record and len(record) == 1 and draw(st.booleans()):
             recorded_role, disk_type, size, count = record[0]
             role = recorded_role or role
@@ -172,9 +182,13 @@ def from_entries(value: Any) -> tuple[list[Kind] | None, set[str]]:
     return [(r, t, s, n) for (r, t, s), n in kinds_seen.items()], {"id:" + i for i in ids}
 
 
-def expect(world: World, claim: ExistingDisk) -> tuple[str, list[Kind] | None, set[str]]:
+def expect(
+    world: World, claim: ExistingDisk, cross: bool = True
+) -> tuple[str, list[Kind] | None, set[str]]:
     """(outcome, what the cited state records, identities) for one claim, before reuse:
-    outcome is ``resolved`` (compare the record), ``refused`` or ``absent``."""
+    outcome is ``resolved`` (compare the record), ``refused`` or ``absent``. Without ``cross``
+    a record's entries are not checked against the state's resources (so the cases can write
+    claims that match a record the state contradicts)."""
     ev: Any = claim.evidence
     if isinstance(ev, str):
         return "absent", None, set()
@@ -185,12 +199,12 @@ def expect(world: World, claim: ExistingDisk) -> tuple[str, list[Kind] | None, s
         kind = (None, facts.disk_type, facts.size_bytes // GIB, 1)
         return "resolved", [kind], {"id:" + ev.nebius_disk}
     ref = ev.pulumi
-    by_id = {r["id"]: r for r in world.state.resources}
+    # A resource marked for deletion is going: citing it is citing nothing.
+    staying = [r for r in world.state.resources if not r.get("delete")]
+    going = {r["id"] for r in world.state.resources if r.get("delete")}
+    by_id = {r["id"]: r for r in staying}
     if ref.resource is not None:
-        found = [
-            r for r in world.state.resources
-            if ref.resource in (r["urn"], r["urn"].split("::")[-1])
-        ]  # fmt: skip
+        found = [r for r in staying if ref.resource in (r["urn"], r["urn"].split("::")[-1])]
         if not found:
             return "absent", None, set()
         kind, keys = from_resource(found[0])
@@ -202,12 +216,25 @@ def expect(world: World, claim: ExistingDisk) -> tuple[str, list[Kind] | None, s
         return "absent", None, set()
     here = {f"output:{ref.output}"}
     if isinstance(value, str):
+        if value in going:
+            return "absent", None, set()
         if value not in by_id:
             return "refused", None, set()
         kind, keys = from_resource(by_id[value])
         return ("resolved", [kind], keys | here) if kind else ("refused", None, set())
     listed, keys = from_entries(value)
-    return ("resolved", listed, keys | here) if listed else ("refused", None, set())
+    if not listed:
+        return "refused", None, set()
+    # An entry whose id is a resource of the same state must say what that resource records.
+    items = (value if isinstance(value, list) else [value]) if cross else []
+    for entry in items:
+        if entry["id"] in going:
+            return "refused", None, set()
+        if entry["id"] in by_id:
+            kind, _ = from_resource(by_id[entry["id"]])
+            if kind != (entry["role"], entry["disk_type"], entry["size_gib"], 1):
+                return "refused", None, set()
+    return "resolved", listed, keys | here
 
 
 def exactly(record: list[Kind], claim: ExistingDisk) -> bool:

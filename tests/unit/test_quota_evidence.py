@@ -13,7 +13,13 @@ from typing import Any
 import pytest
 
 from npa.core.errors import InvalidInput, Unavailable
-from npa.plan.evidence import DiskFacts, StackState, check_existing
+from npa.plan.evidence import (
+    DiskFacts,
+    StackState,
+    check_existing,
+    leaving,
+    state_from_deployment,
+)
 from npa.plan.infra import DISK_COUNT, GIB, cluster_requirements, disk_needs, known_quotas
 from npa.plan.quota import (
     ExistingDisk,
@@ -26,7 +32,7 @@ from npa.plan.quota import (
 )
 from npa.plan.quota_sources import FileQuotaSource, load_existing
 from npa.spec.model import Infrastructure
-from tests.harness.stackstate import agent_disk
+from tests.harness.stackstate import agent_disk, checkpoint, node_group
 
 pytestmark = pytest.mark.unit
 
@@ -445,3 +451,90 @@ def test_every_problem_of_an_evidence_file_is_reported(tmp_path: Path) -> None:
     assert any(p.startswith("existing[0].size_gib") for p in problems)
     assert any(p.startswith("existing[1].role") for p in problems)
     assert any(p.startswith("existing[1].evidence.pulumi.stack") for p in problems)
+
+
+def test_a_resource_the_state_marks_for_deletion_proves_nothing() -> None:
+    # An update that replaced the GPU node group (create before delete) and was stopped before
+    # the stack's outputs were written: the old group is still in the state, marked
+    # ``delete: true``, and the output still holds its id. Its disks are going: nothing is
+    # deducted for it, while the group that replaced it (same URN) still proves its disks.
+    old = {**node_group("npa-r", "gpu", "ng-old", 2, 1023), "delete": True}
+    new = node_group("npa-r", "gpu", "ng-new", 2, 1023)
+    gpu = {"role": "gpu_node", "size_gib": 1023, "count": 2}
+    by_name = PulumiOutputProof(pulumi=PulumiOutputRef(stack="npa-r", resource="gpu-nodes"))
+    for resources, evidence, status in [
+        ([old, new], pulumi("npa-r", "gpu_node_group_id"), "refuted"),
+        ([old, new], by_name, "proven"),
+        ([old], by_name, "refuted"),
+        ([new], pulumi("npa-r", "gpu_node_group_id", "ng-new"), "refuted"),
+    ]:
+        state = {"npa-r": StackState({"gpu_node_group_id": "ng-old"}, resources)}
+        disk = ExistingDisk.model_validate({**gpu, "evidence": evidence})
+        (check,) = check_existing([disk], NORTH, read_state=states_of(state))
+        assert check.status == status, (resources, check.detail)
+        if status == "proven":
+            assert "ng-new" in check.detail
+        elif resources == [new]:
+            assert "not 'ng-new'" in check.detail
+        else:
+            assert "for deletion" in check.detail and check.detail.endswith("not deducted")
+
+
+def test_a_pending_delete_in_the_checkpoint_marks_its_resource() -> None:
+    # A `pulumi destroy` stopped mid-delete leaves the disk in the state and a pending
+    # "deleting" operation naming it: npa reads that disk as going.
+    disk = agent_disk("npa-d", "computedisk-7", 100)
+    deployment = checkpoint("npa-d", {"agent_boot_disk_id": "computedisk-7"}, [disk])
+    latest = deployment["checkpoint"]["latest"]
+    latest["pending_operations"] = [{"resource": dict(disk), "type": "deleting"}]
+    state = state_from_deployment(latest)
+    assert [leaving(r) for r in state.resources] == [False, False, True]
+    (check,) = check_existing(
+        [claim(pulumi("npa-d", "agent_boot_disk_id"))],
+        NORTH,
+        read_state=states_of({"npa-d": state}),
+    )
+    assert check.status == "refuted" and "for deletion" in check.detail
+    # Without the pending operation the same disk proves the claim.
+    latest["pending_operations"] = []
+    again = state_from_deployment(latest)
+    (check,) = check_existing(
+        [claim(pulumi("npa-d", "agent_boot_disk_id"))],
+        NORTH,
+        read_state=states_of({"npa-d": again}),
+    )
+    assert check.status == "proven"
+
+
+def test_provision_counts_no_disks_of_a_replaced_node_group() -> None:
+    from npa.targets.nebius.target import existing_disks
+
+    old = {**node_group("s", "gpu", "ng-old", 1, 512), "delete": True}
+    new = node_group("s", "gpu", "ng-new", 2, 1023)
+    checks = existing_disks("s", [old, new])
+    assert [(c.status, c.disk.size_gib, c.disk.count) for c in checks] == [("proven", 1023, 2)]
+
+
+def test_a_disk_record_must_agree_with_the_resource_its_id_names() -> None:
+    # An output that records disks itself, under the id of a resource of the same state: the
+    # resource decides. The agent disk's id written as a GPU node disk of 1,023 GiB proves
+    # nothing; written as what the resource records, it proves the agent disk.
+    wrong = {
+        "id": "computedisk-1",
+        "role": "gpu_node",
+        "size_gib": 1023,
+        "disk_type": "NETWORK_SSD",
+    }
+    right = dict(RECORD, id="computedisk-1")
+    state = {"s": StackState(outputs={"wrong": [wrong], "right": right}, resources=[AGENT])}
+    gpu = ExistingDisk(role="gpu_node", size_gib=1023, evidence=pulumi("s", "wrong"))
+    with pytest.raises(InvalidInput) as caught:
+        check_existing([gpu], NORTH, read_state=states_of(state))
+    assert "but the state's resource with that id records agent: 1 x 100 GiB" in str(
+        caught.value.message
+    )
+    (check,) = check_existing([claim(pulumi("s", "right"))], NORTH, read_state=states_of(state))
+    assert check.status == "proven", check.detail
+    gone = {"s": StackState(outputs={"right": right}, resources=[{**AGENT, "delete": True}])}
+    with pytest.raises(InvalidInput, match="marks for deletion"):
+        check_existing([claim(pulumi("s", "right"))], NORTH, read_state=states_of(gone))

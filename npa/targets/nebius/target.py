@@ -55,13 +55,14 @@ def existing_disks(
 ) -> list[ExistingCheck]:
     """The disks the nebius stack's (refreshed) state records: the node groups' boot disks and
     the agent's disk, each a claim citing its resource and checked by the same rule as
-    ``plan-spec --existing`` (:func:`npa.plan.evidence.check_existing`)."""
-    from npa.plan.evidence import StackState, check_existing, resource_record
+    ``plan-spec --existing`` (:func:`npa.plan.evidence.check_existing`). A resource the state
+    marks for deletion (a replaced node group) is no claim: its disks are going."""
+    from npa.plan.evidence import StackState, check_existing, leaving, resource_record
     from npa.plan.quota import PulumiOutputProof, PulumiOutputRef
 
     claims = []
     for resource in resources:
-        record = resource_record(resource)
+        record = None if leaving(resource) else resource_record(resource)
         if record is None:
             continue
         (disks,) = record.disks
