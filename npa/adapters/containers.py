@@ -44,12 +44,12 @@ _RLIMIT_REFUSED = re.compile(
 _CRUN_HYBRID = "cgroups in hybrid mode not supported"
 RUNC_FIX = (
     "apt-get install -y runc && printf '[engine]\\nruntime = \"runc\"\\n' > "
-    "/etc/containers/containers.conf.d/npa-runtime.conf  (or add those two lines to the file "
-    "CONTAINERS_CONF points at)"
+    "/etc/containers/containers.conf.d/npa-runtime.conf  # with CONTAINERS_CONF set, those "
+    "lines go in the file it names"
 )
 RLIMIT_FIX = (
     "printf '[containers]\\ndefault_ulimits = []\\n' > /etc/containers/containers.conf.d/"
-    "npa-ulimits.conf  (or point CONTAINERS_CONF at a file with those two lines)"
+    "npa-ulimits.conf  # with CONTAINERS_CONF set, those lines go in the file it names"
 )
 
 

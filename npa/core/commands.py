@@ -97,6 +97,11 @@ def store_credentials_command(project: str, profile: str | None, known: list[str
     )
 
 
+def edit_command(path: str | Path) -> str:
+    """The command that opens ``path`` (a spec, a quota file) in the user's editor."""
+    return "${EDITOR:-vi} " + shlex.quote(str(path))
+
+
 def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:
     """A kubectl command line for exactly this kubeconfig (a path or a KUBECONFIG list) and
     context, quoted for a shell."""
@@ -105,14 +110,21 @@ def kubectl_command(kubeconfig: str | Path, context: str, *args: str) -> str:
     )
 
 
-def bootstrap_tools_command() -> str:
-    """The command that installs npa's external tools (pulumi, plugins, kube-apiserver...).
+def bootstrap_tools_command(*only: str) -> str | None:
+    """The command that installs npa's external tools (pulumi, plugins, kube-apiserver...), or
+    only the tools ``only`` names (the script's ``--only`` names: pulumi, kubernetes-plugin...).
 
     It is ``scripts/bootstrap-tools`` of the checkout npa runs from, given as an absolute path
-    so it works from any directory; an installed wheel has no checkout, so it names the
-    install it stands for instead.
+    so it works from any directory. An installed wheel has no checkout: None, and the error
+    that needed a tool says so in its message (a fix line is a command, never a sentence).
     """
     script = Path(__file__).resolve().parents[2] / "scripts" / "bootstrap-tools"
     if script.is_file():
-        return shlex.quote(str(script))
-    return "get npa's source and run its bootstrap-tools script (npa was installed without it)"
+        return shlex.join([str(script), *(a for tool in only for a in ("--only", tool))])
+    return None
+
+
+def pulumi_install_command(version: str) -> str:
+    """The pulumi CLI ``version`` from pulumi's own installer (for an npa without its
+    bootstrap-tools script)."""
+    return f"curl -fsSL https://get.pulumi.com | sh -s -- --version {shlex.quote(version)}"

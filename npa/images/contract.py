@@ -136,7 +136,6 @@ def enforce_declared_user(tool: str, image: str, declared_uid: int, run_as_user:
     if run_as_user == 0:
         raise InvalidInput(
             f"tool {tool!r}: image {image} declares user {declared_uid}; "
-            "runAsUser: 0 cannot replace a first-party image's declared user",
-            fix=f"remove run_as_user: 0 from tools.{tool}.contract (the image runs as "
-            f"{declared_uid})",
+            "runAsUser: 0 cannot replace a first-party image's declared user; remove "
+            f"run_as_user: 0 from tools.{tool}.contract in the spec",
         )

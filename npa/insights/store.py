@@ -153,7 +153,7 @@ def _create_private(db: Path) -> None:
 def _not_a_file(db: Path) -> InvalidInput:
     return InvalidInput(
         f"--output-path {db} is not a regular file; the insights store is a SQLite file",
-        fix=f"pass a new file or a directory, e.g. --output-path {db.parent / 'insights.db'}",
+        fix="--output-path " + shlex.quote(str(db.parent / "insights.db")),  # a new file
     )
 
 
@@ -220,8 +220,8 @@ def load(conn: sqlite3.Connection, run: str) -> RunFacts:
         )
     if len(rows) > 1:
         raise InvalidInput(
-            f"run id {run!r} is stored for several workflows: {', '.join(r[0] for r in rows)}",
-            fix="name it as one of: " + ", ".join(r[0] for r in rows),
+            f"run id {run!r} is stored for several workflows: {', '.join(r[0] for r in rows)}; "
+            "name one of them by that key",
         )
     names = [d[1] for d in conn.execute("PRAGMA table_info(runs)")]
     r: dict[str, Any] = dict(zip(names, rows[0], strict=True))

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from npa.core.commands import edit_command
 from npa.core.errors import InvalidInput, NpaError
 from npa.core.text import clipped, number, plural
 from npa.plan.infra import GIB
@@ -436,7 +437,7 @@ def proves(record: DiskRecord, disk: ExistingDisk) -> bool:
     )
 
 
-def _fix_for(label: str, disk: ExistingDisk, record: DiskRecord | None) -> str:
+def _edit_for(label: str, disk: ExistingDisk, record: DiskRecord | None) -> str:
     """The edit that makes the claim true: what the state records, when that is one kind of
     disk with a role, else a proof that records exactly the claim."""
     other = f"cite the output or resource that records exactly the {disk.role} disks claimed"
@@ -450,12 +451,16 @@ def _fix_for(label: str, disk: ExistingDisk, record: DiskRecord | None) -> str:
     return f"{label}: {other}, or remove the claim"
 
 
+# Claims that came from no file the user can open (a target's own list).
+NO_FILE = "the --existing file"
+
+
 @dataclass
 class _Refusal:
     label: str
     claim: ExistingDisk
     why: str
-    fix: str
+    edit: str
 
 
 def check_existing(
@@ -464,7 +469,7 @@ def check_existing(
     *,
     read_state: StateReader,
     read_disk: DiskReader | None = None,
-    origin: str = "the --existing file",
+    origin: str = NO_FILE,
 ) -> list[ExistingCheck]:
     """Each claim with what its proof showed; only ``proven`` is ever deducted. Raises
     InvalidInput, listing every such claim, when a proof resolves to disks other than the
@@ -488,7 +493,7 @@ def check_existing(
         if refusal is not None and isinstance(evidence, PulumiOutputProof):
             better = _proving_output(evidence.pulumi, reads, disk, used)
             if better is not None:
-                refusal.fix = (
+                refusal.edit = (
                     f"{refusal.label}: cite output {better} of stack {evidence.pulumi.stack}, "
                     f"which records exactly the {disk.role} disks claimed"
                 )
@@ -520,17 +525,17 @@ def _judge(
     """The claim's check (and its refusal, if any): proven only when the record is exactly
     the claim and none of its identities proved an earlier claim (``used``, updated here)."""
     record = found.record
-    why, fix = found.refused, _fix_for(label, disk, None)
+    why, edit = found.refused, _edit_for(label, disk, None)
     if record is not None:
         earlier = sorted({used[k] for k in record.keys if k in used})
         if earlier:
             why = f"{record.where}, which already proves {', '.join(earlier)}"
         elif not proves(record, disk):
-            why, fix = f"{record.where} records {record.text()}", _fix_for(label, disk, record)
+            why, edit = f"{record.where} records {record.text()}", _edit_for(label, disk, record)
         used.update({k: label for k in record.keys if k not in used})
     if why is not None:
         check = ExistingCheck(disk=disk, status="refuted", detail=f"{why}: refused")
-        return check, _Refusal(label, disk, why, fix)
+        return check, _Refusal(label, disk, why, edit)
     if record is not None:
         detail = f"{record.where}: {record.text()}"
         return ExistingCheck(disk=disk, status="proven", detail=detail), None
@@ -540,10 +545,12 @@ def _judge(
 
 def _refused(refusals: list[_Refusal], origin: str) -> InvalidInput:
     parts = [f"{r.label} ({claimed(r.claim).text()}): {r.why}" for r in refusals]
+    # The edits go in a comment: the command opens the file (when the claims came from one).
+    edits = "  # " + "; ".join(r.edit for r in refusals)
     return InvalidInput(
         f"{origin}: a proof must prove exactly the disks its claim names, and one proof proves "
         "one claim; " + "; ".join(parts),
-        fix=f"edit {origin}  # " + "; ".join(r.fix for r in refusals),
+        fix=None if origin == NO_FILE else edit_command(origin) + edits,
         details={
             "refused": [
                 {"claim": r.label, "claimed": claimed(r.claim).text(), "why": r.why}

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from npa import __version__
+from npa.core.commands import edit_command
 from npa.core.errors import InvalidInput, Unavailable
 from npa.core.userfiles import read_user_text
 from npa.plan.evidence import DiskFacts
@@ -41,7 +42,7 @@ def _figure(value: Any, where: str, path: Path) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(
             f"{path}: {where} must be a whole number of bytes or units, got {value!r}",
-            fix=f"edit {path}",
+            fix=edit_command(path),
         )
     return value
 
@@ -83,7 +84,7 @@ class FileQuotaSource:
             raise InvalidInput(
                 f"quota file {path}: unknown keys {sorted(map(str, unknown))} "
                 "(allowed: source, region, project, quotas)",
-                fix=f"edit {path}",
+                fix=edit_command(path),
             )
         self.label = _label(data.get("source"), "source", path) or path.name
         region = _label(data.get("region"), "region", path)
@@ -95,7 +96,7 @@ class FileQuotaSource:
                 f"quota file {path}: unknown quota name(s) "
                 + "; ".join(f"{n!r}{_did_you_mean(n, known)}" for n in misspelt)
                 + f" (npa knows: {', '.join(known)})",
-                fix=f"edit {path}",
+                fix=edit_command(path),
                 details={"unknown": misspelt, "known": known},
             )
         self.readings: dict[str, QuotaReading] = {}
@@ -111,12 +112,12 @@ class FileQuotaSource:
                 raise InvalidInput(
                     f"{path}: {where} must be a mapping of limit, usage (or unlimited: true), "
                     "and optionally region and project",
-                    fix=f"edit {path}",
+                    fix=edit_command(path),
                 )
             unlimited = entry.get("unlimited", False)
             if not isinstance(unlimited, bool):
                 raise InvalidInput(
-                    f"{path}: {where}.unlimited must be true or false", fix=f"edit {path}"
+                    f"{path}: {where}.unlimited must be true or false", fix=edit_command(path)
                 )
             self.readings[str(name)] = QuotaReading(
                 source=self.name,
@@ -380,7 +381,7 @@ def load_existing(path: Path) -> list[ExistingDisk]:
     if not isinstance(data, list):
         raise InvalidInput(
             f"{path} must be a list of existing disks (or existing: [...])",
-            fix=f"edit {path}  # see docs/spec.md#existing-resources",
+            fix=edit_command(path) + "  # see docs/spec.md#existing-resources",
         )
     disks = []
     problems: list[str] = []
@@ -398,7 +399,7 @@ def load_existing(path: Path) -> list[ExistingDisk]:
     if problems:
         raise InvalidInput(
             f"{path} is not a valid existing-resources file: " + "; ".join(problems),
-            fix=f"edit {path}  # see docs/spec.md#existing-resources",
+            fix=edit_command(path) + "  # see docs/spec.md#existing-resources",
             details={"problems": problems},
         )
     return disks

@@ -163,8 +163,12 @@ def chosen_workflow(
     if differ:
         raise InvalidInput(
             "the --digests file is preflight output for other images: " + "; ".join(differ),
-            fix="pass the same --image-override/--image as preflight-images "
-            "(or none: its output already says which image each tool runs)",
+            # The command again with the images preflight verified (the CLI builds it).
+            details={
+                "rerun_with": {
+                    "--image-override": [f"{t}={i}" for t, i in sorted(digests.chosen.items())]
+                }
+            },
         )
     return chosen_wf
 

@@ -24,7 +24,7 @@ def ensure_secret_free(text: str, where: str) -> str:
         # Very short values would match by accident and are not worth protecting this way.
         if len(value) >= 8 and value in text:
             raise SecretLeak(
-                f"refusing to write {where}: it would contain the value of {name}",
-                fix="report this as an npa bug; nothing was written",
+                f"refusing to write {where}: it would contain the value of {name}; nothing was "
+                "written (this is an npa bug: please report it)",
             )
     return text

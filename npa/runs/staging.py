@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shlex
 import stat
 import sys
 import threading
@@ -165,6 +166,8 @@ def scan_tree(root: Path, rules: IgnoreRules | None = None) -> list[LocalFile]:
             st = entry.stat(follow_symlinks=False)
             if stat.S_ISLNK(st.st_mode):
                 target = Path(os.path.realpath(entry.path))
+                if rules.ignored(rel, is_dir=target.is_dir()):
+                    continue  # left out by an ignore file, wherever it points
                 if not target.is_relative_to(root):
                     refused.append(f"{rel} -> {os.readlink(entry.path)} (leaves the tree)")
                     continue
@@ -172,10 +175,7 @@ def scan_tree(root: Path, rules: IgnoreRules | None = None) -> list[LocalFile]:
                     refused.append(f"{rel} -> {os.readlink(entry.path)} (dangling)")
                     continue
                 if target.is_dir():
-                    if not rules.ignored(rel, is_dir=True):
-                        refused.append(f"{rel} -> {os.readlink(entry.path)} (links a directory)")
-                    continue
-                if rules.ignored(rel, is_dir=False):
+                    refused.append(f"{rel} -> {os.readlink(entry.path)} (links a directory)")
                     continue
                 # A link to a file inside the tree is staged as that file's content.
                 st = target.stat()
@@ -189,17 +189,22 @@ def scan_tree(root: Path, rules: IgnoreRules | None = None) -> list[LocalFile]:
 
     walk("", top)
     top.check(root)
+    ignore = shlex.quote(str(root / ".npaignore"))
     if refused:
+        links = " ".join(shlex.quote(r.split(" -> ", 1)[0]) for r in refused[:20])
         raise SourceRefused(
-            f"source {root} has symlinks npa will not stage: " + "; ".join(refused[:20]),
-            fix="replace each with a copy of what it points to, or list it in .npaignore",
+            f"source {root} has symlinks npa will not stage: "
+            + "; ".join(refused[:20])
+            + "; replace each with a copy of what it points to, or leave it out in .npaignore",
+            fix=f"printf '%s\\n' {links} >> {ignore}  # leaves them out",
             details={"symlinks": refused},
         )
     big = [f.path for f in out if f.size > MAX_FILE_BYTES]
     if big:
         raise SourceRefused(
-            f"source files larger than 1 GiB are not staged: {', '.join(big[:10])}",
-            fix="list them in .npaignore and pass them to the stage as inputs",
+            f"source files larger than 1 GiB are not staged: {', '.join(big[:10])}; leave them "
+            "out in .npaignore and pass them to the stage as inputs",
+            fix=f"printf '%s\\n' {' '.join(shlex.quote(p) for p in big[:20])} >> {ignore}",
         )
     return out
 
@@ -212,8 +217,8 @@ def _local(rel: str, path: str, st: os.stat_result) -> LocalFile:
 
 def _changed(path: str) -> SourceChanged:
     return SourceChanged(
-        f"{path} changed while npa read it; the staged source would not be one consistent tree",
-        fix="rerun the same command once nothing is writing into the source tree",
+        f"{path} changed while npa read it; the staged source would not be one consistent "
+        "tree: run the same command again once nothing writes into the source tree"
     )
 
 
@@ -523,8 +528,8 @@ def load_committed(store: ObjectStore, layout: SourceLayout) -> SourceManifest |
         return SourceManifest.model_validate_json(raw)
     except ValueError:
         raise StateCorrupt(
-            f"{store.uri}/{layout.manifest} is not a source manifest npa wrote",
-            fix="prepare a new run: the committed source of this one cannot be trusted",
+            f"{store.uri}/{layout.manifest} is not a source manifest npa wrote; the committed "
+            "source of this run cannot be trusted: prepare a new run"
         ) from None
 
 
@@ -793,7 +798,8 @@ def _differs(
     diff = describe_difference(committed, local)
     return SourceRefused(
         f"run already has a committed source ({committed.digest()} at "
-        f"{store.uri}/{layout.manifest}) and this tree differs: {'; '.join(diff)}",
-        fix=fix or "prepare a new run for a different source",
+        f"{store.uri}/{layout.manifest}) and this tree differs: {'; '.join(diff)}"
+        + ("" if fix else "; prepare a new run for a different source"),
+        fix=fix or None,
         details={"committed": committed.digest(), "local": local.digest(), "differs": diff},
     )

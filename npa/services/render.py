@@ -102,8 +102,8 @@ def _read_render(directory: Path) -> tuple[dict[str, str], str | None]:
     """The task files of an earlier render, and the run id it was rendered for."""
     if not directory.is_dir():
         raise InvalidInput(
-            f"--diff {directory} is not a directory of rendered tasks",
-            fix="pass the --out directory of an earlier render",
+            f"--diff {directory} is not a directory of rendered tasks (--diff takes the --out "
+            "directory of an earlier render)"
         )
     files = {}
     run_id = None
@@ -188,7 +188,7 @@ def _replace_dir(out: Path, files: dict[str, str]) -> None:
     if out.is_dir() and any(out.iterdir()) and not (out / INDEX).is_file():
         raise InvalidInput(
             f"--out {out} is not empty and holds no earlier npa render; refusing to replace it",
-            fix=f"pass an empty or new directory, e.g. --out {out}-render",
+            fix="--out " + shlex.quote(f"{out}-render"),  # a new directory
         )
     parent = ensure_private_dir(out.parent.resolve())
     staging = parent / f".{out.name}.tmp-{os.getpid()}"

@@ -323,7 +323,7 @@ def run_store(
             raise InvalidInput(
                 f"run {run_id} was reserved in {entry.store} (project {settings.project}); "
                 f"--store-uri {given} would describe another run's prefix",
-                fix=f"drop --store-uri: the run's store is {entry.store}",
+                fix="--store-uri " + shlex.quote(entry.store),  # the run's own store
             )
         return named(
             entry.store, "reservation", f"reserved by prepare-run for project {settings.project}"

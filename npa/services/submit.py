@@ -685,9 +685,7 @@ def submit(
 
     paths = paths or NpaPaths.from_env()
     if options.run_id and options.resume_run and options.run_id != options.resume_run:
-        raise InvalidInput(
-            "--run-id and --resume-run name different runs", fix="pass only one of them"
-        )
+        raise InvalidInput("--run-id and --resume-run name different runs; pass only one of them")
     backend = backend or backend_for_infra(options.infra, paths, runtime=options.runtime)
     settings, report = _admit(options, paths, backend)
     admission = report.admission

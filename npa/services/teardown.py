@@ -118,10 +118,14 @@ def _refuse_active_runs(paths: NpaPaths, project: str, resume: str) -> None:
             f"project {project} has submitted runs that may still be active: {', '.join(runs)}; "
             "teardown would pull their infrastructure away",
             fix="; ".join(
-                npa_command("workbench", "workflow", "cancel", r, "--project", project)
-                for r in runs
-            )
-            + f"; then: {resume}",
+                [
+                    *(
+                        npa_command("workbench", "workflow", "cancel", r, "--project", project)
+                        for r in runs
+                    ),
+                    resume,
+                ]
+            ),
             details={"runs": runs},
         )
 

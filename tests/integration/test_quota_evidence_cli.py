@@ -213,7 +213,9 @@ def test_an_agent_disk_id_does_not_prove_two_gpu_node_disks(npa_home: Path, tmp_
     assert "existing[0] (gpu_node: 2 x 1,023 GiB NETWORK_SSD)" in message, message
     assert "agent: 1 x 100 GiB NETWORK_SSD" in message, message  # what the state records
     # The fix names the output of the same stack that records exactly these disks.
-    assert error["fix"].startswith(f"edit {wrong}  # existing[0]: cite output gpu_node_group_id")
+    assert error["fix"].startswith(
+        f"${{EDITOR:-vi}} {wrong}  # existing[0]: cite output gpu_node_group_id"
+    )
 
     # The output that records the GPU node group proves them, and only then are they deducted.
     right = claims(tmp_path, ("gpu_node", 1023, 2, "gpu_node_group_id"))

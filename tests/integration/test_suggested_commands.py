@@ -58,6 +58,7 @@ _TOOL_VERBS = {
     "cat": None,
     "sky": None,
     "nebius": None,
+    "printf": None,  # lines appended to an ignore file
     "${EDITOR:-vi}": None,  # opens a file npa names (a quota file, an --existing file)
 }
 
@@ -529,6 +530,47 @@ def test_mistakes_in_names_and_targets_suggest_commands_that_run(
     corpus.run("a --runtime npa does not have", *flags, "--runtime", "bogus")
     corpus.run("an --infra that is no backend", *flags, "--infra", "kubrnetes")
     corpus.run("--runtime process on a cluster", *flags, "--infra", "k8s/x", "--runtime", "process")
+    # Fixes that once were sentences (issue 29): each is now the command again, changed.
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("mine")
+    render = (*WF, "render", str(_spec(tmp_path)), "--infra", "local")
+    corpus.run(
+        "render into a folder that holds something else",
+        *render,
+        "--run-id",
+        "r",
+        "--out",
+        str(busy),
+    )
+    reserved = _prepare(_spec(tmp_path), corpus, "robotics")
+    corpus.run(
+        "render of a reserved run with another --store-uri",
+        *render,
+        "--run-id",
+        reserved,
+        "--project",
+        "robotics",
+        "--store-uri",
+        (tmp_path / "other-store").as_uri(),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "dangling").symlink_to(tmp_path / "no-such-file")
+    corpus.run(
+        "submit of a source with a symlink that leaves the tree",
+        *WF,
+        "submit",
+        str(_spec(linked)),
+        "--project",
+        "robotics",
+        "--run-id",
+        _prepare(_spec(linked), corpus, "robotics"),
+        "--runtime",
+        "process",
+    )
     corpus.check()
 
 

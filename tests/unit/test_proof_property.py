@@ -290,7 +290,7 @@ def test_a_disk_is_deducted_only_when_its_cited_state_records_exactly_it(
     except InvalidInput as error:
         refused = [r["claim"] for r in error.details["refused"]]
         assert refused == [f"existing[{i}]" for i, o in enumerate(want) if o == "refused"]
-        assert error.fix is not None and error.fix.startswith("edit existing.yaml  # ")
+        assert error.fix is not None and error.fix.startswith("${EDITOR:-vi} existing.yaml  # ")
         event("refused")
         return
     assert "refused" not in want, (want, [c.detail for c in checks])

@@ -349,7 +349,9 @@ def test_a_proof_of_other_disks_is_refused(
     error = caught.value
     assert error.message.startswith("existing.yaml: ") and "existing[0] (" in error.message
     assert why in error.message, error.message
-    assert error.fix is not None and error.fix.startswith("edit existing.yaml  # existing[0]: ")
+    assert error.fix is not None and error.fix.startswith(
+        "${EDITOR:-vi} existing.yaml  # existing[0]: "
+    )
     assert error.details["refused"][0]["claim"] == "existing[0]"
 
 

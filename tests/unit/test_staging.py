@@ -82,6 +82,22 @@ def test_symlinks_inside_are_content_outside_are_refused(tree: Path, tmp_path: P
     assert "pkg/escape" in err.value.message and "up ->" in err.value.message
 
 
+def test_the_refused_symlinks_fix_leaves_them_out(tree: Path, tmp_path: Path) -> None:
+    """The fix appends the refused links to .npaignore; once it has run, the tree stages
+    without them, wherever they point (outside the tree, nowhere, a directory)."""
+    (tree / "escape").symlink_to(tmp_path)
+    (tree / "dangling").symlink_to(tmp_path / "no-such-file")
+    (tree / "pkg" / "up").symlink_to("../")
+    with pytest.raises(SourceRefused) as err:
+        scan_tree(tree)
+    fix = err.value.fix or ""
+    assert fix.startswith("printf '%s\\n' ") and str(tree / ".npaignore") in fix
+    # What the printf writes: one line per refused link.
+    (tree / ".npaignore").write_text("dangling\nescape\npkg/up\n")
+    staged = [f.path for f in scan_tree(tree)]
+    assert not {"escape", "dangling", "pkg/up"} & set(staged)
+
+
 def test_a_file_changing_while_read_is_detected(tree: Path) -> None:
     f = next(f for f in scan_tree(tree) if f.path == "pkg/util.py")
     (tree / "pkg" / "util.py").write_text("X = 2  # edited after the scan\n")

@@ -32,7 +32,7 @@ from urllib.parse import urlparse
 
 from npa.adapters.infra.changes import ResourceChange, change_from_event, count, merge
 from npa.adapters.infra.progress import EngineWatch, StepProgress
-from npa.core.commands import bootstrap_tools_command
+from npa.core.commands import bootstrap_tools_command, pulumi_install_command
 from npa.core.errors import (
     InvalidInput,
     LockBusy,
@@ -67,7 +67,7 @@ def find_pulumi() -> Path:
     raise ToolMissing(
         f"the pulumi CLI {PULUMI_VERSION} is not installed where npa looks "
         "($NPA_PULUMI_BIN, the npa tools cache, PATH)",
-        fix=bootstrap_tools_command(),
+        fix=bootstrap_tools_command("pulumi") or pulumi_install_command(PULUMI_VERSION),
     )
 
 
@@ -577,10 +577,18 @@ class InfraRunner:
         stderr = getattr(exc, "stderr", None) or text
         tail = "\n".join(line for line in stderr.strip().splitlines()[-12:])
         if "no resource plugin" in stderr or "could not find plugin" in stderr.lower():
+            only = ("kubernetes-plugin",) if "kubernetes" in stderr else ()
+            install = bootstrap_tools_command(*only)
             return ToolMissing(
                 f"pulumi {operation} of stack {stack} needs a provider plugin that is not "
-                f"installed:\n{tail}",
-                fix=bootstrap_tools_command(),
+                f"installed:\n{tail}"
+                + (
+                    ""
+                    if install
+                    else "\n(npa's bootstrap-tools script installs it; this "
+                    "install of npa came without it)"
+                ),
+                fix=install,
             )
         refused = passphrase_refusal(stderr, stack)
         if refused is not None:

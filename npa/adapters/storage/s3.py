@@ -202,8 +202,9 @@ class S3Base(ObjectStore):
 
     def _conflicts_exhausted(self, key: str) -> StoreUnavailable:
         return StoreUnavailable(
-            f"could not create {self._where(key)}: concurrent conditional writes kept conflicting",
-            fix=self._fix_hint or "rerun the same command",
+            f"could not create {self._where(key)}: concurrent conditional writes kept "
+            "conflicting; run the same command again once the other writers are done",
+            fix=self._fix_hint,
         )
 
 

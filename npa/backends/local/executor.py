@@ -920,8 +920,8 @@ class Executor:
             error = start_failure(engine, tail, task.image)
             # Words from the shard's log are the stage's own output: it may echo a credential.
             why = self.redact(error.message if error else _last_line(tail))
-            fix = f" (fix: {error.fix})" if error and error.fix else ""
-            return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{fix}"
+            hint = f" (fix: {error.fix})" if error and error.fix else ""
+            return f"stage {task.stage} wave {wave} shard {shard}: {engine.name}: {why}{hint}"
         return None
 
     def check_space(self, stage: str, wave: int) -> None:

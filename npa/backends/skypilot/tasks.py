@@ -65,8 +65,8 @@ def templates_dir() -> Path:
 def _finalize(value: Any) -> Any:
     if not isinstance(value, YamlText):
         raise InvalidInput(
-            f"template bug: a value ({type(value).__name__}) was written without the yaml filter",
-            fix=f"pipe every value through '| yaml' in {templates_dir() / TEMPLATE}",
+            f"template bug: a value ({type(value).__name__}) was written without the yaml "
+            f"filter; every value in {templates_dir() / TEMPLATE} goes through '| yaml'"
         )
     return value
 
@@ -96,8 +96,9 @@ def _library(root: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(
-            f"cannot read the stage library {path}: {exc.strerror}",
-            fix="reinstall npa, or point NPA_TEMPLATES_DIR at its templates/ folder",
+            f"cannot read the stage library {path}: {exc.strerror}; reinstall npa, or point "
+            "NPA_TEMPLATES_DIR at a templates/ folder that holds it",
+            fix=f"ls -l {shlex.quote(str(path.parent))}",
         ) from None
 
 
@@ -226,8 +227,9 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
         if task.secrets:
             raise InvalidInput(
                 f"stage {task.stage} declares secrets ({', '.join(sorted(task.secrets))}), which "
-                "the SkyPilot backend cannot give a pod yet without writing them into its task",
-                fix="remove the stage's secrets, or run it here: --infra local",
+                "the SkyPilot backend cannot give a pod yet without writing them into its task; "
+                "run it here (--infra local), or remove the stage's secrets",
+                fix="--infra local",
             )
         values = task_values(task, run, kube_context=kube_context, library=library)
         text = template.render(**values)
@@ -250,8 +252,8 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
     parsed = [yaml.load(doc, Loader=loader) for doc in documents(text)]  # plain data only
     if len(parsed) != len(values["waves"]):
         raise InvalidInput(
-            "template bug: the rendered file does not hold one task per wave",
-            fix=f"check {templates_dir() / TEMPLATE}",
+            f"template bug: the file {templates_dir() / TEMPLATE} rendered does not hold one "
+            "task per wave"
         )
     for doc, wave in zip(parsed, values["waves"], strict=True):
         checks = {
@@ -265,6 +267,6 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
         for key, (got, want) in checks.items():
             if got != want:
                 raise InvalidInput(
-                    f"template bug: rendered {key} does not read back as written",
-                    fix=f"check {templates_dir() / TEMPLATE}",
+                    f"template bug: {key} rendered by {templates_dir() / TEMPLATE} does not read "
+                    "back as written"
                 )

@@ -202,11 +202,15 @@ class KubernetesTarget(Target, ExistingCluster, CopiesKubeconfig, ChecksReachabi
             for folder in (paths.clusters_dir.iterdir() if paths.clusters_dir.is_dir() else [])
             if (name := context_from_folder(folder.name)) is not None
         )
-        fixes = [npa_command(*argv, "--context", name) for name in placed]
+        # One placed cluster is the one to name; of several, npa cannot pick one to tear down.
         return InvalidInput(
             f"teardown of the {self.name} target needs --context"
             + (f" (npa placed kubeconfigs for: {', '.join(placed)})" if placed else ""),
-            fix="  or  ".join(fixes) if fixes else "kubectl config get-contexts -o name",
+            fix=npa_command(*argv, "--context", placed[0])
+            if len(placed) == 1
+            else None
+            if placed
+            else "kubectl config get-contexts -o name",
         )
 
     def resume_args(self, lay: Layout) -> list[str]:
