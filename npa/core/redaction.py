@@ -187,7 +187,7 @@ _FLAG = re.compile(rf"(?P<pre>(?<![\w\-])--(?P<name>[A-Za-z][\w.\-]*)[ \t]+)(?!-
 # set`; and a .netrc's ``password VALUE``.
 _SET_WORDS = re.compile(
     r"(?P<pre>(?:\b(?:ENV|setenv|set|export|declare -x)[ \t]+(?P<name>[A-Za-z_][\w.\-]*)"
-    rf"|\blogin[ \t]+\S+[ \t]+(?P<name2>password))[ \t]+){_VALUE}"
+    rf"|\blogin[ \t]+\S+[ \t]+(?P<name2>password))[ \t]+)(?!#){_VALUE}"
 )
 # ``docker login -p VALUE`` and the like (-p is a password there only).
 _LOGIN_P = re.compile(rf"(?P<pre>\blogin\b[^\n]*?[ \t]-p[ \t]*){_VALUE}")
