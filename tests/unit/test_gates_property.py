@@ -97,11 +97,13 @@ def mutated(draw: st.DrawFn, original: dict[str, Any], most: int = 3) -> dict[st
         target = parent[path[-1]] if path else doc
         action = draw(st.sampled_from(["replace", "delete", "add", "rename"]))
         if action == "replace" and path:
-            parent[path[-1]] = draw(values)
+            # A copy: NEAR's lists and dicts are shared by every example, and a later "add"
+            # would change them for the next one (hypothesis then sees data drawn differently).
+            parent[path[-1]] = copy.deepcopy(draw(values))
         elif action == "delete" and path and isinstance(parent, dict):
             del parent[path[-1]]
         elif action == "add" and isinstance(target, dict):
-            target[draw(st.sampled_from(KEYS))] = draw(values)
+            target[draw(st.sampled_from(KEYS))] = copy.deepcopy(draw(values))
         elif action == "rename" and path and isinstance(parent, dict):
             parent[draw(st.sampled_from(KEYS))] = parent.pop(path[-1])
     return doc

@@ -95,11 +95,11 @@ def mutated_specs(draw: st.DrawFn) -> dict[str, Any]:
             parent = parent[part]
         action = draw(st.sampled_from(["replace", "delete", "add"]))
         if action == "replace":
-            parent[path[-1]] = draw(values)
+            parent[path[-1]] = copy.deepcopy(draw(values))
         elif action == "delete":
             del parent[path[-1]]
         elif isinstance(parent, dict):
-            parent[draw(st.text(max_size=10))] = draw(values)
+            parent[draw(st.text(max_size=10))] = copy.deepcopy(draw(values))
         else:
             parent.append(copy.deepcopy(draw(values)))
     return spec

@@ -8,6 +8,7 @@ schema cannot state (references, duplicates, cycles, fit) are left to the valida
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 
@@ -76,11 +77,11 @@ def mutated_specs(draw: st.DrawFn) -> Any:
                 st.sampled_from([str(current), [current], float(len(str(current))), True])
             )
         elif action == "replace":
-            parent[path[-1]] = draw(values)
+            parent[path[-1]] = copy.deepcopy(draw(values))
         elif action == "delete" and isinstance(parent, dict):
             del parent[path[-1]]
         elif action == "add" and isinstance(current, dict):
-            parent[path[-1]][draw(texts)] = draw(values)
+            parent[path[-1]][draw(texts)] = copy.deepcopy(draw(values))
     # What an editor sees: JSON values, string keys.
     return json.loads(json.dumps(spec))
 
