@@ -430,10 +430,7 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     decision to Kubernetes, so the pod is created and the real scheduler refuses it; status
     shows that."""
     world = sky_cluster
-    config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
-    config["kubernetes"]["autoscaler"] = "generic"
-    grows = tmp_path / "autoscaled.yaml"
-    grows.write_text(yaml.safe_dump(config))
+    grows = autoscaled_config(world, tmp_path)
     gpu = stage("trains", "nvidia-smi")
     gpu["resources"]["accelerators"] = "A100:1"
     spec = write_spec(tmp_path / "wf" / "gpu.yaml", "e2e-gpu",
@@ -448,9 +445,6 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
         SKYPILOT_GLOBAL_CONFIG=str(grows),
     )  # fmt: skip
     assert submitted.code == 0, submitted.stdout + submitted.stderr
-
-    def unschedulable(a: dict[str, Any]) -> bool:
-        return terminal(a) or any(p["reason"] == "Unschedulable" for p in a["pending"])
 
     answer, _ = follow(world, run_id, unschedulable, timeout=600)
     assert not terminal(answer), json.dumps(answer, indent=1)
@@ -516,10 +510,7 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         prefix = f"runs/e2e-spread/{run_id}/npa-workflow/stages/split/outputs/parts"
         assert sorted(world.store_keys(prefix)) == [f"{prefix}/part-{n}.txt" for n in (0, 1)]
 
-        config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
-        config["kubernetes"]["autoscaler"] = "generic"
-        grows = tmp_path / "autoscaled.yaml"
-        grows.write_text(yaml.safe_dump(config))
+        grows = autoscaled_config(world, tmp_path)
         pair = stage("trains", "echo training")
         pair["resources"]["accelerators"] = f"{NODE_GPUS[0]}:2"
         spec = write_spec(tmp_path / "wf" / "pair.yaml", "e2e-pair",
@@ -527,9 +518,6 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         run_id = prepare(world, spec)
         submitted = submit(world, spec, run_id, SKYPILOT_GLOBAL_CONFIG=str(grows))
         assert submitted.code == 0, submitted.stdout + submitted.stderr
-
-        def unschedulable(a: dict[str, Any]) -> bool:
-            return terminal(a) or any(p["reason"] == "Unschedulable" for p in a["pending"])
 
         answer, _ = follow(world, run_id, unschedulable, timeout=600)
         assert not terminal(answer), json.dumps(answer, indent=1)
@@ -549,6 +537,21 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
         final, _ = follow(world, run_id, terminal, timeout=600)
         assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
+
+
+def autoscaled_config(world: SkyCluster, tmp_path: Path) -> Path:
+    """The world's SkyPilot configuration with a cluster autoscaler declared: SkyPilot then
+    leaves a task no node fits to Kubernetes, so the pod exists and the scheduler refuses it."""
+    config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
+    config["kubernetes"]["autoscaler"] = "generic"
+    grows = tmp_path / "autoscaled.yaml"
+    grows.write_text(yaml.safe_dump(config))
+    return grows
+
+
+def unschedulable(answer: dict[str, Any]) -> bool:
+    """A status answer that is final or shows a pod the scheduler refused."""
+    return terminal(answer) or any(p["reason"] == "Unschedulable" for p in answer["pending"])
 
 
 def gpu_pods_placed(world: SkyCluster, count: int, timeout: float = 900) -> list[tuple[str, str]]:
@@ -607,16 +610,10 @@ def test_a_gpu_label_renamed_between_plan_and_submit_is_remapped_or_unschedulabl
         final, _ = follow(world, remapped, terminal, timeout=900)
         assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
 
-        config = yaml.safe_load((world.home / ".sky" / "config.yaml").read_text())
-        config["kubernetes"]["autoscaler"] = "generic"
-        grows = tmp_path / "autoscaled.yaml"
-        grows.write_text(yaml.safe_dump(config))
+        grows = autoscaled_config(world, tmp_path)
         refused = submit(world, spec, kept, "--no-resolve-accelerators",
                          SKYPILOT_GLOBAL_CONFIG=str(grows))  # fmt: skip
         assert refused.code == 0, refused.stdout + refused.stderr
-
-        def unschedulable(a: dict[str, Any]) -> bool:
-            return terminal(a) or any(p["reason"] == "Unschedulable" for p in a["pending"])
 
         waiting, _ = follow(world, kept, unschedulable, timeout=600)
         assert not terminal(waiting), json.dumps(waiting, indent=1)
