@@ -139,6 +139,9 @@ class StatusResult(Result):
     sources: list[SourceAnswer]
     next: list[str] = Field(default_factory=list)
     checked_at: str
+    # When this answer began asking its sources: every source answered between it and
+    # ``checked_at``, so the answer says what was true in that span (None: an older answer).
+    asked_from: str | None = None
     watched: bool = False
     # The backend ended the job and npa has not recorded its verdict yet; ``supervised`` says
     # whether a supervisor on this machine is there to record it (None: cannot tell from here).
@@ -741,6 +744,7 @@ def status(
 ) -> StatusResult:
     """One status check of one run, from every applicable source."""
     paths = paths or NpaPaths.from_env()
+    asked_from = datetime.now(UTC).isoformat(timespec="milliseconds")
     located = locate(run, project, workflow_uri=workflow_uri, paths=paths)
     backend = open_located_backend(located, paths) if located.backend_name else None
     job, job_source = ask_job(located, backend, cached=cached)
@@ -790,6 +794,7 @@ def status(
             reattach=supervised is False,
         ),
         checked_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        asked_from=asked_from,
         verdict_pending=pending_verdict,
         supervised=supervised,
     )

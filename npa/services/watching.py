@@ -28,8 +28,12 @@ class WatchEvent(BaseModel):
 
     event: Kind
     at: str  # when the poll that saw it was answered
+    asked_from: str | None = None  # when that poll began asking (what it saw held in between)
     run_id: str
     stage: str | None = None
+    # job events: the job the state belongs to; a relaunch's new job is a transition of its own
+    # even when it starts in the state the old one was last seen in
+    job_id: int | None = None
     before: str | None = None
     after: str
     detail: str = ""
@@ -47,7 +51,9 @@ class WatchEvent(BaseModel):
                 f"{self.seconds_in_state or 0:.0f}s in this state)"
             )
         if self.event == "job":
-            return f"{self.at} job {self.before or '-'} -> {self.after}"
+            job = "job" if self.job_id is None else f"job {self.job_id}"
+            line = f"{self.at} {job}: {self.before or '-'} -> {self.after}"
+            return line + (f" ({self.detail})" if self.detail else "")
         if self.event == "waiting":
             return f"{self.at} {what} {self.after}, waiting: {self.detail}"
         # A change of waves alone keeps the state: say it once, never "X -> X".
@@ -77,7 +83,8 @@ class Follower:
 
         def add(kind: Kind, after: str, **extra: object) -> None:
             events.append(
-                WatchEvent(event=kind, at=result.checked_at, run_id=result.run_id, after=after,
+                WatchEvent(event=kind, at=result.checked_at, asked_from=result.asked_from,
+                           run_id=result.run_id, after=after,
                            **extra)
             )  # fmt: skip
 
@@ -85,8 +92,10 @@ class Follower:
             add("state", result.state, before=before.state if before else None,
                 detail=result.reason)  # fmt: skip
             self._state_at, self._state_seen_begin = now, before is not None
-        if result.job_state and (before is None or before.job_state != result.job_state):
-            add("job", result.job_state, before=before.job_state if before else None)
+        if result.job_state:
+            add_job = _job_event(before, result)
+            if add_job is not None:
+                add("job", result.job_state, job_id=result.job_id, **add_job)
         for name, stage in result.stages.items():
             old = before.stages.get(name) if before is not None else None
             if old is None or (old.state, old.waves) != (stage.state, stage.waves):
@@ -107,6 +116,18 @@ class Follower:
                 at_least=not self._state_seen_begin)  # fmt: skip
         self._last = result
         return events
+
+
+def _job_event(before: StatusResult | None, result: StatusResult) -> dict[str, object] | None:
+    """What a job event says when the job's state or the job itself changed, else None."""
+    if before is None or before.job_state is None:
+        return {"before": None}
+    if before.job_id != result.job_id:
+        old = f"job {before.job_id}" if before.job_id is not None else "the earlier job"
+        return {"before": None, "detail": f"replaces {old}, last seen {before.job_state}"}
+    if before.job_state != result.job_state:
+        return {"before": before.job_state}
+    return None
 
 
 def _stage_detail(old: StageView | None, stage: StageView) -> str:

@@ -114,3 +114,26 @@ def test_the_heartbeat_counts_from_the_state_change_not_from_the_last_line() -> 
     now[0] = 160
     [beat] = follower.see(_result("SUCCEEDED", {"a": ("SUCCEEDED", "9/9")}, "t160", "OK"))
     assert (beat.after, beat.seconds_in_state) == ("SUCCEEDED", 30)
+
+
+def test_a_relaunch_is_a_new_job_even_in_the_state_the_old_one_ended_in() -> None:
+    """The watch names each job: a relaunch's job that is first seen FAILED (it failed between
+    two polls) after the old job's FAILED is a line of its own, not silence."""
+    follower = Follower(heartbeat=300, clock=lambda: 0.0)
+
+    def seen(at: str, job_id: int | None, job: str | None) -> list[tuple[object, ...]]:
+        result = _result("RUNNING", {}, at, job)
+        result.job_id = job_id
+        return [(e.job_id, e.before, e.after, e.detail) for e in follower.see(result)
+                if e.event == "job"]  # fmt: skip
+
+    assert seen("t0", 7, "RUNNING") == [(7, None, "RUNNING", "")]
+    assert seen("t1", 7, "FAILED") == [(7, "RUNNING", "FAILED", "")]
+    assert seen("t2", 7, "FAILED") == []
+    assert seen("t3", None, None) == []  # between jobs: the relaunch has no job yet
+    assert seen("t4", 8, "FAILED") == [(8, None, "FAILED", "")]
+    assert seen("t5", 9, "PENDING") == [(9, None, "PENDING", "replaces job 8, last seen FAILED")]
+    result = _result("RUNNING", {}, "t6", "RUNNING")
+    result.job_id = 9
+    [line] = [e.text() for e in follower.see(result) if e.event == "job"]
+    assert line == "t6 job 9: PENDING -> RUNNING"
