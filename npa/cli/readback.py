@@ -130,7 +130,7 @@ def list_runs(
     """The project's runs from its store, newest first (no controller or cluster needed)."""
 
     def produce() -> Result:
-        from npa.services.status import list_runs as service
+        from npa.services.listing import list_runs as service
 
         return service(project, limit=limit)
 

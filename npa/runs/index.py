@@ -44,7 +44,6 @@ from npa.core.layout import (
     run_prefix,
 )
 from npa.core.paths import safe_component
-from npa.runs.manifest import now_iso, read_manifest
 
 # Concurrent store requests of one listing or repair (the read path opens 16 connections).
 CONCURRENCY = 16
@@ -55,6 +54,8 @@ R = TypeVar("R")
 
 
 def _marker_body(project: str, workflow: str, run_id: str) -> bytes:
+    from npa.runs.manifest import now_iso  # the manifest models: not on list's read path
+
     body = {
         "project": project,
         "workflow": workflow,
@@ -194,6 +195,8 @@ def _owner(store: ObjectStore, ref: RunRef, asking: str) -> str | None:
     """The project a run belongs to as its manifest says: None without a manifest; the asking
     project for a manifest nobody can read (it stays in sight of the one who found it, whose
     ``list`` shows why). StoreUnavailable propagates."""
+    from npa.runs.manifest import read_manifest  # the repair only: not on list's read path
+
     run_id, workflow = ref
     try:
         manifest = read_manifest(store, run_prefix(workflow, run_id))
@@ -257,5 +260,7 @@ def repair(store: ObjectStore, project: str) -> Repair:
 
 
 def _complete_body(project: str, runs: int) -> bytes:
+    from npa.runs.manifest import now_iso
+
     body = {"project": project, "runs_indexed": runs, "completed_at": now_iso()}
     return (json.dumps(body, sort_keys=True) + "\n").encode()

@@ -4,9 +4,10 @@
 back from the store. Each of them must agree on three things, so each calls these functions
 rather than deciding for itself:
 
-- **Whose manifest it is** (:func:`check_run_identity`): a manifest counts as the run's only
-  when its run id, workflow, prefix and project all agree with the key it is stored under (and
-  the project asked about). One that disagrees (copied or written under another run's key) is a
+- **Whose manifest it is** (:func:`check_run_identity`, defined in
+  :mod:`npa.runs.identity_rule`): a manifest counts as the run's only when its run id,
+  workflow, prefix and project all agree with the key it is stored under (and the project
+  asked about). One that disagrees (copied or written under another run's key) is a
   :class:`~npa.core.errors.RunMismatch`, reported with the same message by every reader, and
   none of its state is shown.
 - **What each stage's state reads as** (:func:`shown_stage_states`): a final run shows only
@@ -22,78 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from npa.backends.base import JobState
-from npa.core.errors import RunMismatch
-from npa.core.layout import PREFIX_LEAF, run_prefix
 from npa.plan.model import WorkflowPlan
+from npa.runs.identity_rule import RunKey as RunKey
+from npa.runs.identity_rule import check_run_identity as check_run_identity
+from npa.runs.identity_rule import key_of_prefix_uri as key_of_prefix_uri
 from npa.runs.manifest import RunManifest, StageRecord
 
 FINAL = frozenset(s.value for s in JobState if s.terminal)
 FAILED = frozenset(s.value for s in JobState if s.failed)
 # What a stage of a final run reads as when its record was not final.
 CUT_SHORT = JobState.CANCELLED.value
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """Where a manifest was found: the run id, workflow and prefix its store key names, and the
-    project the reader asked about (None when the reader has no project, as ``insights``)."""
-
-    run_id: str
-    workflow: str
-    prefix: str  # <workflow>/<run>/npa-workflow, relative to the store
-    project: str | None = None
-
-
-def key_of_prefix_uri(uri: str) -> RunKey:
-    """The run key a run prefix URI (``…/<workflow>/<run>/npa-workflow``) names; a URI of
-    another shape yields the key its last parts would name, which no run's manifest matches."""
-    parts = uri.rstrip("/").split("/")
-    if parts[-1] == PREFIX_LEAF:
-        parts = parts[:-1]
-    workflow, run_id = (["", *parts])[-2:]
-    return RunKey(run_id=run_id, workflow=workflow, prefix=run_prefix(workflow, run_id))
-
-
-def _status_command(run_id: str, project: str) -> str:
-    return f"npa workbench workflow status {run_id} --project {project}"
-
-
-def check_run_identity(m: RunManifest, key: RunKey, where: str) -> RunMismatch | None:
-    """None when ``m`` is the record of the run ``key`` names; else the one error every reader
-    reports (``where`` is the manifest's address, for the message)."""
-    mine = (m.run_id, m.workflow, m.prefix)
-    if mine != (key.run_id, key.workflow, key.prefix):
-        fields = [
-            name
-            for name, theirs, ours in zip(
-                ("run_id", "workflow", "prefix"),
-                mine,
-                (key.run_id, key.workflow, key.prefix),
-                strict=True,
-            )
-            if theirs != ours
-        ]
-        error = RunMismatch(
-            f"the manifest at {where} is the record of run {m.run_id} of workflow {m.workflow} "
-            f"(prefix {m.prefix}, project {m.project}), not of run {key.run_id} of workflow "
-            f"{key.workflow} whose key it is under ({', '.join(fields)} disagree); none of its "
-            "state is shown as this run's",
-            fix=_status_command(m.run_id, m.project) + "  # the run it names",
-        )
-        error.details["disagree"] = fields
-    elif key.project is not None and m.project != key.project:
-        error = RunMismatch(
-            f"the manifest at {where} is the record of run {m.run_id} of project {m.project}, "
-            f"not of project {key.project}; none of its state is shown as this project's",
-            fix=_status_command(m.run_id, m.project),
-        )
-        error.details["disagree"] = ["project"]
-    else:
-        return None
-    error.details["manifest"] = {
-        "run_id": m.run_id, "workflow": m.workflow, "prefix": m.prefix, "project": m.project,
-    }  # fmt: skip
-    return error
 
 
 # --- waves --------------------------------------------------------------------------------------

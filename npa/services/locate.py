@@ -24,9 +24,7 @@ from npa.adapters.storage import (
     ObjectStore,
     StoreUnavailable,
     normalize_store_uri,
-    open_store,
 )
-from npa.adapters.storage.bounded import BoundedStore, read_timeout
 from npa.core.commands import status_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, RunMismatch, StateCorrupt
 from npa.core.layout import (
@@ -43,6 +41,7 @@ from npa.runs.manifest import RunManifest, read_manifest
 from npa.runs.reading import RunKey, check_run_identity
 from npa.runs.receipts import Receipt, read_receipt
 from npa.services.configure import ProjectSettings, resolve_project
+from npa.services.runstore import open_run_store as open_run_store
 
 Answer = Literal["found", "absent", "unavailable", "skipped", "not_applicable"]
 
@@ -267,30 +266,6 @@ def _reservation(
         error = StateCorrupt(f"{where}: {exc}", fix=f"ls -l {where}")
         return None, None, _error("reservation", where, error)
     return None, None, SourceAnswer(source="reservation", where=where, answer="absent")
-
-
-def open_run_store(
-    store_uri: str, settings: ProjectSettings, receipt: Receipt | None, paths: NpaPaths
-) -> ObjectStore:
-    """The run's store, with the S3 settings the submit used (its receipt) or the project's,
-    every operation bounded by the read timeout (a silent store is unavailable, not slow)."""
-    recorded = receipt if receipt is not None and receipt.store == store_uri else None
-    seconds = read_timeout()
-    store = open_store(
-        store_uri,
-        endpoint_url=(recorded and recorded.endpoint_url) or settings.value("endpoint_url"),
-        region=(recorded and recorded.region) or settings.value("region"),
-        profile=(recorded and recorded.profile) or settings.value("profile"),
-        max_connections=16,
-        max_attempts=2,
-        fix_hint=cmd("configure", "--show", "--project", settings.project),
-        paths=paths,
-        # The store spends its own budget in parts (a third per socket read for botocore, half
-        # for obstore); three times the bound keeps every part longer than the bound, so the
-        # BoundedStore answers first, naming the store and the time it was given.
-        timeout=3 * seconds,
-    )
-    return BoundedStore(store, seconds)
 
 
 def _scan_store(store: ObjectStore, run_id: str) -> tuple[list[str], SourceAnswer]:

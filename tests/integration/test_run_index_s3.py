@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,9 @@ from npa.core.layout import (
     run_index_prefix,
     run_prefix,
 )
+from npa.core.paths import NpaPaths
 from npa.runs.manifest import RunManifest
+from npa.runs.receipts import Receipt, write_receipt
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
@@ -134,6 +137,30 @@ def test_list_sends_one_listing_and_one_read_per_run_printed(store: Store) -> No
     assert not any(rid in line for line in sent for rid in theirs)
 
 
+def test_list_of_fifty_among_a_thousand_runs_sends_one_listing_and_fifty_reads(
+    store: Store,
+) -> None:
+    """Issue 34's bound, 1 + 50 + listing pages, at a scale where the store holds more than one
+    listing page (1,000 keys) of other objects: 400 runs of each project are 1,600 keys, so a
+    listing of the store, of the run folders or of the other project's index would cost pages
+    the bound has no room for. (20,000 runs take minutes to plant in moto and change no
+    request: the index is listed from its newest marker, one page of limit + 2 keys.)"""
+    with ThreadPoolExecutor(8) as pool:
+        mine = list(pool.map(lambda n: store.run(n, "demo", workflow=f"wf{n % 3}"),
+                             range(0, 800, 2)))  # fmt: skip
+        list(pool.map(lambda n: store.run(n, "other", workflow=f"wf{n % 3}"), range(1, 800, 2)))
+    assert len(store.keys("")) > 1000
+    store.list("demo")  # completes the index: nothing from before it to read
+
+    listed, sent = store.list("demo", limit=50)
+    newest = sorted(mine, reverse=True)[:50]
+    assert [r["run_id"] for r in listed["runs"]] == newest and listed["truncated"]
+    assert all(r["recorded_state"] == "SUCCEEDED" for r in listed["runs"])
+    assert listings(sent) == [run_index_prefix("demo")]
+    assert len(reads(sent)) == 50
+    assert len(sent) <= 1 + 50 + len(listings(sent)), sent
+
+
 def test_a_missing_index_is_repaired_from_the_manifests(store: Store) -> None:
     mine = {store.run(n, "demo", indexed=False) for n in range(0, 30, 2)}
     theirs = {store.run(n, "other", indexed=False) for n in range(1001, 1031, 2)}
@@ -198,3 +225,26 @@ def test_status_without_a_receipt_asks_the_index(store: Store) -> None:
     res, sent = store.npa(*WF, "status", run_id(77), "--project", "demo", "--json")
     assert res.code == 3 and res.json()["state"] == "NOT_FOUND"
     assert len(sent) == 2, sent  # the run's markers, then the index's completeness mark
+
+
+def test_status_with_a_receipt_reads_one_to_three_objects(store: Store, npa_home: Path) -> None:
+    """With the receipt submit leaves, ``status --cached`` of one run among others asks the
+    store for that run alone: its manifest and plan, nothing of the index or other runs."""
+    for n in range(8):
+        store.run(1000 + n, "other", workflow=f"wf{n}")
+    rid = store.run(5, "demo", workflow="mine")
+    store.list("demo")
+    uri = f"s3://{BUCKET}/{ROOT}"
+    write_receipt(
+        NpaPaths(npa_home),
+        Receipt(
+            project="demo", project_identity="x", workflow="mine", run_id=rid,
+            submitted_at=NOW, store=uri, workflow_prefix=f"{uri}/{run_prefix('mine', rid)}",
+            credentials_source="environment (AWS_ACCESS_KEY_ID)",
+        ),
+    )  # fmt: skip
+    res, sent = store.npa(*WF, "status", rid, "--project", "demo", "--cached", "--json")
+    assert res.code == 0 and res.json()["workflow"] == "mine", res.stdout
+    assert 1 <= len(sent) <= 3, sent
+    assert not listings(sent), sent
+    assert manifest_key(run_prefix("mine", rid)) in reads(sent)

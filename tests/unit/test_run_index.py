@@ -113,8 +113,8 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
     made = World(home)
     for project in ("demo", "other"):
         assert invoke_npa("configure", "--project", project, "--store", made.uri).code == 0
+    import npa.services.listing as listing
     import npa.services.locate as locate
-    import npa.services.status as status
 
     opened = locate.open_run_store
 
@@ -124,7 +124,7 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
         return store
 
     monkeypatch.setattr(locate, "open_run_store", counting)
-    monkeypatch.setattr(status, "open_run_store", counting)
+    monkeypatch.setattr(listing, "open_run_store", counting)
     return made
 
 
