@@ -6,8 +6,16 @@ wheel carries them under ``<prefix>/share/npa/templates``.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
 from pathlib import Path
+from typing import Any
+
+from npa.core.errors import InvalidInput
 
 
 def templates_dir(marker: str) -> Path:
@@ -30,3 +38,105 @@ def templates_dir(marker: str) -> Path:
         if file.name == marker and file.parent.name == "templates":
             return Path(str(file.locate())).resolve().parent
     return checkout  # missing: the caller's error names this path
+
+
+# --- YAML output -------------------------------------------------------------------------------
+# A task template writes every value through one filter, ``yaml``. Scalars and collections are
+# written as JSON, which is YAML: a JSON string is a double-quoted scalar, so no value can add a
+# key, a comment, an anchor or any structure. ``yaml(block=True)`` writes a script a person reads
+# as a literal block, but only when :func:`literal_block_holds` proves the block reads back
+# exactly; otherwise it is the JSON string too.
+
+_LITERAL = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\n"}
+# json.dumps(ensure_ascii=True) writes a character beyond the BMP as a UTF-16 surrogate pair;
+# YAML's \u escapes do not pair up, so the pair is rewritten as one \U escape.
+_PAIR = re.compile(r"\\ud([89ab][0-9a-f]{2})\\ud([c-f][0-9a-f]{2})")
+
+
+class YamlText(str):
+    """Text the yaml filter produced; the only thing a YAML template may output."""
+
+
+def _joined(match: re.Match[str]) -> str:
+    high, low = int("d" + match.group(1), 16), int("d" + match.group(2), 16)
+    return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08X}"
+
+
+def yaml_flow(value: Any) -> str:
+    """One YAML flow node for ``value`` (str, int, float, bool, None, mapping, sequence), in
+    printable ASCII: strings are JSON strings, so every other character is an escape."""
+    if isinstance(value, str):
+        return _PAIR.sub(_joined, json.dumps(value))
+    if value is None or isinstance(value, bool | int):
+        return json.dumps(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"cannot write {value!r} into a YAML file")
+        text = repr(value)
+        # YAML 1.1 (PyYAML, SkyPilot's loader) reads 1e+20 as a string: it needs the dot.
+        return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{yaml_flow(str(k))}: {yaml_flow(v)}" for k, v in value.items())
+        return "{" + items + "}"
+    if isinstance(value, Sequence):
+        return "[" + ", ".join(yaml_flow(v) for v in value) + "]"
+    raise TypeError(f"cannot write a {type(value).__name__} into a YAML file")
+
+
+def literal_block_holds(text: str) -> bool:
+    """Whether a literal block (``|2``, with the chomping indicator its trailing newlines
+    need) reads back as exactly ``text``: printable ASCII and newlines only (no tab, no CR, no
+    line separator), no line ending in a space (a reader could not see it), and at least one
+    non-blank line. The hypothesis property in tests/unit/test_render.py parses the blocks
+    this admits back through SkyPilot's loader."""
+    if not set(text) <= _LITERAL or not text.strip():
+        return False
+    return not any(line.endswith(" ") for line in text.split("\n"))
+
+
+def yaml_block(text: str, indent: int = 2) -> str:
+    """``text`` as a literal block indented by ``indent`` (for a top-level mapping value)."""
+    body = text.rstrip("\n")
+    trailing = len(text) - len(body)
+    chomp = {0: "-", 1: ""}.get(trailing, "+")
+    pad = " " * indent
+    out = [f"|{indent}{chomp}"]
+    out += [pad + line if line else "" for line in body.split("\n")]
+    out += [""] * (trailing - 1)
+    return "\n".join(out)
+
+
+def yaml_filter(value: Any, block: bool = False) -> YamlText:
+    """The template filter: ``{{ v | yaml }}``, or ``{{ script | yaml(block=True) }}``."""
+    if block and isinstance(value, str) and literal_block_holds(value):
+        return YamlText(yaml_block(value))
+    return YamlText(yaml_flow(value))
+
+
+def _only_yaml(value: Any) -> Any:
+    if not isinstance(value, YamlText):
+        raise InvalidInput(
+            f"template bug: a value ({type(value).__name__}) was written without the yaml "
+            "filter; every value in a YAML template goes through '| yaml'"
+        )
+    return value
+
+
+@lru_cache(maxsize=8)
+def yaml_environment(root: str) -> Any:
+    """The Jinja environment of npa's YAML templates under ``root``: undefined names are errors,
+    nothing is HTML-escaped (the output is YAML), and any output that did not come through the
+    ``yaml`` filter is refused."""
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(root),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # the output is YAML; the yaml filter does the escaping
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        finalize=_only_yaml,
+    )
+    env.filters["yaml"] = yaml_filter
+    return env

@@ -192,6 +192,28 @@ def test_npa_checks_for_the_plugin_the_installed_sdk_asks_for() -> None:
         assert "pulumi_kubernetes" not in sys.modules, "reading the plugin imported the SDK"
 
 
+def test_the_nebius_bridge_plugin_version_has_one_home() -> None:
+    """The terraform-provider plugin the nebius target checks for is the one the pinned
+    pulumi-nebius SDK asks for, and its version is typed out nowhere in the repository: a
+    literal copy would go stale on the next SDK upgrade."""
+    from npa.adapters.infra.sdk_plugins import sdk_plugin
+    from npa.targets.nebius.target import NEBIUS_PLUGINS
+
+    kind, name, version = sdk_plugin.__wrapped__("pulumi_nebius")
+    assert (kind, name) == ("resource", "terraform-provider")
+    assert NEBIUS_PLUGINS[0] == (kind, name, version)
+    spellings = {version, "v" + version, version.replace(".", r"\.")}
+    mentions = []
+    for path in _repo_text_files():
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if any(s in text for s in spellings):
+            mentions.append(str(path.relative_to(ROOT)))
+    assert mentions == []
+
+
 def test_an_sdk_that_is_not_installed_names_the_pip_command() -> None:
     from npa.adapters.infra.sdk_plugins import sdk_plugin
     from npa.core.errors import ToolMissing

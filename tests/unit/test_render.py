@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
-from npa.backends.skypilot.yamlsafe import yaml_value
 from npa.core.errors import InvalidInput
+from npa.core.templates import literal_block_holds, yaml_filter
 from npa.render.tasks import load_digests, render_workflow, resolve_images
 from npa.services.render import INDEX, render_spec
 from npa.spec.model import Workflow
@@ -84,11 +86,61 @@ _ARITY = {"npa_fetch": 3, "npa_restore": 2, "npa_command": 2, "npa_upload": 3, "
           "npa_shard": 1}  # fmt: skip
 
 
+def _sky_load(text: str) -> Any:
+    """What SkyPilot reads a task file with."""
+    from sky.utils.yaml_utils import read_yaml_str
+
+    return read_yaml_str(text)
+
+
 @pytest.mark.parametrize("value", HOSTILE)
-def test_yaml_value_round_trips(value: str) -> None:
-    assert yaml.safe_load(f"k: {yaml_value(value)}\n") == {"k": value}
-    nested = {value: [value, {"x": value}], "n": [1, 2.5, None, True]}
-    assert yaml.safe_load(f"k: {yaml_value(nested)}\n") == {"k": nested}
+def test_yaml_filter_round_trips(value: str) -> None:
+    assert _sky_load(f"k: {yaml_filter(value)}\n") == {"k": value}
+    nested = {value: [value, {"x": value}], "n": [1, 2.5, 1e20, -3e-7, None, True]}
+    assert _sky_load(f"k: {yaml_filter(nested)}\n") == {"k": nested}
+    assert _sky_load(f"k: {yaml_filter(value, block=True)}\nz: 0\n") == {"k": value, "z": 0}
+
+
+_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(value=_values)
+def test_any_value_reads_back_through_skypilot_as_one_node(value: Any) -> None:
+    assert _sky_load(f"k: {yaml_filter(value)}\nz: 0\n") == {"k": value, "z": 0}
+
+
+# Scripts: printable ASCII, newlines and the characters that tempt a block to misread.
+_script_text = st.text(st.sampled_from([*"ab #:-|>{}&*!'\"\\\n\t", "\u2028", "\r", "\x85"]))
+
+
+@given(text=_script_text | st.text())
+def test_a_script_reads_back_exactly_whichever_form_the_filter_picks(text: str) -> None:
+    written = yaml_filter(text, block=True)
+    assert _sky_load(f"k: {written}\nz: 0\n") == {"k": text, "z": 0}
+    assert written.startswith("|") == literal_block_holds(text)
+
+
+def test_a_reviewable_script_is_a_literal_block() -> None:
+    script = "set -e\necho 'a: b' # done\n\nexit 0\n"
+    assert yaml_filter(script, block=True) == "|2\n  set -e\n  echo 'a: b' # done\n\n  exit 0"
+    assert not yaml_filter("tab\there\n", block=True).startswith("|")
+
+
+def test_non_finite_floats_are_refused() -> None:
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(ValueError):
+            yaml_filter(bad)
 
 
 def test_hostile_values_do_not_change_the_rendered_structure() -> None:

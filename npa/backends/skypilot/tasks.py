@@ -16,9 +16,10 @@ S3-compatible store only when AWS itself is an enabled cloud there (docs/spec.md
 the figures that chose this).
 
 Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube context go in, the
-task file's text comes out. Every value passes through the yaml filter (the template
-environment refuses any other output), and the result is parsed back and compared with what was
-meant, so spec text cannot change the task's structure.
+task file's text comes out. Every value passes through the one yaml filter of
+:func:`npa.core.templates.yaml_environment` (which refuses any other output), and each task file
+is parsed back once and compared with what was meant, so neither spec text nor a template change
+can alter the task's structure unnoticed.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import yaml
 
 from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask, pod_security_context
-from npa.backends.skypilot.yamlsafe import yaml_script, yaml_value
 from npa.core.errors import InvalidInput
 from npa.core.layout import (
     PREFIX_LEAF,
@@ -43,6 +43,7 @@ from npa.core.layout import (
     wave_task_name,
 )
 from npa.core.templates import templates_dir as core_templates_dir
+from npa.core.templates import yaml_environment
 
 TEMPLATE = "skypilot-task.yaml.j2"
 LIBRARY = "skypilot-stage.sh"
@@ -53,40 +54,9 @@ _LIBRARY_END = "NPA_STAGE_LIBRARY"
 MOUNTABLE = ("s3://",)
 
 
-class YamlText(str):
-    """Text the yaml filter produced; the only thing a template may output."""
-
-
 def templates_dir() -> Path:
     """The folder of the task template (see :func:`npa.core.templates.templates_dir`)."""
     return core_templates_dir(TEMPLATE)
-
-
-def _finalize(value: Any) -> Any:
-    if not isinstance(value, YamlText):
-        raise InvalidInput(
-            f"template bug: a value ({type(value).__name__}) was written without the yaml "
-            f"filter; every value in {templates_dir() / TEMPLATE} goes through '| yaml'"
-        )
-    return value
-
-
-@lru_cache(maxsize=4)
-def _environment(root: str) -> Any:
-    import jinja2
-
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(root),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,  # the output is YAML; the yaml filter does the escaping
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-        finalize=_finalize,
-    )
-    env.filters["yaml"] = lambda value: YamlText(yaml_value(value))
-    env.filters["script"] = lambda value: YamlText(yaml_script(value))
-    return env
 
 
 @lru_cache(maxsize=4)
@@ -220,7 +190,7 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     """Stage -> task YAML (one document per wave), in plan order. Every task's image must
     already be pinned."""
     root = str(templates_dir())
-    template = _environment(root).get_template(TEMPLATE)
+    template = yaml_environment(root).get_template(TEMPLATE)
     library = _library(root)
     out: dict[str, str] = {}
     for task in run.tasks:

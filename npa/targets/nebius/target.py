@@ -27,8 +27,10 @@ from npa.targets.base import (
 )
 from npa.targets.kubernetes.target import K8S_PLUGIN, cluster_stack, prepare_cluster_destroy
 
-# The Nebius SDK is bridged from the Nebius Terraform provider through this plugin.
-NEBIUS_PLUGINS = (("resource", "terraform-provider", "1.5.0"), sdk_plugin("pulumi_aws"))
+# The Nebius SDK is bridged from the Nebius Terraform provider through the terraform-provider
+# plugin; which version is read from the installed SDK (pulumi-nebius, pinned in pyproject.toml),
+# as for every provider SDK, so the plugin npa checks for is the one the SDK will request.
+NEBIUS_PLUGINS = (sdk_plugin("pulumi_nebius"), sdk_plugin("pulumi_aws"))
 
 
 def nebius_config(
