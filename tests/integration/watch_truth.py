@@ -70,16 +70,29 @@ class Printed:
         return datetime.fromisoformat(asked).timestamp() - 1.0
 
 
+@dataclass(frozen=True)
+class Task:
+    """One task (a stage, or a wave of one) of a job, with SkyPilot's own times."""
+
+    status: str
+    start_at: float | None  # SkyPilot stamps it when the task first turns RUNNING
+    end_at: float | None
+
+
 @dataclass
 class Job:
-    """A job of the run as SkyPilot's queue has it, folded over its tasks."""
+    """A job of the run as SkyPilot's queue has it: its tasks, and its status over them (the
+    first that did not succeed)."""
 
     job_id: int
     name: str
     status: str
     submitted_at: float | None
-    start_at: float | None  # the first task's start (SkyPilot stamps it on RUNNING)
-    end_at: float | None  # the last task's end, once every task has one
+    tasks: list[Task] = field(default_factory=list)
+
+    def live_from(self, lo: float) -> bool:
+        """A task of the job had not ended by ``lo``."""
+        return any(t.end_at is None or t.end_at >= lo for t in self.tasks)
 
 
 @dataclass
@@ -208,19 +221,16 @@ def queue_jobs(world: SkyCluster, base: str) -> dict[int, Job]:
     rows = [r for r in json.loads(out.stdout.strip().splitlines()[-1])
             if relaunch_suffix(str(r["job_name"]), base) in ("", *RELAUNCHES)]  # fmt: skip
     for r in rows:
-        jobs.setdefault(
-            int(r["job_id"]), Job(int(r["job_id"]), r["job_name"], "", None, None, None)
-        )
-    for job_id, job in jobs.items():
-        tasks = [r for r in rows if int(r["job_id"]) == job_id]
-        starts = [float(r["start_at"]) for r in tasks if r["start_at"] is not None]
-        ends = [float(r["end_at"]) for r in tasks if r["end_at"] is not None]
-        subs = [float(r["submitted_at"]) for r in tasks if r["submitted_at"] is not None]
-        job.submitted_at = min(subs) if subs else None
-        job.start_at = min(starts) if starts else None
-        job.end_at = max(ends) if len(ends) == len(tasks) else None
-        statuses = [str(r["status"]) for r in tasks]
-        job.status = next((s for s in statuses if s not in ("SUCCEEDED",)), statuses[-1])
+        job_id = int(r["job_id"])
+        job = jobs.setdefault(job_id, Job(job_id, r["job_name"], "", None))
+        times = {k: None if r[k] is None else float(r[k]) for k in ("start_at", "end_at")}
+        job.tasks.append(Task(str(r["status"]), times["start_at"], times["end_at"]))
+        if r["submitted_at"] is not None:
+            sub = float(r["submitted_at"])
+            job.submitted_at = sub if job.submitted_at is None else min(job.submitted_at, sub)
+    for job in jobs.values():
+        statuses = [t.status for t in job.tasks]
+        job.status = next((s for s in statuses if s != "SUCCEEDED"), statuses[-1])
     return jobs
 
 
@@ -239,16 +249,26 @@ class _Truth:
 
     def job_in(self, job: Job, state: str, lo: float, arrived: float) -> bool:
         """Whether SkyPilot's times put ``job`` in ``state`` at some moment of a poll that
-        began at ``lo`` and printed at ``arrived``."""
-        ended_after = job.end_at is None or job.end_at >= lo
+        began at ``lo`` and printed at ``arrived``. A job of several tasks is PENDING again
+        between them, so the live states are read per task."""
+        hi = arrived + AHEAD
+        if job.submitted_at is not None and job.submitted_at > hi:
+            return False
         if state in TERMINAL:
-            return job.end_at is not None and job.end_at <= arrived + AHEAD
+            ends = [t.end_at for t in job.tasks if t.end_at is not None]
+            running = any(t.start_at is not None and t.end_at is None for t in job.tasks)
+            return bool(ends) and max(ends) <= hi and not running
         if state == "RUNNING":
-            return job.start_at is not None and job.start_at <= arrived + AHEAD and ended_after
-        # PENDING / STARTING / RECOVERING...: submitted, and not yet (or only lately) running
-        submitted = job.submitted_at is None or job.submitted_at <= arrived + AHEAD
-        late = job.start_at is None or job.start_at >= lo
-        return submitted and late and ended_after
+            return any(
+                t.start_at is not None and t.start_at <= hi and (t.end_at is None or t.end_at >= lo)
+                for t in job.tasks
+            )
+        if state in ("PENDING", "STARTING"):
+            return any(
+                (t.start_at is None or t.start_at >= lo) and (t.end_at is None or t.end_at >= lo)
+                for t in job.tasks
+            )
+        return job.live_from(lo)  # RECOVERING, CANCELLING...: any moment before its end
 
     def run_lines(self) -> list[str]:
         bad: list[str] = []
@@ -297,19 +317,25 @@ class _Truth:
                 bad.append(f"{where}: SkyPilot's times say otherwise ({vars(job)})")
             if j in TERMINAL and job.status != j:
                 bad.append(f"{where}: SkyPilot's queue ends that job {job.status}")
-            named = self.store_had(
-                lambda x, job_id=job_id: x.job_id == job_id, lo, p.arrived + AHEAD
-            )
+            # Status finds a job by the run's name before the manifest records its id (a
+            # launch or relaunch being adopted): a manifest naming no job yet contradicts nothing.
+            hi = p.arrived + AHEAD
+            named = self.store_had(lambda x, job_id=job_id: x.job_id in (job_id, None), lo, hi)
             if not named:
-                bad.append(f"{where}: the store did not name that job then")
+                bad.append(f"{where}: the store named another job then")
         return bad
 
     def stage_lines(self) -> list[str]:
+        """A stage's final state is the store's record, or the evidence of a task SkyPilot
+        ended so (a stage's attempt fails before npa decides its retry)."""
         bad: list[str] = []
+        tasks = [t for j in self.w.jobs.values() for t in j.tasks]
         for i, p in enumerate(e for e in self.w.lines if e.event.get("event") == "stage"):
-            stage, st = p.event["stage"], p.event["after"]
-            if st in TERMINAL and not self.store_had(
-                lambda x, stage=stage, st=st: (stage, st) in x.stages, 0, p.arrived + AHEAD
-            ):
-                bad.append(f"stage line {i} ({stage} {st}): printed before the store recorded it")
+            stage, st, hi = p.event["stage"], p.event["after"], p.arrived + AHEAD
+            if st not in TERMINAL:
+                continue
+            stored = self.store_had(lambda x, stage=stage, st=st: (stage, st) in x.stages, 0, hi)
+            ended = any(t.status == st and t.end_at is not None and t.end_at <= hi for t in tasks)
+            if not (stored or ended):
+                bad.append(f"stage line {i} ({stage} {st}): neither the store nor a task had it")
         return bad

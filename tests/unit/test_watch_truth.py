@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.watch_truth import Job, Printed, Sample, Watched, untrue_lines
+from tests.integration.watch_truth import Job, Printed, Sample, Task, Watched, untrue_lines
 
 T0 = 1_800_000_000.0
 
@@ -32,8 +32,8 @@ def _world(lines: list[Printed]) -> Watched:
         + [Sample(T0 + s, "FAILED", 8, (("fails", "FAILED"),)) for s in range(210, 230)]
     )
     jobs = {
-        7: Job(7, "npa-w-r", "FAILED", T0 + 4, T0 + 30, T0 + 100),
-        8: Job(8, "npa-w-r-a1", "FAILED", T0 + 122, T0 + 150, T0 + 200),
+        7: Job(7, "npa-w-r", "FAILED", T0 + 4, [Task("FAILED", T0 + 30, T0 + 100)]),
+        8: Job(8, "npa-w-r-a1", "FAILED", T0 + 122, [Task("FAILED", T0 + 150, T0 + 200)]),
     }
     return Watched(1, lines, samples, jobs)
 
@@ -63,7 +63,7 @@ def test_a_watch_that_said_only_what_was_true_passes() -> None:
     [
         # the issue's first fault: the job's end taken for the run's verdict
         (_line(T0 + 104, "state", "FAILED"), "ahead of the verdict"),
-        (_line(T0 + 205, "stage", "FAILED", stage="fails"), "before the store recorded it"),
+        (_line(T0 + 205, "stage", "SUCCEEDED", stage="fails"), "neither the store nor a task"),
         (_line(T0 + 10, "job", "RUNNING", job_id=7), "SkyPilot's times say otherwise"),
         (_line(T0 + 160, "job", "RUNNING", job_id=9), "no job of the run has that id"),
         (_line(T0 + 160, "job", "RUNNING", job_id=7), "SkyPilot's times say otherwise"),
@@ -85,3 +85,23 @@ def test_a_live_state_long_after_the_verdict_and_a_wrong_end_are_caught() -> Non
     assert any("followed by another state" in f for f in found), found
     assert any("had the verdict long before" in f for f in found), found
     assert any("the watch ended on RUNNING, the store on FAILED" in f for f in found), found
+
+
+def test_what_skypilot_and_npa_really_do_between_moments_is_not_taken_for_an_untruth() -> None:
+    """Seen on the cluster: a job of two tasks is PENDING again after its first task; status
+    finds a relaunch's job by name before the manifest records its id; a stage's attempt is
+    FAILED (the task's end) before npa records the stage; a job is CANCELLING."""
+    w = _world(TRUE)
+    two = [Task("SUCCEEDED", T0 + 30, T0 + 60), Task("FAILED", T0 + 70, T0 + 100)]
+    w.jobs[7] = Job(7, "npa-w-r", "FAILED", T0 + 4, two)
+    w.lines = sorted(
+        [
+            *TRUE,
+            _line(T0 + 66, "job", "PENDING", job_id=7),  # between its two tasks
+            _line(T0 + 80, "job", "CANCELLING", job_id=7),
+            _line(T0 + 104, "stage", "FAILED", stage="fails"),  # the attempt, before the record
+            _line(T0 + 123, "job", "PENDING", job_id=8),  # the manifest names no job yet
+        ],
+        key=lambda p: p.arrived,
+    )
+    assert untrue_lines(w) == []
