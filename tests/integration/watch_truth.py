@@ -33,6 +33,10 @@ from npa.core.layout import job_name, manifest_key, relaunch_suffix, run_prefix
 from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import TERMINAL, WF
 
+# SkyPilot stamps a task's end when the task ends; its queue says the job ended only once the
+# jobs controller notices, which on the cluster came 40-50 s later (2026-12-04: ended 13:39:03,
+# RUNNING in the queue at 13:39:13, FAILED at 13:39:54).
+NOTICED = 120.0
 AHEAD = 2.5  # the sampler's period (1 s), one GET, and the seconds-precision of a line's time
 STALE = 90.0  # how old a poll's answer can be, for a line that does not say when it asked
 RELAUNCHES = tuple(f".a{n}" for n in range(1, 10))
@@ -163,7 +167,11 @@ def watch_checked(
 ) -> Watched:
     """``status --watch --json`` to its end, with the manifest sampled beside it and the
     queue read after it."""
-    sampler = ManifestSampler(world, manifest_key(run_prefix(workflow, run_id)))
+    # The run's prefix as status gives it (the store URI may carry a prefix of its own).
+    where = world.npa(*WF, "status", run_id, "--project", world.project, "--json", "--cached")
+    prefix_uri = where.json().get("run_prefix") or run_prefix(workflow, run_id)
+    prefix = prefix_uri.removeprefix(f"s3://{world.bucket}/")
+    sampler = ManifestSampler(world, manifest_key(prefix))
     sampler.start()
     argv = [sys.executable, "-m", "npa", *WF, "status", run_id, "--project", world.project,
             "--watch", "--json", "--interval", str(interval)]  # fmt: skip
@@ -258,6 +266,7 @@ class _Truth:
             ends = [t.end_at for t in job.tasks if t.end_at is not None]
             running = any(t.start_at is not None and t.end_at is None for t in job.tasks)
             return bool(ends) and max(ends) <= hi and not running
+        lo -= NOTICED  # a live state may be reported until the controller notices the end
         if state == "RUNNING":
             return any(
                 t.start_at is not None and t.start_at <= hi and (t.end_at is None or t.end_at >= lo)
