@@ -153,16 +153,7 @@ def test_pulumi_kubernetes_version_is_written_only_in_pyproject() -> None:
     """The SDK pin is the one place: constraints.txt freezes it, bootstrap-tools reads it, npa
     and the tests read the plugin version from the installed SDK. Nothing else spells it."""
     pin = _pins()["pulumi-kubernetes"]
-    spellings = {pin, _semver(pin)}
-    mentions = []
-    for path in _repo_text_files():
-        try:
-            text = path.read_text("utf-8")
-        except UnicodeDecodeError:
-            continue
-        if any(s in text for s in spellings):
-            mentions.append(str(path.relative_to(ROOT)))
-    assert sorted(mentions) == ["constraints.txt", "pyproject.toml"]
+    assert _files_mentioning({pin, _semver(pin)}) == ["constraints.txt", "pyproject.toml"]
 
 
 def test_bootstrap_builds_the_plugin_the_pinned_sdk_asks_for() -> None:
@@ -202,16 +193,7 @@ def test_the_nebius_bridge_plugin_version_has_one_home() -> None:
     kind, name, version = sdk_plugin.__wrapped__("pulumi_nebius")
     assert (kind, name) == ("resource", "terraform-provider")
     assert NEBIUS_PLUGINS[0] == (kind, name, version)
-    spellings = {version, "v" + version, version.replace(".", r"\.")}
-    mentions = []
-    for path in _repo_text_files():
-        try:
-            text = path.read_text("utf-8")
-        except UnicodeDecodeError:
-            continue
-        if any(s in text for s in spellings):
-            mentions.append(str(path.relative_to(ROOT)))
-    assert mentions == []
+    assert _files_mentioning({version, "v" + version, version.replace(".", r"\.")}) == []
 
 
 def test_an_sdk_that_is_not_installed_names_the_pip_command() -> None:
@@ -221,3 +203,16 @@ def test_an_sdk_that_is_not_installed_names_the_pip_command() -> None:
     with pytest.raises(ToolMissing) as caught:
         sdk_plugin.__wrapped__("pulumi_not_a_provider")
     assert caught.value.fix == "pip install -c constraints.txt 'pulumi-not-a-provider'"
+
+
+def _files_mentioning(spellings: set[str]) -> list[str]:
+    """The repository's text files (relative, sorted) that contain any of ``spellings``."""
+    mentions = []
+    for path in _repo_text_files():
+        try:
+            text = path.read_text("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if any(s in text for s in spellings):
+            mentions.append(str(path.relative_to(ROOT)))
+    return sorted(mentions)
