@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS
+from npa.backends.phases import read_phases
 from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
 from npa.core.fsio import atomic_write_text
@@ -42,7 +43,7 @@ from npa.render.report import (
 )
 from npa.runs.manifest import RunManifest, SupervisorAttempt
 from npa.services import status as status_service
-from npa.services.locate import SourceAnswer, locate
+from npa.services.locate import Located, SourceAnswer, locate
 
 LOG_TAIL = 40  # lines of a failed stage's log the page shows
 LINE_WIDTH = 2000  # characters kept of one log line
@@ -214,6 +215,46 @@ def _stage(
     )
 
 
+NOT_RECORDED = (
+    "phases were not recorded for its shard attempts (a run from before npa recorded them, or "
+    "an attempt that ended before writing its record); its bars show each wave only"
+)
+
+
+def _add_phases(report: RunReport, located: Located) -> None:
+    """Each shard attempt's phases, from the records the stage library wrote beside its start
+    count (npa.backends.phases). Evidence only: a stage without them is drawn as before."""
+    if located.store is None or located.prefix is None:
+        return
+    found = unreadable = 0
+    for stage in (s for s in report.stages if s.waves):
+        try:
+            records, bad = read_phases(located.store, located.prefix, stage.name)
+        except NpaError as error:
+            stage.phases_note = f"its phase records could not be read: {error.message}"
+            report.incomplete.append(f"the phase records of stage {stage.name}: {error.message}")
+            continue
+        waves = {w.wave: w for w in stage.waves}
+        for record in records:
+            if record.wave in waves:
+                waves[record.wave].recorded.append(record)
+        found += len(records)
+        unreadable += bad
+        if not records:
+            stage.phases_note = NOT_RECORDED
+        elif bad:
+            stage.phases_note = f"{bad} of its phase records could not be read as one"
+    report.sources.append(
+        ReportSource(
+            source="store-phases",
+            where=f"{located.store.uri}/{located.prefix}/stages/*/attempts/",
+            answer="read",
+            detail=f"{found} shard attempt records; {unreadable} unreadable",
+            standing="record",
+        )
+    )
+
+
 def _add_outputs(report: RunReport, run: str, project: str | None, read: ReadArgs) -> None:
     """Each stage's declared outputs against the store, as ``artifacts`` checks them."""
     from npa.services.artifacts import artifacts
@@ -329,6 +370,7 @@ def build(
     if st.state == status_service.VERIFICATION_UNAVAILABLE:
         report.incomplete.append(f"the run's state could not be verified: {st.reason}")
     if m is not None:
+        _add_phases(report, located)
         _add_outputs(report, run, project, read)
         for stage in report.stages:
             if stage.failed:
