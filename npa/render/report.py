@@ -126,6 +126,18 @@ class ReportStage(BaseModel):
         return [r for w in self.waves for r in w.recorded]
 
     @property
+    def retried_attempts(self) -> list[ShardPhases]:
+        """Every attempt of each shard that did not succeed at its first: what the page's
+        table lists (a shard that succeeded at once is in the timeline alone)."""
+        return [
+            r
+            for w in self.waves
+            for tries in w.shard_attempts().values()
+            if len(tries) > 1 or tries[0].outcome != SUCCEEDED
+            for r in tries
+        ]
+
+    @property
     def failed(self) -> bool:
         return self.state.startswith("FAILED") or self.state == "INFRASTRUCTURE_RECOVERY_EXHAUSTED"
 
@@ -369,27 +381,35 @@ def short_outcome(record: ShardPhases) -> str:
 
 
 def _attempt_bars(span: _Span, y: int, record: ShardPhases) -> str:
-    where = f"stage {record.stage} wave {record.wave} shard {record.shard} attempt {record.attempt}"
+    """One attempt: a rect per phase (filled by the page's ``ph-<phase>`` style), and an outline
+    by its outcome whose title says it in words with each phase's length."""
     parts = []
     for name, begin, end in record.phases():
         x1, x2 = span.x(begin), span.x(end)
-        seconds = (end - begin).total_seconds()
         parts.append(
-            f'<rect class="phase" data-phase="{name}" data-attempt="{record.attempt}" '
-            f'x="{x1}" y="{y + 5}" width="{max(x2 - x1, 1.0):.1f}" height="{_ROW_H - 10}" '
-            f'fill="{PHASE_COLOURS[name]}"><title>{_e(where)}: {name} {seconds:.1f} s '
-            f"({_e(begin.isoformat())} to {_e(end.isoformat())})</title></rect>"
+            f'<rect class="phase ph-{name}" data-phase="{name}" x="{x1}" y="{y + 5}" '
+            f'width="{max(x2 - x1, 1.0):.1f}" height="{_ROW_H - 10}"/>'
         )
     x1, x2 = span.x(record.started_at), span.x(record.ended_at)
     ok = record.outcome == SUCCEEDED
-    outline = _GREEN if ok else _RED
-    note = f"; {record.note}" if record.note else ""
+    took = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.seconds().items())
+    said = "; ".join(
+        t
+        for t in (
+            f"stage {record.stage} wave {record.wave} shard {record.shard} "
+            f"attempt {record.attempt}: {record.outcome}",
+            record.note,
+            took,
+            f"from {record.started_at.isoformat()}",
+        )
+        if t
+    )
     parts.append(
         f'<rect class="attempt" data-shard="{record.shard}" data-attempt="{record.attempt}" '
         f'data-outcome="{_e(record.outcome)}" x="{x1}" y="{y + 3}" '
         f'width="{max(x2 - x1, 2.0):.1f}" height="{_ROW_H - 6}" fill="none" '
-        f'stroke="{outline}" stroke-width="{1.2 if ok else 2}">'
-        f"<title>{_e(where)}: {_e(record.outcome)}{_e(note)}</title></rect>"
+        f'stroke="{_GREEN if ok else _RED}" stroke-width="{1.2 if ok else 2}">'
+        f"<title>{_e(said)}</title></rect>"
     )
     return "".join(parts)
 
@@ -515,7 +535,7 @@ def render_report(report: RunReport) -> str:
             timeline=timeline_svg(report),
             failed=[s for s in report.stages if s.failed],
             phase_colours=PHASE_COLOURS,
-            attempts=[a for s in report.stages for a in s.recorded],
+            attempts=[a for s in report.stages for a in s.retried_attempts],
             missing=[(s, o) for s in report.stages for o in s.missing_outputs],
         )
     )

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS
-from npa.backends.phases import read_phases
+from npa.backends.phases import ShardPhases, read_phases
 from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
 from npa.core.fsio import atomic_write_text
@@ -221,19 +222,34 @@ NOT_RECORDED = (
 )
 
 
+PHASE_READERS = 16  # stages whose phase records are read at once
+
+
 def _add_phases(report: RunReport, located: Located) -> None:
     """Each shard attempt's phases, from the records the stage library wrote beside its start
-    count (npa.backends.phases). Evidence only: a stage without them is drawn as before."""
-    if located.store is None or located.prefix is None:
+    count (npa.backends.phases), the stages read in parallel. Evidence only: a stage without
+    them is drawn as before."""
+    store, prefix = located.store, located.prefix
+    if store is None or prefix is None:
         return
-    found = unreadable = 0
-    for stage in (s for s in report.stages if s.waves):
+    stages = [s for s in report.stages if s.waves]
+
+    def read(stage: ReportStage) -> tuple[list[ShardPhases], int] | NpaError:
+        assert store is not None and prefix is not None
         try:
-            records, bad = read_phases(located.store, located.prefix, stage.name)
+            return read_phases(store, prefix, stage.name)
         except NpaError as error:
-            stage.phases_note = f"its phase records could not be read: {error.message}"
-            report.incomplete.append(f"the phase records of stage {stage.name}: {error.message}")
+            return error
+
+    with ThreadPoolExecutor(max_workers=PHASE_READERS, thread_name_prefix="npa-phases") as pool:
+        answers = list(pool.map(read, stages))
+    found = unreadable = 0
+    for stage, answer in zip(stages, answers, strict=True):
+        if isinstance(answer, NpaError):
+            stage.phases_note = f"its phase records could not be read: {answer.message}"
+            report.incomplete.append(f"the phase records of stage {stage.name}: {answer.message}")
             continue
+        records, bad = answer
         waves = {w.wave: w for w in stage.waves}
         for record in records:
             if record.wave in waves:
@@ -247,7 +263,7 @@ def _add_phases(report: RunReport, located: Located) -> None:
     report.sources.append(
         ReportSource(
             source="store-phases",
-            where=f"{located.store.uri}/{located.prefix}/stages/*/attempts/",
+            where=f"{store.uri}/{prefix}/stages/*/attempts/",
             answer="read",
             detail=f"{found} shard attempt records; {unreadable} unreadable",
             standing="record",

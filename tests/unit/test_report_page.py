@@ -402,10 +402,15 @@ def test_each_shard_attempt_is_drawn_in_its_phases_with_its_outcome_in_words() -
         ("0", "1", "exit 0, outputs not uploaded"), ("0", "2", "succeeded"),
         ("1", "1", "failed (exit 4)"), ("1", "2", "failed (exit 4)"),
     ]  # fmt: skip
-    phases = [a["data-phase"] for t, a in page.tags if t == "rect" and a.get("class") == "phase"]
+    phases = [a["data-phase"] for t, a in page.tags if t == "rect" and "data-phase" in a]
+    assert all(
+        a["class"] == f"phase ph-{a['data-phase']}" for t, a in page.tags if "data-phase" in a
+    )
     assert phases.count("run") == 4 and phases.count("upload") == 1
     titles = page.text_in("title")
     assert any("attempt 1: exit 0, outputs not uploaded; the wave failed" in t for t in titles)
+    assert any("attempt 2: succeeded; setup 1.0 s, start 0.0 s, run 2.0 s, upload 1.0 s" in t
+               for t in titles)  # fmt: skip
     # The wave's own bar is still there, and the supervisor's marks.
     assert sum(1 for t, a in page.tags if t == "rect" and a.get("class") == "bar") == 2
     assert sum(1 for t, a in page.tags if t == "line" and a.get("class") == "marker") == 2
@@ -419,3 +424,7 @@ def test_each_shard_attempt_is_drawn_in_its_phases_with_its_outcome_in_words() -
     assert "failed (exit 4)" in html.text_in("td") and "2.0 s" in html.text_in("td")
     notes = html.text_in("p", **{"class": "muted phases-note"})
     assert "phases were not recorded for its shard attempts" in "".join(notes)
+    # A shard that succeeded at its first attempt is in the timeline alone, not in the table.
+    square.waves[0].recorded = [_attempt(0, 1, 10), _attempt(1, 1, 10, exit_code=4)]
+    rows = [a for t, a in Page(render_report(report)).tags if t == "tr" and "data-attempt" in a]
+    assert [(r["data-shard"], r["data-outcome"]) for r in rows] == [("1", "failed (exit 4)")]
