@@ -5,6 +5,7 @@ answer gets no page."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -132,11 +133,12 @@ def test_a_failed_stage_with_a_missing_output_shows_why_and_what_next(
 
 
 def test_each_shard_attempt_is_recorded_and_drawn_phase_by_phase(
-    chromium: str, env: dict[str, str], npa_home: Path, tmp_path: Path
+    env: dict[str, str], npa_home: Path, tmp_path: Path
 ) -> None:
     """A real 2-shard stage whose shard 1 fails its first attempt: the wave runs again, and the
     store holds one phase record per shard attempt beside the shards' start counts, which the
-    page draws split into phases with each outcome in words."""
+    page draws split into phases with each outcome in words (read as written, then in the
+    browser)."""
     doc = tiny()
     square = doc["stages"][1]
     square["retries"] = 1
@@ -174,6 +176,16 @@ def test_each_shard_attempt_is_recorded_and_drawn_phase_by_phase(
     page = tmp_path / "phases.html"
     res = report(env, run_id, page)
     assert res.code == 0 and res.json()["state"] == "SUCCEEDED", res.stdout + res.stderr
+    text = page.read_text()
+    drawn = re.findall(r'<rect class="attempt" data-shard="(\d)" data-attempt="(\d)" '
+                       r'data-outcome="([^"]+)"', text)  # fmt: skip
+    assert sorted(drawn) == sorted(
+        [("0", "1", SUCCEEDED)] * 2  # generate and total
+        + [("0", "1", "exit 0, outputs not uploaded"), ("0", "2", SUCCEEDED),
+           ("1", "1", "failed (exit 3)"), ("1", "2", SUCCEEDED)]
+    )  # fmt: skip
+    assert text.count('data-phase="upload"') == 4 and text.count('data-phase="run"') == 6
+    chromium = chromium_binary()
     dom = look(chromium, page, tmp_path, "phases")
     assert dom["bars"] == 3  # the waves' bars, as before
     square_rows = [a for a in dom["attempts"] if a[0] == "square"]
