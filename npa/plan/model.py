@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from npa.core.collector import collector_paused
 from npa.core.layout import PREFIX_LEAF, checkpoint_key, output_key, wave_count
 from npa.core.paths import safe_component
 from npa.plan.dag import levels, topological_order
@@ -74,8 +75,10 @@ def run_prefix(store_uri: str | None, workflow: str, run_id: str) -> str | None:
     return f"{store_uri.rstrip('/')}/{workflow}/{run_id}"
 
 
+@collector_paused()  # every stage's plan stays alive: see collector_paused
 def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None) -> WorkflowPlan:
-    """Plan a run of a validated workflow. Pure: reads nothing, writes nothing."""
+    """Plan a run of a validated workflow. Pure: reads nothing, writes nothing. The cyclic
+    garbage collector is paused while it builds (:func:`collector_paused`)."""
     safe_component(run_id, "run id")
     store = (
         store_uri if store_uri is not None else (workflow.storage.uri if workflow.storage else None)

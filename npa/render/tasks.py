@@ -18,6 +18,7 @@ from pathlib import Path
 
 import npa.backends.skypilot.tasks as skypilot_tasks
 from npa.backends.base import ExecutionBackend, RunTasks, StageTask, TaskInput, TaskOutput
+from npa.core.collector import collector_paused
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
 from npa.core.paths import context_problem
@@ -308,6 +309,7 @@ def stage_tasks(
     )
 
 
+@collector_paused()  # every stage's task and text stay alive: see collector_paused
 def render_run(
     workflow: Workflow,
     plan: WorkflowPlan,
@@ -327,6 +329,7 @@ def render_run(
     ]
 
 
+@collector_paused()  # as render_run
 def render_workflow(
     workflow: Workflow,
     run_id: str,

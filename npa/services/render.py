@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from npa import __version__
 from npa.backends.base import ExecutionBackend, PullsPinnedImages, ResolvesAccelerators
+from npa.core.collector import collector_paused
 from npa.core.errors import EXIT_FAILURE, InvalidInput
 from npa.core.fsio import DIR_MODE, FILE_MODE, ensure_private_dir, refusals_named
 from npa.core.output import Result
@@ -331,6 +332,7 @@ def _render_fix(
     return shlex.join(argv)
 
 
+@collector_paused()  # the workflow, its plan and every task file stay alive throughout
 def render_spec(
     path: Path,
     run_id: str,

@@ -8,7 +8,6 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -231,52 +230,3 @@ def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
     bad["stages"][0]["bogus"] = 1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
-
-
-def test_plan_spec_builds_a_large_plan_with_the_garbage_collector_paused(
-    npa_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Planning keeps the whole validated workflow alive, so each collection of the oldest
-    generation rescans it with nothing to free (plan's CPU per stage grew 4x from 200 to
-    20,000 stages). plan-spec pauses the collector as validation does: while the plan of 1,000
-    stages is built (far past every threshold) not one collection starts, and the collector
-    runs again afterwards."""
-    import gc
-
-    import npa.services.plan as service
-    from npa.plan.model import build_plan
-
-    spec = base_spec()
-    spec["stages"] = [
-        {"name": f"s{i}", "tool": "cur", "command": f"echo {i}",
-         "outputs": [{"name": "out", "path": "out/"}],
-         **({"inputs": [{"name": "up", "from": f"s{i - 1}.out"}]} if i else {})}
-        for i in range(1000)
-    ]  # fmt: skip
-    path = tmp_path / "wide.yaml"
-    path.write_text(dump(spec))
-    monkeypatch.setenv("NPA_HOME", str(npa_home))
-    during: list[int] = []  # generations of the collections started while the plan was built
-    building: list[bool] = []  # non-empty while the plan is built
-
-    def count(phase: str, info: dict[str, int]) -> None:
-        if phase == "start" and building:
-            during.append(info["generation"])
-
-    def watched_build(*args: Any, **kwargs: Any) -> Any:
-        building.append(True)
-        try:
-            return build_plan(*args, **kwargs)
-        finally:
-            building.clear()
-
-    monkeypatch.setattr(service, "build_plan", watched_build)
-    assert gc.isenabled()
-    gc.callbacks.append(count)
-    try:
-        result = service.plan_spec(path, "r1", target="kubernetes")
-    finally:
-        gc.callbacks.remove(count)
-    assert len(result.plan.order) == 1000
-    assert during == []
-    assert gc.isenabled()  # resumed afterwards
