@@ -332,15 +332,15 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     assert submit(world, spec, run_id).code == 0
     # The watch ends on npa's verdict, not on the job's end: SkyPilot sees a task that exited
     # 0; npa checks the outputs, finds none and fails the run. No state the watch printed for
-    # the run may be a final state other than that verdict.
-    watched = world.npa(*WF, "status", run_id, "--project", world.project, "--watch", "--json",
-                        "--interval", "10", timeout=900)  # fmt: skip
-    lines = [json.loads(line) for line in watched.stdout.splitlines() if line.strip()]
-    final = lines[-1]
-    run_states = [e["after"] for e in lines[:-1] if e.get("event") == "state"]
-    assert watched.code == 1, watched.stdout[-3000:] + watched.stderr
+    # the run may be a final state other than that verdict, and every line it printed is held
+    # against the store and SkyPilot's queue at the time (tests/integration/watch_truth.py).
+    watched = watch_checked(world, "e2e-nothing", run_id)
+    assert untrue_lines(watched) == [], watched.explain()
+    final = watched.events[-1]
+    run_states = watched.run_states()
+    assert watched.code == 1, watched.explain()
     assert final["state"] == "FAILED" and final["last_known_state"] == "FAILED", final
-    assert run_states[-1] == "FAILED" and "SUCCEEDED" not in run_states, run_states
+    assert run_states[-1] == "FAILED" and "SUCCEEDED" not in run_states, watched.explain()
     view = final["stages"]["generate"]
     assert view["state"] == "FAILED" and view["classification"] == "payload", view
     assert "numbers (missing)" in view["detail"], view

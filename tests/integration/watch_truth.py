@@ -30,6 +30,7 @@ from datetime import datetime
 from typing import Any
 
 from npa.core.layout import job_name, manifest_key, relaunch_suffix, run_prefix
+from npa.runs.reading import CUT_SHORT
 from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import TERMINAL, WF
 
@@ -336,7 +337,9 @@ class _Truth:
 
     def stage_lines(self) -> list[str]:
         """A stage's final state is the store's record, or the evidence of a task SkyPilot
-        ended so (a stage's attempt fails before npa decides its retry)."""
+        ended so (a stage's attempt fails before npa decides its retry), or, for CANCELLED, the
+        readers' rule for a final run (npa/runs/reading.py): a stage whose record is not final
+        reads CANCELLED once the store holds the run's final state."""
         bad: list[str] = []
         tasks = [t for j in self.w.jobs.values() for t in j.tasks]
         for i, p in enumerate(e for e in self.w.lines if e.event.get("event") == "stage"):
@@ -345,6 +348,11 @@ class _Truth:
                 continue
             stored = self.store_had(lambda x, stage=stage, st=st: (stage, st) in x.stages, 0, hi)
             ended = any(t.status == st and t.end_at is not None and t.end_at <= hi for t in tasks)
-            if not (stored or ended):
+
+            def cut(x: Sample, stage: str = stage) -> bool:
+                return x.state in TERMINAL and dict(x.stages).get(stage) not in TERMINAL
+
+            cut_short = st == CUT_SHORT and self.store_had(cut, 0, hi)
+            if not (stored or ended or cut_short):
                 bad.append(f"stage line {i} ({stage} {st}): neither the store nor a task had it")
         return bad

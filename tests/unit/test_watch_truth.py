@@ -106,3 +106,21 @@ def test_what_skypilot_and_npa_really_do_between_moments_is_not_taken_for_an_unt
         key=lambda p: p.arrived,
     )
     assert untrue_lines(w) == []
+
+
+def test_a_stage_that_never_ran_reads_cancelled_once_the_store_holds_the_runs_end() -> None:
+    """The readers' rule for a final run (npa/runs/reading.py): a stage without a final record
+    reads CANCELLED. Seen on the cluster: the stage after one that exited 0 without its outputs.
+    Printed before the store held the run's end, the same line is untrue."""
+    after_end = sorted([*TRUE, _line(T0 + 212, "stage", "CANCELLED", stage="after")],
+                       key=lambda p: p.arrived)  # fmt: skip
+    assert untrue_lines(_world(after_end)) == []
+    early = sorted([*TRUE, _line(T0 + 150, "stage", "CANCELLED", stage="after")],
+                   key=lambda p: p.arrived)  # fmt: skip
+    found = untrue_lines(_world(early))
+    assert any("after CANCELLED" in f for f in found), found
+    # A stage whose record is final keeps its record: CANCELLED for it is untrue.
+    wrong = sorted([*TRUE, _line(T0 + 212, "stage", "CANCELLED", stage="fails")],
+                   key=lambda p: p.arrived)  # fmt: skip
+    found = untrue_lines(_world(wrong))
+    assert any("fails CANCELLED" in f for f in found), found
