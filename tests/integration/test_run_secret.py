@@ -135,6 +135,19 @@ def test_a_missing_source_is_refused_before_anything_is_written(world: dict[str,
     assert held(world) == {"NPA_TEST_CANARY": CANARY}
 
 
+def test_a_submit_that_launches_nothing_takes_its_secret_back(world: dict[str, Any]) -> None:
+    """The Secret is written before the launch transaction; when that stops before any request
+    (here: the queue cannot tell whether the job exists), the run's records are put back and
+    so is the Secret, as the run had never launched."""
+    with locked_state(world["state"]) as state:
+        state["queue_error"] = "ClusterNotUpError"
+    r = submit(world)
+    assert r.code == 4, r.stdout + r.stderr
+    assert r.json()["error"]["kind"] == "ambiguous_existence"
+    assert read_state(world["state"])["launch_calls"] == 0
+    assert held(world) is None
+
+
 def test_cancel_deletes_the_runs_secret_and_a_second_cancel_finds_none(
     world: dict[str, Any],
 ) -> None:
