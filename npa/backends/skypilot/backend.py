@@ -377,9 +377,12 @@ class SkyPilotBackend(
                 exc, f"write the run's Secret {name}", namespace
             ) from None
 
-    def _secret_unavailable(self, exc: Exception, doing: str, namespace: str) -> Unavailable:
+    def _secret_unavailable(
+        self, exc: Exception, doing: str, namespace: str, verb: str = "create"
+    ) -> Unavailable:
         """The Kubernetes API refused or did not answer a Secret request (never with a value:
-        the message is the exception's first line, which names the object)."""
+        the message is the exception's first line, which names the object); the fix asks
+        whether this kubeconfig may ``verb`` Secrets there."""
         first = str(exc).splitlines()[0] if str(exc) else ""
         return Unavailable(
             f"cannot {doing} in namespace {namespace}: {type(exc).__name__}: {first}",
@@ -388,7 +391,7 @@ class SkyPilotBackend(
                 str(self.context),
                 "auth",
                 "can-i",
-                "create,delete",
+                verb,
                 "secrets",
                 "-n",
                 namespace,
@@ -410,7 +413,7 @@ class SkyPilotBackend(
             gone = delete_run_secret(self.kubeconfig_path, self.context, namespace, name)
         except Exception as exc:
             raise self._secret_unavailable(
-                exc, f"delete the run's Secret {name}", namespace
+                exc, f"delete the run's Secret {name}", namespace, "delete"
             ) from None
         return [f"secret/{name}"] if gone else []
 
