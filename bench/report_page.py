@@ -3,11 +3,13 @@ render the page and for headless Chromium to load it.
 
 The run is written straight into a local store: 200 stages (20 plan levels of 10), each one wave
 of 16 shards with a recorded exit per shard and one output, one stage FAILED (one shard exit 1,
-its output missing) with a 10 MB log, and the stages downstream of it never run. The report is
-read through the same service the CLI calls (status, artifacts, logs: the log is read whole and
-only its tail goes into the page). Prints figures; asserts nothing.
+its output missing) with a 10 MB log, and the stages downstream of it never run. Each shard that
+ran has its attempt's phase record (``--no-phases``: none, as a run from before npa wrote
+them). The report is read through the same service the CLI calls (status, artifacts, logs: the
+log is read whole and only its tail goes into the page). Prints figures; asserts nothing.
 
     python bench/report_page.py [--stages 200] [--shards 16] [--log-mb 10] [--repeat 3]
+                                [--no-phases]
 """
 
 from __future__ import annotations
@@ -50,7 +52,29 @@ def spec_text(stages: int, shards: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_run(home: Path, stages: int, shards: int, log_mb: int) -> tuple[str, str]:
+def write_phases(
+    store: object, prefix: str, stage: str, shards: int, t0: str, failed: bool
+) -> None:
+    """One phase record per shard of the stage's one wave (npa.backends.phases)."""
+    from datetime import datetime, timedelta
+
+    from npa.backends.phases import ShardPhases, write_phases
+
+    began = datetime.fromisoformat(t0)
+    for shard in range(shards):
+        bad = failed and shard == 3
+        at = [began + timedelta(milliseconds=ms) for ms in (0, 50, 60, 700, 790)]
+        record = ShardPhases(
+            stage=stage, wave=0, shard=shard, attempt=1, backend="local", started_at=at[0],
+            inputs_at=at[1], command_started_at=at[2], command_ended_at=at[3],
+            exit_code=1 if bad else 0, uploaded_at=None if failed else at[4], ended_at=at[4],
+        )  # fmt: skip
+        assert write_phases(store, prefix, record) is None  # type: ignore[arg-type]
+
+
+def write_run(
+    home: Path, stages: int, shards: int, log_mb: int, phases: bool = True
+) -> tuple[str, str]:
     """The run in the local store; returns (its prefix URI, the failed stage)."""
     from npa.adapters.storage import open_store
     from npa.core.layout import output_key, stage_logs_key
@@ -83,6 +107,8 @@ def write_run(home: Path, stages: int, shards: int, log_mb: int) -> tuple[str, s
             waves=[WaveRecord(wave=0, shards=list(range(shards)), state=state, attempts=1,
                               started_at=t0, ended_at=t1, exit_codes=codes)],
         )  # fmt: skip
+        if phases:
+            write_phases(store, prefix, stage, shards, t0, stage == failed)
         if stage != failed:
             planned = next(p for p in plan.stages if p.name == stage)
             store.put(output_key(prefix, stage, f"{planned.outputs[0].path}part-0"), b"x" * 100)
@@ -109,12 +135,13 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--log-mb", type=int, default=10)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-phases", action="store_true", help="write no phase records")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp) / ".npa"
         os.environ["NPA_HOME"] = str(home)
         os.environ["HOME"] = tmp
-        uri, failed = write_run(home, args.stages, args.shards, args.log_mb)
+        uri, failed = write_run(home, args.stages, args.shards, args.log_mb, not args.no_phases)
         from npa.core.paths import NpaPaths
         from npa.render.report import render_report
         from npa.services import report as service
@@ -137,7 +164,8 @@ def main() -> None:
         kept = len(stage.log_tail)
         print(f"run: {args.stages} stages x {args.shards} shards, a {args.log_mb} MB log "
               f"({stage.log_lines} lines; the page keeps the last {kept})")  # fmt: skip
-        print(f"state {result.state}; incomplete: {result.incomplete or 'none'}")
+        print(f"state {result.state}; incomplete: {result.incomplete or 'none'}; "
+              f"phase records: {sum(len(s.recorded) for s in model.stages)}")  # fmt: skip
         print(f"page: {result.bytes} bytes ({result.bytes / 1024:.0f} KiB)")
         print(f"report (read + render + write), median of {args.repeat}: "
               f"{statistics.median(whole):.2f} s")  # fmt: skip

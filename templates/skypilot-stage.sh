@@ -25,8 +25,40 @@ npa_aws() {
   done
 }
 
+# The times of this node's phases, one "name=value" a line (npa.backends.phases): the setup
+# notes when it began (the pod had started) and when its inputs were in place; the run notes its
+# command's start, end and exit code and its upload, and writes the record as it exits.
+NPA_PHASES=${NPA_PHASES:-/tmp/npa/phases}
+npa_mark() { echo "$1=${2:-$(date -u +%Y-%m-%dT%H:%M:%SZ)}" >> "$NPA_PHASES"; }
+
+# The phase record as JSON, from $NPA_PHASES (a later line wins). $1: stage, $2: wave, $3: shard,
+# $4: attempt. A phase not reached is null.
+npa_phases_json() {
+  awk -F= -v stage="$1" -v wave="$2" -v shard="$3" -v attempt="$4" '
+    { v[$1] = substr($0, length($1) + 2) }
+    function t(k) { return (k in v) ? "\"" v[k] "\"" : "null" }
+    END {
+      printf "{\"stage\":\"%s\",\"wave\":%d,\"shard\":%d,\"attempt\":%d,", stage, wave, shard, attempt
+      printf "\"backend\":\"skypilot\",\"started_at\":%s,\"inputs_at\":%s,", t("started_at"), t("inputs_at")
+      printf "\"command_started_at\":%s,\"command_ended_at\":%s,", t("command_started_at"), t("command_ended_at")
+      printf "\"exit_code\":%s,\"uploaded_at\":%s,", ("exit_code" in v) ? v["exit_code"] + 0 : "null", t("uploaded_at")
+      printf "\"ended_at\":%s,\"note\":\"\"}\n", t("ended_at")
+    }' "$NPA_PHASES"
+}
+
+# run, as it exits (trap): the phase record into the store, one try; a record that cannot be
+# written is said on stderr and changes nothing: the shard's exit status stays its own. $1: it.
+npa_record() {
+  npa_mark ended_at
+  npa_phases_json "$_npa_stage" "$NPA_WAVE" "$NPA_SHARD" "$NPA_ATTEMPT" \
+    | aws s3 cp - "$_npa_record" --only-show-errors \
+    || echo "npa: the phase record was not stored at $_npa_record" >&2
+  exit "$1"
+}
+
 # setup: /npa owned by the stage's user, empty, and the AWS CLI there.
 npa_begin() {
+  : > "$NPA_PHASES"; npa_mark started_at
   command -v aws >/dev/null 2>&1 \
     || npa_die "the image has no aws CLI on PATH; a stage fetches its source and inputs with it"
   { npa_as_root mkdir -p /npa && npa_as_root chown "$(id -u):$(id -g)" /npa; } \
@@ -69,10 +101,11 @@ npa_fetch() {
 }
 
 # setup: the source and inputs are for reading.
-npa_seal() { chmod -R a-w /npa/source /npa/inputs; }
+npa_seal() { chmod -R a-w /npa/source /npa/inputs && npa_mark inputs_at; }
 
-# run: this node's shard of the wave, and its start counted in the store. $1: the stage's
-# attempts prefix.
+# run: this node's shard of the wave, and its start counted in the store; from then on, its
+# phase record is written as the run exits. $1: the stage's attempts prefix, $2: the stage,
+# $3: what follows the count's key for a phase record (printf, the attempt for its %s).
 npa_shard() {
   NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))
   key="$1/wave-$NPA_WAVE-shard-$NPA_SHARD"
@@ -80,6 +113,9 @@ npa_shard() {
   NPA_ATTEMPT=$((${before:-0} + 1))
   echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$key" || npa_die "cannot count this start at $key"
   export NPA_SHARD NPA_ATTEMPT
+  _npa_stage=$2 _npa_record="$key$(printf "$3" "$NPA_ATTEMPT")"
+  [ -f "$NPA_PHASES" ] || npa_mark started_at  # a node whose setup left no notes
+  trap 'npa_record $?' EXIT
   rm -rf /npa/outputs /npa/home && mkdir -p /npa/outputs /npa/home
 }
 
@@ -94,6 +130,7 @@ npa_output() { if [ "$1" = file ]; then mkdir -p "${2%/*}"; else mkdir -p "$2"; 
 # space separated (spec names: letters, digits, '_').
 npa_command() {
   _npa_home=$1 _npa_cmd=$2 _npa_secrets=$3; shift 3
+  npa_mark command_started_at
   (
     cd /npa/source && unset "$@" && HOME=$_npa_home && export HOME || exit
     # The names, then the command, as words: no variable of the loop that a secret's name (any
@@ -107,6 +144,9 @@ npa_command() {
     done
     exec /bin/sh -c "$2"
   )
+  _npa_rc=$?
+  npa_mark command_ended_at; npa_mark exit_code "$_npa_rc"
+  return "$_npa_rc"
 }
 
 # run: what the shard left in one output. $1: kind, $2: path, $3: URI.
@@ -117,3 +157,6 @@ npa_upload() {
     [ ! -d "$2" ] || npa_aws s3 sync "$2/" "${3%/}/"
   fi || npa_die "cannot upload output $2 to $3"
 }
+
+# run: every output is in the store.
+npa_uploaded() { npa_mark uploaded_at; }

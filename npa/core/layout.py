@@ -8,6 +8,7 @@ describes the same tree for people)::
       npa-workflow/                                 the run prefix npa writes under
         manifest.json  plan.json  tasks/<stage><suffix>  source/  logs/
         stages/<stage>/outputs/<path>  stages/<stage>/logs/  stages/<stage>/checkpoints/<path>
+        stages/<stage>/attempts/wave-<W>-shard-<S>[.attempt-<N>.json]   starts; phases
     <store>/.npa-index/<project>/                   the project's run index (npa/runs/index.py)
       .complete                                     every earlier run of the project is indexed
       <newest-first order>.<run>@<workflow>         one marker per run, written before its objects
@@ -78,6 +79,21 @@ def checkpoint_key(prefix: str, stage: str, path: str) -> str:
 def attempts_key(prefix: str, stage: str, wave: int, shard: int) -> str:
     """Where the count of a shard's starts lives (``NPA_ATTEMPT``; every backend counts there)."""
     return f"{stage_key(prefix, stage)}/attempts/wave-{wave}-shard-{shard}"
+
+
+# What follows a shard's attempts key for the record of one attempt's phases
+# (:mod:`npa.backends.phases`); ``%s`` is the attempt number (the stage library fills it in).
+PHASES_SUFFIX = ".attempt-%s.json"
+
+
+def phases_key(prefix: str, stage: str, wave: int, shard: int, attempt: int) -> str:
+    """Where the record of one shard attempt's phases lives: beside the shard's start count."""
+    return attempts_key(prefix, stage, wave, shard) + PHASES_SUFFIX % attempt
+
+
+def attempts_folder(prefix: str, stage: str) -> str:
+    """The folder of a stage's start counts and phase records (ends with ``/``)."""
+    return f"{stage_key(prefix, stage)}/attempts/"
 
 
 def stage_logs_key(prefix: str, stage: str) -> str:

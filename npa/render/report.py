@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from npa.backends.phases import SUCCEEDED, ShardPhases
 from npa.core.templates import templates_dir
 from npa.core.text import clipped
 
@@ -86,6 +87,14 @@ class ReportWave(BaseModel):
     exit_codes: dict[str, int] = Field(default_factory=dict)
     started_at: str | None = None
     ended_at: str | None = None
+    # Each shard attempt's phases, as the stage library recorded them (by shard, attempt).
+    recorded: list[ShardPhases] = Field(default_factory=list)
+
+    def shard_attempts(self) -> dict[int, list[ShardPhases]]:
+        by_shard: dict[int, list[ShardPhases]] = {}
+        for record in self.recorded:
+            by_shard.setdefault(record.shard, []).append(record)
+        return by_shard
 
 
 class ReportStage(BaseModel):
@@ -108,6 +117,25 @@ class ReportStage(BaseModel):
     log_lines: int = 0  # lines the log holds; the page shows only the tail
     log_note: str = ""  # which source answered, or why there is no log
     next: list[str] = Field(default_factory=list)
+    # Whether its shard attempts' phase records were read, and what of them the page says
+    # ("" when every wave has them).
+    phases_note: str = ""
+
+    @property
+    def recorded(self) -> list[ShardPhases]:
+        return [r for w in self.waves for r in w.recorded]
+
+    @property
+    def retried_attempts(self) -> list[ShardPhases]:
+        """Every attempt of each shard that did not succeed at its first: what the page's
+        table lists (a shard that succeeded at once is in the timeline alone)."""
+        return [
+            r
+            for w in self.waves
+            for tries in w.shard_attempts().values()
+            if len(tries) > 1 or tries[0].outcome != SUCCEEDED
+            for r in tries
+        ]
 
     @property
     def failed(self) -> bool:
@@ -275,10 +303,18 @@ class _Span:
         return round(_LABEL_W + offset * _PLOT_W, 1)
 
 
-def _timeline_rows(report: RunReport) -> list[tuple[ReportStage, ReportWave | None]]:
-    rows: list[tuple[ReportStage, ReportWave | None]] = []
+# A row: a stage without waves, a wave, or one shard of a wave with its recorded attempts.
+_Row = tuple[ReportStage, ReportWave | None, list[ShardPhases] | None]
+
+
+def _timeline_rows(report: RunReport) -> list[_Row]:
+    rows: list[_Row] = []
     for stage in report.stages:
-        rows += [(stage, w) for w in stage.waves] if stage.waves else [(stage, None)]
+        if not stage.waves:
+            rows.append((stage, None, None))
+        for wave in stage.waves:
+            rows.append((stage, wave, None))
+            rows += [(stage, wave, tries) for tries in wave.shard_attempts().values()]
     return rows
 
 
@@ -293,6 +329,7 @@ def _moments(report: RunReport) -> list[datetime]:
         for wave in stage.waves:
             found += [_when(wave.started_at), _when(wave.ended_at)]
             running = running or (wave.started_at is not None and wave.ended_at is None)
+            found += [m for r in wave.recorded for m in (r.started_at, r.ended_at)]
     if running or not report.final:
         found.append(_when(report.checked_at))
     return [m for m in found if m is not None]
@@ -328,6 +365,66 @@ def _shard_cells(wave: ReportWave, y: int) -> str:
     return "".join(cells)
 
 
+# Phase -> fill; the outline of an attempt says its outcome (green succeeded, red not), and its
+# label and title say it in words.
+PHASE_COLOURS = {"setup": "#b0bec5", "start": "#ffe082", "run": "#64b5f6", "upload": "#81c784"}
+
+
+def short_outcome(record: ShardPhases) -> str:
+    """An attempt's outcome in a few characters, for a row's label."""
+    outcome = record.outcome
+    if outcome == SUCCEEDED:
+        return "ok"
+    if record.exit_code not in (None, 0):
+        return f"exit {record.exit_code}"
+    return "no upload" if record.exit_code == 0 else "cut short"
+
+
+def _attempt_bars(span: _Span, y: int, record: ShardPhases) -> str:
+    """One attempt: a rect per phase (filled by the page's ``ph-<phase>`` style), and an outline
+    by its outcome whose title says it in words with each phase's length."""
+    parts = []
+    for name, begin, end in record.phases():
+        x1, x2 = span.x(begin), span.x(end)
+        parts.append(
+            f'<rect class="phase ph-{name}" data-phase="{name}" x="{x1}" y="{y + 5}" '
+            f'width="{max(x2 - x1, 1.0):.1f}" height="{_ROW_H - 10}"/>'
+        )
+    x1, x2 = span.x(record.started_at), span.x(record.ended_at)
+    ok = record.outcome == SUCCEEDED
+    took = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.seconds().items())
+    said = "; ".join(
+        t
+        for t in (
+            f"stage {record.stage} wave {record.wave} shard {record.shard} "
+            f"attempt {record.attempt}: {record.outcome}",
+            record.note,
+            took,
+            f"from {record.started_at.isoformat()}",
+        )
+        if t
+    )
+    parts.append(
+        f'<rect class="attempt" data-shard="{record.shard}" data-attempt="{record.attempt}" '
+        f'data-outcome="{_e(record.outcome)}" x="{x1}" y="{y + 3}" '
+        f'width="{max(x2 - x1, 2.0):.1f}" height="{_ROW_H - 6}" fill="none" '
+        f'stroke="{_GREEN if ok else _RED}" stroke-width="{1.2 if ok else 2}">'
+        f"<title>{_e(said)}</title></rect>"
+    )
+    return "".join(parts)
+
+
+def _shard_row(span: _Span, y: int, tries: list[ShardPhases]) -> str:
+    first = tries[0]
+    said = ", ".join(f"a{r.attempt} {short_outcome(r)}" for r in tries)
+    text = _e(_clip(f"s{first.shard}: {said}", 40))
+    label = (
+        f'<text class="shard" data-shard="{first.shard}" x="16" y="{y + 14}" font-size="10">'
+        f"{text}</text>"
+    )
+    return label + "".join(_attempt_bars(span, y, r) for r in tries)
+
+
 def _row(span: _Span, y: int, stage: ReportStage, wave: ReportWave | None) -> str:
     if wave is None:
         label = f"{stage.name}: {stage.state}"
@@ -357,7 +454,9 @@ _MARK_COLOURS = {"submitted": "#333", "resume": _BLUE, "relaunch": _ORANGE,
 def timeline_svg(report: RunReport) -> str:
     """Per stage, one row per wave: a bar from its start to its end (dashed while it runs),
     coloured by its state, labelled with its state and attempts, and one cell per shard with its
-    exit. Vertical lines mark submission, resumes and each recovery the supervisor took."""
+    exit; under it, one row per shard whose attempts' phases were recorded: each attempt a bar
+    split into its phases, outlined by its outcome and labelled with it in words. Vertical lines
+    mark submission, resumes and each recovery the supervisor took."""
     moments = _moments(report)
     rows = _timeline_rows(report)
     started = any(s.started_at or any(w.started_at for w in s.waves) for s in report.stages)
@@ -365,7 +464,7 @@ def timeline_svg(report: RunReport) -> str:
         return ""
     span = _Span(moments)
     top = 24
-    shards = max((len(w.shards) for _, w in rows if w is not None), default=0)
+    shards = max((len(w.shards) for _, w, _ in rows if w is not None), default=0)
     width = _LABEL_W + _PLOT_W + 16 + shards * (_SHARD + 1) + 8
     height = top + len(rows) * _ROW_H + 8
     parts = [
@@ -376,11 +475,11 @@ def timeline_svg(report: RunReport) -> str:
         f'<text x="{_LABEL_W + _PLOT_W}" y="14" font-size="11" text-anchor="end">'
         f"+{span.seconds:.1f} s</text>",
     ]
-    for i, (stage, wave) in enumerate(rows):
+    for i, (stage, wave, tries) in enumerate(rows):
         y = top + i * _ROW_H
         if i % 2:
             parts.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW_H}" fill="#f4f4f4"/>')
-        parts.append(_row(span, y, stage, wave))
+        parts.append(_row(span, y, stage, wave) if tries is None else _shard_row(span, y, tries))
     for marker in report.markers:
         moment = _when(marker.at)
         if moment is None:
@@ -435,6 +534,8 @@ def render_report(report: RunReport) -> str:
             dag=dag_svg(report.stages),
             timeline=timeline_svg(report),
             failed=[s for s in report.stages if s.failed],
+            phase_colours=PHASE_COLOURS,
+            attempts=[a for s in report.stages for a in s.retried_attempts],
             missing=[(s, o) for s in report.stages for o in s.missing_outputs],
         )
     )

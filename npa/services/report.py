@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS
+from npa.backends.phases import ShardPhases, read_phases
 from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
 from npa.core.fsio import atomic_write_text
@@ -42,7 +44,7 @@ from npa.render.report import (
 )
 from npa.runs.manifest import RunManifest, SupervisorAttempt
 from npa.services import status as status_service
-from npa.services.locate import SourceAnswer, locate
+from npa.services.locate import Located, SourceAnswer, locate
 
 LOG_TAIL = 40  # lines of a failed stage's log the page shows
 LINE_WIDTH = 2000  # characters kept of one log line
@@ -214,6 +216,61 @@ def _stage(
     )
 
 
+NOT_RECORDED = (
+    "phases were not recorded for its shard attempts (a run from before npa recorded them, or "
+    "an attempt that ended before writing its record); its bars show each wave only"
+)
+
+
+PHASE_READERS = 16  # stages whose phase records are read at once
+
+
+def _add_phases(report: RunReport, located: Located) -> None:
+    """Each shard attempt's phases, from the records the stage library wrote beside its start
+    count (npa.backends.phases), the stages read in parallel. Evidence only: a stage without
+    them is drawn as before."""
+    store, prefix = located.store, located.prefix
+    if store is None or prefix is None:
+        return
+    stages = [s for s in report.stages if s.waves]
+
+    def read(stage: ReportStage) -> tuple[list[ShardPhases], int] | NpaError:
+        assert store is not None and prefix is not None
+        try:
+            return read_phases(store, prefix, stage.name)
+        except NpaError as error:
+            return error
+
+    with ThreadPoolExecutor(max_workers=PHASE_READERS, thread_name_prefix="npa-phases") as pool:
+        answers = list(pool.map(read, stages))
+    found = unreadable = 0
+    for stage, answer in zip(stages, answers, strict=True):
+        if isinstance(answer, NpaError):
+            stage.phases_note = f"its phase records could not be read: {answer.message}"
+            report.incomplete.append(f"the phase records of stage {stage.name}: {answer.message}")
+            continue
+        records, bad = answer
+        waves = {w.wave: w for w in stage.waves}
+        for record in records:
+            if record.wave in waves:
+                waves[record.wave].recorded.append(record)
+        found += len(records)
+        unreadable += bad
+        if not records:
+            stage.phases_note = NOT_RECORDED
+        elif bad:
+            stage.phases_note = f"{bad} of its phase records could not be read as one"
+    report.sources.append(
+        ReportSource(
+            source="store-phases",
+            where=f"{store.uri}/{prefix}/stages/*/attempts/",
+            answer="read",
+            detail=f"{found} shard attempt records; {unreadable} unreadable",
+            standing="record",
+        )
+    )
+
+
 def _add_outputs(report: RunReport, run: str, project: str | None, read: ReadArgs) -> None:
     """Each stage's declared outputs against the store, as ``artifacts`` checks them."""
     from npa.services.artifacts import artifacts
@@ -329,6 +386,7 @@ def build(
     if st.state == status_service.VERIFICATION_UNAVAILABLE:
         report.incomplete.append(f"the run's state could not be verified: {st.reason}")
     if m is not None:
+        _add_phases(report, located)
         _add_outputs(report, run, project, read)
         for stage in report.stages:
             if stage.failed:

@@ -243,6 +243,14 @@ REPORT_DOM = """JSON.stringify({
   sources: [...document.querySelectorAll('#sources tr[data-source]')].map(r =>
     [r.dataset.source, r.dataset.standing]),
   bars: document.querySelectorAll('svg.timeline rect.bar').length,
+  phases: document.querySelectorAll('svg.timeline rect.phase').length,
+  outcomes: [...document.querySelectorAll('svg.timeline rect.attempt')].map(r =>
+    r.dataset.outcome),
+  shardLabels: [...document.querySelectorAll('svg.timeline text.shard')].map(t => t.textContent),
+  attempts: [...document.querySelectorAll('#attempts tr[data-attempt]')].map(r =>
+    [r.dataset.stage, r.dataset.shard, r.dataset.attempt, r.dataset.outcome, r.dataset.phases]),
+  phaseNotes: [...document.querySelectorAll('.phases-note')].map(p => p.dataset.stage),
+  markers: [...document.querySelectorAll('#markers td')].map(t => t.textContent).join(' '),
   dagHeight: document.querySelector('svg.dag').getBoundingClientRect().height,
   scripts: document.scripts.length,
   images: document.images.length,

@@ -5,6 +5,7 @@ cluster's runtime image, reserve and submit a run as a user would, and follow it
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -144,3 +145,39 @@ def diagnose(world: SkyCluster) -> str:
     ).stdout
     queue = world.sky("jobs", "queue", "--all").stdout
     return f"pods:\n{pods}\nevents:\n{events[-4000:]}\nsky jobs queue:\n{queue[-4000:]}"
+
+
+def launched_tasks(world: SkyCluster, job_id: int) -> dict[str, dict[str, Any]]:
+    """Task name -> the task document SkyPilot holds for job ``job_id`` (its queue's
+    ``user_yaml``: the text npa launched, as SkyPilot's jobs controller keeps it), read through
+    SkyPilot's own client."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sky\n"
+        f"recs, *_ = sky.get(sky.jobs.queue_v2(refresh=False, all_users=True, job_ids=[{job_id}],"
+        " fields=['job_id', 'task_id', 'user_yaml']))\n"
+        "print(json.dumps(sorted({r.user_yaml for r in recs if r.user_yaml})))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env={**os.environ, **world.env}, capture_output=True,
+        text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    [text] = json.loads(out.stdout.strip().splitlines()[-1])
+    docs = [d for d in yaml.safe_load_all(text) if d]
+    # The first document names the pipeline; each one after it is a task.
+    return {d["name"]: d for d in docs[1:]}
+
+
+def rendered_tasks(
+    world: SkyCluster, spec: Path, run_id: str, out: Path, *flags: str
+) -> dict[str, dict[str, Any]]:
+    """Task name -> the task document ``render --run-id`` shows for the run with ``flags``:
+    what a person reviews before the same submit."""
+    r = world.npa(*WF, "render", str(spec), "--run-id", run_id, "--project", world.project,
+                  "--infra", f"k8s/{world.context}", "--out", str(out), *flags)  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    docs = [d for path in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text())]
+    return {d["name"]: d for d in docs if d}

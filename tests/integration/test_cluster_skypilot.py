@@ -36,8 +36,10 @@ from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import (
     WF,
     follow,
+    launched_tasks,
     numbers_stages,
     prepare,
+    rendered_tasks,
     stage,
     status,
     submit,
@@ -78,6 +80,11 @@ def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
     tx = result["launch_transaction"]
     assert [r["answer"] for r in tx["reconcile"]] == ["absent"]
     assert tx["outcome"] == "launched" and result["job_id"] == tx["launched_job_id"]
+    # What SkyPilot's jobs controller holds for the job is, task for task, what render shows
+    # for the same run (tests/integration/test_task_flag_matrix.py runs every flag combination
+    # against the managed-jobs double; this is the real service's side of it).
+    review = rendered_tasks(world, spec, run_id, tmp_path / "review")
+    assert launched_tasks(world, result["job_id"]) == review, review
     gates = {g["name"]: g for g in result["gates"]}
     assert gates["namespace"]["status"] == "ok"
     # The unattested runtime image was probed, in the project's namespace, and passed.
@@ -148,6 +155,8 @@ def test_a_missing_image_shows_the_kubelets_reason_and_stops_as_configuration(
     submitted = submit(world, spec, run_id, "--no-preflight-images",
                        "--startup-failure-threshold", "5")  # fmt: skip
     assert submitted.code == 0, submitted.stdout + submitted.stderr
+    review = rendered_tasks(world, spec, run_id, tmp_path / "review")
+    assert launched_tasks(world, submitted.json()["job_id"]) == review, review
 
     def pull_failure(a: dict[str, Any]) -> bool:
         return terminal(a) or any(
@@ -856,6 +865,38 @@ def test_skypilot_status_and_verify_against_the_live_controller(
     # The first node advertises the cluster's GPUs, the second none.
     assert {n: rows[n]["allocatable"] for n in world.cluster.nodes} == {
         world.cluster.node: NODE_GPUS[1], world.cluster.nodes[1]: 0}, rows  # fmt: skip
+
+
+def test_a_second_project_torn_down_on_the_context_leaves_the_first_one_working(
+    sky_cluster: SkyCluster,
+) -> None:
+    """Two projects on one context share the kubeconfig npa placed for it (the API server runs
+    with it): each project's stack claims the file, and tearing one project down removes its
+    namespace and its claim, never the file the other one still uses. The tests after this one
+    launch through that file."""
+    world = sky_cluster
+    placed = world.npa_home / "clusters" / world.context / "kubeconfig"
+    before = placed.read_bytes()
+    target = ("--target", "kubernetes", "--context", world.context)
+    other = world.npa("provision-if-absent", "--project", "other", *target,
+                      "--kubeconfig", str(world.cluster.kubeconfig), "--yes", "--json")  # fmt: skip
+    assert other.code == 0, other.stdout + other.stderr
+    assert world.cluster.kubectl("get", "namespace", "npa-other").returncode == 0
+    torn = world.npa("teardown", "--project", "other", *target, "--yes", "--json")
+    assert torn.code == 0, torn.stdout + torn.stderr
+    assert placed.read_bytes() == before
+    gone = world.cluster.kubectl("get", "namespace", "npa-other", "-o", "jsonpath={.status.phase}")
+    assert gone.returncode != 0 or gone.stdout.strip() == "Terminating", gone.stdout + gone.stderr
+    # The first project is as it was: its stacks have nothing to change, and the controller
+    # answers through the placed kubeconfig.
+    same = world.npa("provision-if-absent", "--project", world.project, *target,
+                     "--kubeconfig", str(world.cluster.kubeconfig), "--yes", "--json")  # fmt: skip
+    assert same.code == 0 and same.json()["mode"] == "no-changes", same.stdout + same.stderr
+    r = world.npa("skypilot", "status", "--project", world.project, "--context", world.context,
+                  "--json")  # fmt: skip
+    assert r.code == 0, r.stdout + r.stderr
+    checks = {c["name"]: c for c in r.json()["checks"]}
+    assert checks["jobs controller"]["verdict"] == "ok", checks["jobs controller"]
 
 
 def test_the_control_plane_and_the_kubelet_stopped_under_a_running_job(

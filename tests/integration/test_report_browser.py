@@ -5,6 +5,7 @@ answer gets no page."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.backends.phases import SUCCEEDED, ShardPhases
 from tests.harness.browser import chromium_binary
 from tests.harness.browser import look_at_report as look
 from tests.harness.cli import run_npa
@@ -128,6 +130,90 @@ def test_a_failed_stage_with_a_missing_output_shows_why_and_what_next(
     assert {s for _, s in dom["sources"] if _ in ("manifest", "backend-job")} == {"cached"}
     # Only the store listing of the outputs was read now; nothing else reads as live.
     assert [n for n, s in dom["sources"] if s == "live"] == ["store-outputs"]
+
+
+def test_each_shard_attempt_is_recorded_and_drawn_phase_by_phase(
+    env: dict[str, str], npa_home: Path, tmp_path: Path
+) -> None:
+    """A real 2-shard stage whose shard 1 fails its first attempt: the wave runs again, and the
+    store holds one phase record per shard attempt beside the shards' start counts, which the
+    page draws split into phases with each outcome in words (read as written, then in the
+    browser)."""
+    doc = tiny()
+    square = doc["stages"][1]
+    square["retries"] = 1
+    square["command"] = (
+        '[ "$NPA_SHARD" = 1 ] && [ "$NPA_ATTEMPT" = 1 ] && { echo not this time >&2; exit 3; }; '
+        + square["command"]
+    )
+    run_id = finished(env, tmp_path / "wf", doc)
+    stages = npa_home / "store" / "tiny-local" / run_id / "npa-workflow" / "stages"
+    attempts = stages / "square" / "attempts"
+    records = {p.name: ShardPhases.model_validate_json(p.read_text()) for p in attempts.iterdir()
+               if p.name.endswith(".json")}  # fmt: skip
+    assert sorted(records) == [f"wave-0-shard-{s}.attempt-{a}.json" for s in (0, 1) for a in (1, 2)]
+    assert [(attempts / f"wave-0-shard-{s}").read_text().strip() for s in (0, 1)] == ["2", "2"]
+    failed = records["wave-0-shard-1.attempt-1.json"]
+    assert (failed.stage, failed.wave, failed.shard, failed.attempt) == ("square", 0, 1, 1)
+    assert failed.exit_code == 3 and failed.outcome == "failed (exit 3)"
+    assert failed.uploaded_at is None and failed.backend == "local"
+    spared = records["wave-0-shard-0.attempt-1.json"]  # exit 0, but its wave failed
+    assert spared.exit_code == 0 and spared.uploaded_at is None
+    assert spared.outcome == "exit 0, outputs not uploaded" and "wave failed" in spared.note
+    for name in ("wave-0-shard-0.attempt-2.json", "wave-0-shard-1.attempt-2.json"):
+        r = records[name]
+        assert r.outcome == SUCCEEDED and r.exit_code == 0, r
+        moments = [r.started_at, r.inputs_at, r.command_started_at, r.command_ended_at,
+                   r.uploaded_at, r.ended_at]  # fmt: skip
+        assert all(m is not None for m in moments) and moments == sorted(moments), r  # type: ignore[type-var]
+        assert [name for name, _, _ in r.phases()] == ["setup", "start", "run", "upload"]
+    assert failed.ended_at <= records["wave-0-shard-1.attempt-2.json"].started_at
+    for stage in ("generate", "total"):
+        [one] = [ShardPhases.model_validate_json(p.read_text())
+                 for p in (stages / stage / "attempts").glob("*.json")]  # fmt: skip
+        assert one.outcome == SUCCEEDED and (one.shard, one.attempt) == (0, 1)
+
+    page = tmp_path / "phases.html"
+    res = report(env, run_id, page)
+    assert res.code == 0 and res.json()["state"] == "SUCCEEDED", res.stdout + res.stderr
+    text = page.read_text()
+    drawn = re.findall(r'<rect class="attempt" data-shard="(\d)" data-attempt="(\d)" '
+                       r'data-outcome="([^"]+)"', text)  # fmt: skip
+    assert sorted(drawn) == sorted(
+        [("0", "1", SUCCEEDED)] * 2  # generate and total
+        + [("0", "1", "exit 0, outputs not uploaded"), ("0", "2", SUCCEEDED),
+           ("1", "1", "failed (exit 3)"), ("1", "2", SUCCEEDED)]
+    )  # fmt: skip
+    assert text.count('data-phase="upload"') == 4 and text.count('data-phase="run"') == 6
+    chromium = chromium_binary()
+    dom = look(chromium, page, tmp_path, "phases")
+    assert dom["bars"] == 3  # the waves' bars, as before
+    square_rows = [a for a in dom["attempts"] if a[0] == "square"]
+    assert square_rows == [
+        ["square", "0", "1", "exit 0, outputs not uploaded", "setup start run"],
+        ["square", "0", "2", SUCCEEDED, "setup start run upload"],
+        ["square", "1", "1", "failed (exit 3)", "setup start run"],
+        ["square", "1", "2", SUCCEEDED, "setup start run upload"],
+    ]
+    # generate and total succeeded at their first attempts: in the timeline, not the table.
+    assert len(dom["attempts"]) == 4 and dom["phaseNotes"] == []
+    # Each attempt a bar of its phases, outlined, its outcome in the shard row's label.
+    assert dom["phases"] == 4 * 4 + 2 * 3
+    assert sorted(dom["outcomes"]) == sorted([SUCCEEDED] * 2 + [a[3] for a in dom["attempts"]])
+    assert "s1: a1 exit 3, a2 ok" in dom["shardLabels"]
+    assert "s0: a1 no upload, a2 ok" in dom["shardLabels"]
+    # The payload retry is marked on the timeline, as before.
+    assert "payload" in dom["markers"]
+
+    # A run from before npa recorded phases (the records gone) still gets its bars, and says so.
+    for record in stages.glob("*/attempts/*.json"):
+        record.unlink()
+    old = tmp_path / "old.html"
+    assert report(env, run_id, old).code == 0
+    dom = look(chromium, old, tmp_path, "no-phases")
+    assert dom["bars"] == 3 and dom["attempts"] == [] and dom["phases"] == 0
+    assert dom["phaseNotes"] == ["generate", "square", "total"]
+    assert "phases were not recorded" in old.read_text()
 
 
 def test_watch_rewrites_the_page_until_the_run_is_final(

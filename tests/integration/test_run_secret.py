@@ -185,21 +185,22 @@ def test_the_run_secret_is_written_whole_and_deleted_once(kube: KubeCluster) -> 
 
 
 def _run_command(task: StageTask, run: RunTasks, pod_env: dict[str, str], source: Path) -> str:
-    """The run script's ``npa_command`` line, run by /bin/sh with the library's own function
-    (its working directory moved from /npa/source to ``source``) in a pod's environment; the
-    command is ``env -0``."""
+    """The run script's ``npa_command`` line, run by /bin/sh with the stage library (its
+    working directory moved from /npa/source to ``source``, its phase notes to a file beside
+    it) in a pod's environment; the command is ``env -0``."""
     library = (templates_dir(sky_tasks.TEMPLATE) / sky_tasks.LIBRARY).read_text()
-    start = library.index("npa_command() {")
-    function = library[start : library.index("\n}\n", start) + 3]
-    function = function.replace("cd /npa/source", f"cd {shlex.quote(str(source))}")
+    library = library.replace("cd /npa/source", f"cd {shlex.quote(str(source))}")
     (line,) = [x for x in sky_tasks.run_script(task, run).splitlines() if "npa_command " in x]
+    phases = source.parent / f"{source.name}.phases"
     done = subprocess.run(
-        ["/bin/sh", "-c", f"{function}\n{line.removesuffix(' || exit')}"],
-        env={"PATH": contract.HOST_PATH, **pod_env},
+        ["/bin/sh", "-c", f"{library}\n{line.removesuffix(' || exit')}"],
+        env={"PATH": contract.HOST_PATH, "NPA_PHASES": str(phases), **pod_env},
         capture_output=True,
         check=False,
     )
     assert done.returncode == 0, done.stderr.decode()
+    assert not done.stderr, done.stderr.decode()
+    assert "exit_code=0" in phases.read_text().splitlines()
     return done.stdout.decode()
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from npa.backends.phases import ShardPhases
 from tests.harness.procs import wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
@@ -122,3 +123,77 @@ def test_an_outage_past_the_patience_fails_the_upload_with_its_reason(node: Node
     assert stderr.count("asking again") >= 2, stderr
     assert "cannot upload output" in stderr, stderr
     assert node.put_writes("run/x") == 0
+
+
+# --- the record of a shard attempt's phases ---------------------------------------------------
+
+
+def _library_json(phases: str, *args: str) -> str:
+    script = f'NPA_PHASES="$1"; . {LIBRARY}; shift; npa_phases_json "$@"'
+    done = subprocess.run(["/bin/sh", "-c", script, "sh", phases, *args], capture_output=True,
+                          text=True, check=True, timeout=30)  # fmt: skip
+    return done.stdout
+
+
+def test_the_stage_librarys_record_is_this_model(tmp_path: Path) -> None:
+    """The SkyPilot pod writes its record from the shell: what the library's function builds
+    from its notes parses as a record, field for field (the model refuses any other field)."""
+    notes = tmp_path / "phases"
+    notes.write_text(
+        "started_at=2026-12-04T15:00:00Z\ninputs_at=2026-12-04T15:00:40Z\n"
+        "command_started_at=2026-12-04T15:00:45Z\ncommand_ended_at=2026-12-04T15:01:45Z\n"
+        "exit_code=0\nuploaded_at=2026-12-04T15:01:50Z\nended_at=2026-12-04T15:01:51Z\n"
+    )
+    r = ShardPhases.model_validate_json(_library_json(str(notes), "square", "1", "3", "2"))
+    assert r.model_dump(mode="json") == {
+        "stage": "square", "wave": 1, "shard": 3, "attempt": 2, "backend": "skypilot",
+        "started_at": "2026-12-04T15:00:00Z", "inputs_at": "2026-12-04T15:00:40Z",
+        "command_started_at": "2026-12-04T15:00:45Z", "command_ended_at": "2026-12-04T15:01:45Z",
+        "exit_code": 0, "uploaded_at": "2026-12-04T15:01:50Z", "ended_at": "2026-12-04T15:01:51Z",
+        "note": "",
+    }  # fmt: skip
+    assert r.outcome == "succeeded"
+    # A failed command, its upload never reached: null, and the outcome says so.
+    notes.write_text(
+        "started_at=2026-12-04T15:00:00Z\ncommand_started_at=2026-12-04T15:00:45Z\n"
+        "command_ended_at=2026-12-04T15:01:45Z\nexit_code=3\nended_at=2026-12-04T15:01:46Z\n"
+    )
+    r = ShardPhases.model_validate_json(_library_json(str(notes), "square", "0", "1", "1"))
+    assert r.outcome == "failed (exit 3)" and r.inputs_at is None and r.uploaded_at is None
+
+
+def _exit_through_the_trap(node: Node, notes: Path, key: str, code: int) -> subprocess.Popen[str]:
+    """A run script's end as the library leaves it: counted, the command ended with ``code``,
+    the record written by the EXIT trap that npa_shard sets."""
+    lines = [
+        "npa_mark started_at", "npa_mark inputs_at", "npa_mark command_started_at",
+        "npa_mark command_ended_at", f"npa_mark exit_code {code}",
+        f"_npa_stage=square _npa_record=s3://{BUCKET}/{key}",
+        "trap 'npa_record $?' EXIT", f"exit {code}",
+    ]  # fmt: skip
+    return node.start("\n".join(lines), NPA_PHASES=str(notes), NPA_WAVE="0", NPA_SHARD="1",
+                      NPA_ATTEMPT="1")  # fmt: skip
+
+
+def test_the_record_is_stored_as_the_run_exits_and_its_exit_stays_the_commands(
+    node: Node,
+) -> None:
+    key = "run/stages/square/attempts/wave-0-shard-1.attempt-1.json"
+    proc = _exit_through_the_trap(node, node.tmp / "phases", key, 3)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 3, stderr
+    body = node.s3.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+    r = ShardPhases.model_validate_json(body)
+    assert (r.stage, r.wave, r.shard, r.attempt, r.backend) == ("square", 0, 1, 1, "skypilot")
+    assert r.outcome == "failed (exit 3)" and r.ended_at >= r.command_ended_at  # type: ignore[operator]
+
+
+def test_a_record_the_store_refuses_changes_nothing_of_the_shard(node: Node) -> None:
+    key = "run/stages/square/attempts/wave-0-shard-1.attempt-1.json"
+    node.proxy.refuse_writes = True
+    started = time.monotonic()
+    proc = _exit_through_the_trap(node, node.tmp / "phases", key, 0)
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 0, stderr  # the shard succeeded: its evidence is not its result
+    assert "the phase record was not stored" in stderr and "asking again" not in stderr, stderr
+    assert time.monotonic() - started < 60  # one try, no outage patience for evidence

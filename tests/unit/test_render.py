@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from npa.core.errors import InvalidInput
+from npa.core.layout import PHASES_SUFFIX
 from npa.core.templates import literal_block_holds, yaml_filter
 from npa.render.tasks import load_digests, render_workflow, resolve_images
 from npa.services.render import INDEX, render_spec
@@ -83,7 +84,7 @@ def calls(script: str, function: str) -> list[list[str]]:
 
 
 _ARITY = {"npa_fetch": 3, "npa_restore": 2, "npa_command": 2, "npa_upload": 3, "npa_output": 2,
-          "npa_shard": 1}  # fmt: skip
+          "npa_shard": 3}  # fmt: skip
 
 
 def _sky_load(text: str) -> Any:
@@ -221,7 +222,10 @@ def test_one_file_per_stage_one_task_per_wave_with_the_stage_contract() -> None:
             "s3://bucket/workflows/demo/run-7/npa-workflow/source/manifest.json",
         ]
     ]
-    assert calls(aug["run"], "npa_shard") == [[f"{stages}/augment/attempts"]]
+    assert calls(aug["run"], "npa_shard") == [
+        [f"{stages}/augment/attempts", "augment", PHASES_SUFFIX]
+    ]
+    assert aug["run"].rstrip("\n").endswith("\nnpa_uploaded")  # after every upload
     assert calls(aug["run"], "npa_upload") == [
         ["prefix", "/npa/outputs/augmented", f"{stages}/augment/outputs/augmented"]
     ]

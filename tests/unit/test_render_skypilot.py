@@ -199,3 +199,32 @@ def test_declared_secrets_render_as_references_to_the_runs_secret(
     }
     for written in out.rglob("*"):
         assert not written.is_file() or canary.encode() not in written.read_bytes(), written
+
+
+def test_the_job_skypilot_keeps_holds_the_rendered_tasks_as_written(tmp_path: Path) -> None:
+    """The job's user YAML, which SkyPilot's server dumps from the pipeline submit launches
+    (``use_user_specified_yaml``) and its queue answers as ``user_yaml``, is document for
+    document what render showed: render writes every field in the form SkyPilot keeps it, so
+    nothing a person reviewed is filled in, dropped or reshaped on the way. The cluster tier
+    reads the same back from a real jobs controller."""
+    from sky.utils import dag_utils
+
+    from npa.backends.skypilot.jobs import build_dag
+
+    out = tmp_path / "tiny"
+    render_spec(Path("examples/tiny-local.yaml"), "tiny-1", out, kube_context="kind-npa",
+                store_uri="s3://npa-test/workflows")  # fmt: skip
+    # GPUs, waves of several nodes and pod overrides: the physical-AI example has them all.
+    render_spec(Path("examples/physical-ai.yaml"), "demo-1", out / "physai",
+                digests_file=Path("examples/physical-ai.digests.yaml"))  # fmt: skip
+    texts = [
+        yaml.safe_dump(doc, sort_keys=False)
+        for path in sorted(out.rglob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+    ]
+    assert len(texts) > 6
+    dag = build_dag(texts, "npa-tiny-local-tiny-1")
+    kept = dag_utils.dump_chain_dag_to_yaml_str(dag, use_user_specified_yaml=True)
+    docs = list(yaml.safe_load_all(kept))
+    assert docs[0]["name"] == "npa-tiny-local-tiny-1"
+    assert docs[1:] == [yaml.safe_load(t) for t in texts]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 from html.parser import HTMLParser
 
+from npa.backends.phases import ShardPhases
 from npa.render.report import (
     Marker,
     PendingPod,
@@ -366,3 +367,64 @@ def test_no_edge_of_the_dag_runs_under_a_box() -> None:
                 inside_x = max(x1, x2) > bx and min(x1, x2) < bx + bw
                 inside_y = max(y1, y2) > by and min(y1, y2) < by + bh
                 assert not (inside_x and inside_y), (points, (bx, by))
+
+
+def _attempt(shard: int, attempt: int, start: int, **fields: object) -> ShardPhases:
+    def at(seconds: int) -> str:
+        return f"2026-01-01T12:00:{seconds:02d}+00:00"
+
+    values: dict[str, object] = {
+        "stage": "square", "wave": 0, "shard": shard, "attempt": attempt, "backend": "local",
+        "started_at": at(start), "inputs_at": at(start + 1), "command_started_at": at(start + 1),
+        "command_ended_at": at(start + 3), "exit_code": 0, "uploaded_at": at(start + 4),
+        "ended_at": at(start + 4),
+    }  # fmt: skip
+    values.update(fields)
+    return ShardPhases.model_validate(values)
+
+
+def test_each_shard_attempt_is_drawn_in_its_phases_with_its_outcome_in_words() -> None:
+    report = _report()
+    square = report.stages[1]
+    square.waves[0].recorded = [
+        _attempt(0, 1, 10, uploaded_at=None, note="the wave failed: its outputs were not uploaded"),
+        _attempt(1, 1, 10, exit_code=4, uploaded_at=None),
+        _attempt(0, 2, 15),
+        _attempt(1, 2, 15, exit_code=4, uploaded_at=None),
+    ]
+    square.waves[0].recorded.sort(key=lambda r: (r.shard, r.attempt))
+    report.stages[0].phases_note = "phases were not recorded for its shard attempts"
+    page = Page(timeline_svg(report))
+    labels = page.text_in("text")
+    assert "s0: a1 no upload, a2 ok" in labels and "s1: a1 exit 4, a2 exit 4" in labels
+    attempts = [a for t, a in page.tags if t == "rect" and a.get("class") == "attempt"]
+    assert [(a["data-shard"], a["data-attempt"], a["data-outcome"]) for a in attempts] == [
+        ("0", "1", "exit 0, outputs not uploaded"), ("0", "2", "succeeded"),
+        ("1", "1", "failed (exit 4)"), ("1", "2", "failed (exit 4)"),
+    ]  # fmt: skip
+    phases = [a["data-phase"] for t, a in page.tags if t == "rect" and "data-phase" in a]
+    assert all(
+        a["class"] == f"phase ph-{a['data-phase']}" for t, a in page.tags if "data-phase" in a
+    )
+    assert phases.count("run") == 4 and phases.count("upload") == 1
+    titles = page.text_in("title")
+    assert any("attempt 1: exit 0, outputs not uploaded; the wave failed" in t for t in titles)
+    assert any("attempt 2: succeeded; setup 1.0 s, start 0.0 s, run 2.0 s, upload 1.0 s" in t
+               for t in titles)  # fmt: skip
+    # The wave's own bar is still there, and the supervisor's marks.
+    assert sum(1 for t, a in page.tags if t == "rect" and a.get("class") == "bar") == 2
+    assert sum(1 for t, a in page.tags if t == "line" and a.get("class") == "marker") == 2
+    # The page lists every attempt in a table, and says which stage has no phases recorded.
+    html = Page(render_report(report))
+    rows = [a for t, a in html.tags if t == "tr" and "data-attempt" in a]
+    assert [(r["data-shard"], r["data-attempt"], r["data-phases"]) for r in rows] == [
+        ("0", "1", "setup start run"), ("0", "2", "setup start run upload"),
+        ("1", "1", "setup start run"), ("1", "2", "setup start run"),
+    ]  # fmt: skip
+    assert "failed (exit 4)" in html.text_in("td") and "2.0 s" in html.text_in("td")
+    notes = html.text_in("p", **{"class": "muted phases-note"})
+    assert "phases were not recorded for its shard attempts" in "".join(notes)
+    # A shard that succeeded at its first attempt is in the timeline alone, not in the table.
+    square.waves[0].recorded = [_attempt(0, 1, 10), _attempt(1, 1, 10, exit_code=4)]
+    rows = [a for t, a in Page(render_report(report)).tags if t == "tr" and "data-attempt" in a]
+    assert [(r["data-shard"], r["data-outcome"]) for r in rows] == [("1", "failed (exit 4)")]

@@ -45,6 +45,7 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -67,6 +68,8 @@ from npa.backends.base import JobState, JobSubmission, RunRecorder, StageProgres
 from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
+from npa.backends.phases import ShardPhases, write_phases
+from npa.backends.phases import now as utc_now
 from npa.core.errors import BackendError, NpaError, local_state_error, passes_by_itself
 from npa.core.fsio import (
     atomic_write_bytes,
@@ -251,6 +254,9 @@ class Executor:
         self.death_w: int | None = None  # its write end: open, never written, until we exit
         self.since = time.time()  # when the job was first taken
         self._secrets: KnownSecrets | None = None
+        # Each running shard attempt's phases so far, by (stage, wave, shard); written to the
+        # store as the attempt ends (npa.backends.phases).
+        self.phases: dict[tuple[str, int, int], dict[str, object]] = {}
 
     # --- records -----------------------------------------------------------------------------
     def redact(self, text: str) -> str:
@@ -809,6 +815,57 @@ class Executor:
         self.store.put(key, f"{before + 1}\n".encode())
         return before + 1
 
+    # --- phase records (evidence: a failure to write one never fails a shard) ----------------
+    def shard_ended(self, stage: str, wave: int, shard: int, code: int) -> None:
+        """A shard's command ended: note when and how; a failed attempt's record goes now."""
+        known = self.phases.get((stage, wave, shard))
+        if known is None:
+            return
+        known.update(command_ended_at=utc_now(), exit_code=code)
+        if code != 0:
+            self.write_phase(stage, wave, shard, note="")
+
+    @contextlib.contextmanager
+    def phases_kept(self, stage: str, wave: int) -> Iterator[None]:
+        """Whatever ends a wave's attempt, the records of its shards are written: those the
+        wave's end did not write say why their outputs were not uploaded."""
+        try:
+            yield
+        except Cancelled:
+            self.write_phases(stage, wave, note="the run was cancelled")
+            raise
+        except BaseException:
+            self.write_phases(stage, wave, note="the executor stopped before uploading")
+            raise
+        self.write_phases(stage, wave, note="the wave failed: its outputs were not uploaded")
+
+    def write_phases(
+        self, stage: str, wave: int, *, uploaded: bool = False, note: str = ""
+    ) -> None:
+        at = utc_now()
+        for key in [k for k in self.phases if k[:2] == (stage, wave)]:
+            if uploaded:
+                self.phases[key]["uploaded_at"] = at
+            self.write_phase(stage, wave, key[2], note=note)
+
+    def write_phase(self, stage: str, wave: int, shard: int, *, note: str) -> None:
+        known = self.phases.pop((stage, wave, shard), None)
+        if known is None or self.store is None:
+            return
+        try:
+            record = ShardPhases.model_validate(
+                {**known, "stage": stage, "wave": wave, "shard": shard, "backend": "local",
+                 "ended_at": utc_now(), "note": note}
+            )  # fmt: skip
+        except ValueError as error:
+            self.log(f"stage {stage} wave {wave} shard {shard}: no phase record: {error}")
+            return
+        # One try, not the patient store's wait: an outage must not hold the wave up for this.
+        store = self.store.inner if isinstance(self.store, PatientStore) else self.store
+        failed = write_phases(store, self.submission.prefix, record)
+        if failed:
+            self.log(f"stage {stage} wave {wave} shard {shard}: phase record not stored: {failed}")
+
     # --- stages ------------------------------------------------------------------------------
     def runtime_for(self, task: LocalTask) -> ContainerRuntime | None:
         """The container runtime a task asks for (None: host processes); one per job."""
@@ -887,14 +944,16 @@ class Executor:
             cut_short = False
             self.recorder.wave_started(task.stage, wave, shards, attempt)
             self.log(f"stage {task.stage} wave {wave} attempt {attempt}: shards {shards}")
-            codes = self.run_wave(task, wave, shards, attempt, inputs, runtime)
-            if self.cancelled:
-                raise Cancelled()
-            self.upload_logs(task.stage)
-            if all(code == 0 for code in codes.values()):
-                stored = self.upload_outputs(task, shards, again=continued)
-                self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
-                return budget
+            with self.phases_kept(task.stage, wave):
+                codes = self.run_wave(task, wave, shards, attempt, inputs, runtime)
+                if self.cancelled:
+                    raise Cancelled()
+                self.upload_logs(task.stage)
+                if all(code == 0 for code in codes.values()):
+                    stored = self.upload_outputs(task, shards, again=continued)
+                    self.write_phases(task.stage, wave, uploaded=True)
+                    self.recorder.wave_succeeded(task.stage, wave, shards, codes, attempt, stored)
+                    return budget
             self.check_space(task.stage, wave)
             refused = None if runtime is None else self.engine_refusal(task, wave, codes)
             left = 0 if refused else budget
@@ -965,12 +1024,18 @@ class Executor:
         while waiting or running:
             while waiting and len(running) < limit and not self.cancelled:
                 shard = waiting.pop(0)
+                began = utc_now()
                 root = self.prepare_shard(task, shard, inputs, runtime)
+                prepared = utc_now()
                 started = self.count_attempt(task, wave, shard)
                 with open(folder / f"wave-{wave}-shard-{shard}.log", "ab") as log:
                     child = self.start_shard(
                         task, wave, shard, started, root, inputs, log, records / f"s{shard}.exit"
                     )
+                self.phases[(task.stage, wave, shard)] = {
+                    "attempt": started, "started_at": began, "inputs_at": prepared,
+                    "command_started_at": utc_now(),
+                }  # fmt: skip
                 running[shard] = child
                 self.children.append(child)
                 leader = child.leader
@@ -986,6 +1051,7 @@ class Executor:
                 if child.ended():  # counted once nothing of its group is left
                     codes[shard] = self.end_shard(child)
                     del running[shard]
+                    self.shard_ended(task.stage, wave, shard, codes[shard])
             time.sleep(POLL_SECONDS)
         return codes
 

@@ -7,7 +7,8 @@ on every backend (a resume can start a stage at any wave). Every node sees the s
 (:mod:`npa.backends.contract`): its ``setup`` restores the run's committed source as files,
 fetches the inputs and makes ``/npa`` the contract's tree; its ``run`` sets ``NPA_SHARD`` (from
 SkyPilot's node rank) and ``NPA_ATTEMPT``, runs the command in ``/npa/source`` and uploads what
-the shard left in its outputs. What the pod does is the shell library
+the shard left in its outputs, and writes the record of the attempt's phases as it exits
+(:mod:`npa.backends.phases`). What the pod does is the shell library
 ``templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
 is reached with the AWS CLI and the credentials and endpoint the pod takes from the project's
 store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot's
@@ -44,6 +45,7 @@ from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask, pod_security_context
 from npa.core.errors import InvalidInput
 from npa.core.layout import (
+    PHASES_SUFFIX,
     PREFIX_LEAF,
     SHARED_SOURCE,
     shards_of_wave,
@@ -140,7 +142,8 @@ def run_script(task: StageTask, run: RunTasks) -> str:
     contract's working directory, then the outputs into the store (only when it succeeded)."""
     assert run.run_root is not None
     leaf = f"{run.run_root}/{PREFIX_LEAF}"
-    lines = [f". {LIBRARY_PATH}", _call("npa_shard", f"{stage_key(leaf, task.stage)}/attempts")]
+    attempts = f"{stage_key(leaf, task.stage)}/attempts"
+    lines = [f". {LIBRARY_PATH}", _call("npa_shard", attempts, task.stage, PHASES_SUFFIX)]
     for out in task.outputs:
         lines.append(_call("npa_output", out.kind, contract.output_path(out.path)))
     # The command runs without the store's credentials (the library's alone), unless the
@@ -153,6 +156,7 @@ def run_script(task: StageTask, run: RunTasks) -> str:
         assert out.uri is not None
         uri = out.uri.rstrip("/")
         lines.append(_call("npa_upload", out.kind, contract.output_path(out.path), uri))
+    lines.append("npa_uploaded")
     return "\n".join(lines) + "\n"
 
 
