@@ -122,14 +122,28 @@ npa_shard() {
 # run: an output's folder (prefix) or its parent folder (file). $1: kind, $2: path.
 npa_output() { if [ "$1" = file ]; then mkdir -p "${2%/*}"; else mkdir -p "$2"; fi; }
 
-# run: the stage's command, in the contract's working directory, with its own HOME and without
-# the variables named after it (the store's credentials: the library's, never the command's).
-# $1: the stage's HOME (never in the task's envs: SkyPilot's own setup would use it), $2: the
-# command.
+# run: the stage's command, in the contract's working directory, with its own HOME, without
+# the variables named after $3 (the store's credentials: the library's, never the command's),
+# and with each secret $3 names under its own name (the pod has it as NPA_SECRET_<NAME>, from
+# the run's Secret; the command sees NAME and not that carrier). $1: the stage's HOME (never in
+# the task's envs: SkyPilot's own setup would use it), $2: the command, $3: the secrets' names,
+# space separated (spec names: letters, digits, '_').
 npa_command() {
-  _npa_home=$1 _npa_cmd=$2; shift 2
+  _npa_home=$1 _npa_cmd=$2 _npa_secrets=$3; shift 3
   npa_mark command_started_at
-  (cd /npa/source && unset "$@" && HOME=$_npa_home && export HOME && exec /bin/sh -c "$_npa_cmd")
+  (
+    cd /npa/source && unset "$@" && HOME=$_npa_home && export HOME || exit
+    # The names, then the command, as words: no variable of the loop that a secret's name (any
+    # variable name) could overwrite. The values are expanded, never parsed.
+    # shellcheck disable=SC2086
+    set -- $_npa_secrets -- "$_npa_cmd"
+    while [ "$1" != -- ]; do
+      eval "export $1=\"\${NPA_SECRET_$1?the pod was not given secret $1}\"" || exit
+      unset "NPA_SECRET_$1"
+      shift
+    done
+    exec /bin/sh -c "$2"
+  )
   _npa_rc=$?
   npa_mark command_ended_at; npa_mark exit_code "$_npa_rc"
   return "$_npa_rc"

@@ -445,6 +445,13 @@ class PreparesLaunch(abc.ABC):
     def prepare_launch(self, submission: JobSubmission) -> None:
         """Make ``submission`` launchable; raises an NpaError with its fix when it cannot."""
 
+    @abc.abstractmethod
+    def release_run(self, project: str, workflow: str, run_id: str) -> list[str]:
+        """Remove what :meth:`prepare_launch` put in place for this run alone (not what the
+        project's runs share), once the run has ended or is cancelled: the run's watcher calls
+        it at its final verdict, ``cancel`` after the cancel. Repeat-safe. Returns what it
+        removed, by name; raises an NpaError with its fix when it could not ask."""
+
 
 @dataclass(frozen=True)
 class ReadinessTarget:

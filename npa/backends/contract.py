@@ -21,11 +21,12 @@ it gives each shard a root folder laid out the same way and moves every path the
 A stage's environment is built here, never inherited from whoever submitted or executes it
 (docs/spec.md, "A stage's environment"): the base :data:`BASE` (``HOME`` a folder of the shard's
 own, ``LANG``, ``TZ``), the contract's ``NPA_*``, the stage's own ``env``, and the values of
-the ``secrets`` it declares, each read from its named source when the shard starts
-(:func:`secret_values`) and written nowhere. ``PATH`` is the image's in an image; a host
-process, which has no image, gets :data:`HOST_PATH` (:func:`host_env`). The store credentials
-the stage library uses (:data:`STORE_VARIABLES`) are for the library alone: the command runs
-without them.
+the ``secrets`` it declares, each read from its named source (:func:`secret_values`) and written
+to no file: by the local executor when the shard starts, by ``submit`` into the run's Kubernetes
+Secret for a pod, whose run script gives them to the command
+(:mod:`npa.backends.skypilot.tasks`). ``PATH`` is the image's in an image; a host process, which
+has no image, gets :data:`HOST_PATH` (:func:`host_env`). The store credentials the stage library
+uses (:data:`STORE_VARIABLES`) are for the library alone: the command runs without them.
 """
 
 from __future__ import annotations

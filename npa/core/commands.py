@@ -62,6 +62,11 @@ def status_command(run_id: str, project: str, *extra: str) -> str:
     return npa_command("workbench", "workflow", "status", run_id, "--project", project, *extra)
 
 
+def cancel_command(run_id: str, project: str) -> str:
+    """The command that cancels run ``run_id`` of ``project`` (and releases what it holds)."""
+    return npa_command("workbench", "workflow", "cancel", run_id, "--project", project)
+
+
 def logs_command(run_id: str, project: str, stage: str) -> str:
     """The command that shows the logs of ``stage`` of run ``run_id`` of ``project``."""
     return npa_command(

@@ -59,11 +59,12 @@ from npa.backends.base import (
     JobState,
     JobSubmission,
     PolledByWatcher,
+    PreparesLaunch,
     ReportsLaunchFailures,
     ReportsPodReasons,
     TaskRecord,
 )
-from npa.core.commands import status_command
+from npa.core.commands import cancel_command, status_command
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
@@ -113,6 +114,8 @@ SPEC_NAME = "supervisor.json"
 STRAY_CHECK_SECONDS = 60.0
 STRAY_CHECK_ENV = "NPA_STRAY_CHECK_SECONDS"
 LOG_NAME = "supervisor.log"
+# How many polls the watcher asks to release the run's resources at its end before it gives up.
+RELEASE_ASKS = 3
 # A backend's error can carry every job's task YAML (SkyPilot's queue errors do): a log line and
 # a recorded detail keep one line of bounded length, and say how much they left out.
 LOG_LINE_LIMIT = 2000
@@ -337,8 +340,29 @@ class Watcher:
                 self.log(f"error: {error.message}")
                 done = False
             if done:
+                self.release()
                 return 0
             time.sleep(self.poll)
+
+    def release(self) -> None:
+        """At the run's final verdict, remove what the launch put in place for this run alone
+        (the run's Secret: :meth:`PreparesLaunch.release_run`), asking again at the next polls
+        while the API does not answer; ``cancel`` does the same, so a run the watcher could not
+        release is released by a cancel."""
+        if not isinstance(self.backend, PreparesLaunch):
+            return
+        s = self.submission
+        for ask in range(RELEASE_ASKS):
+            try:
+                gone = self.backend.release_run(s.project, s.workflow, s.run_id)
+            except NpaError as error:
+                self.log(f"could not release the run's resources: {error.message}")
+                if ask + 1 < RELEASE_ASKS:
+                    time.sleep(self.poll)
+                continue
+            self.log(f"released {', '.join(gone)}" if gone else "nothing of the run to release")
+            return
+        self.log(f"gave up releasing; next: {cancel_command(s.run_id, s.project)}")
 
     def step(self) -> bool:
         """One poll; True when the run is terminal and the supervisor is done."""

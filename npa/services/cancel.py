@@ -10,6 +10,10 @@ backend then reports the job CANCELLED, ``cancelling`` when the backend acknowle
 it on its own time (CANCELLING), ``already_final`` when the job ended by itself meanwhile, and
 ``still_running`` (exit 1) when the job is still seen running once the backend had a while
 (``NPA_CANCEL_SETTLE_SECONDS``, 20 s) to act on the cancel.
+
+Whatever the job's outcome, it then removes what the launch put in place for this run alone
+(the SkyPilot backend's run Secret, :meth:`PreparesLaunch.release_run`), so a cancel run again
+finishes that too.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Callable
 
 from pydantic import Field
 
-from npa.backends.base import ExecutionBackend, JobRecord, JobState
+from npa.backends.base import ExecutionBackend, JobRecord, JobState, PreparesLaunch
 from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.layout import manifest_lock
 from npa.core.output import Result
@@ -43,6 +47,8 @@ class CancelResult(Result):
     sources: list[SourceAnswer]
     # Other live jobs under the run's names (npa.launch.strays), cancelled by id.
     strays: list[StrayJob] = Field(default_factory=list)
+    # What the launch had put in place for this run alone and cancel removed (by name).
+    released: list[str] = Field(default_factory=list)
     next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
@@ -52,7 +58,10 @@ class CancelResult(Result):
             "run's name without being its job"
             for s in self.strays
         ]
-        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}", *strays] + [
+        released = [
+            f"  removed {name}: the run's own, it ends with the run" for name in self.released
+        ]
+        return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}", *strays, *released] + [
             f"  next: {n}" for n in self.next
         ]
 
@@ -123,7 +132,22 @@ def cancel(
     backend = open_located_backend(located, paths)
     outcome = _cancel_job(located, backend, result)
     outcome.strays = _end_strays(located, backend, paths, keep=outcome.job_id)
+    outcome.released = _release(located, backend)
     return outcome
+
+
+def _release(located: Located, backend: ExecutionBackend) -> list[str]:
+    """Remove what the launch put in place for this run alone; repeat-safe."""
+    if not isinstance(backend, PreparesLaunch) or located.workflow is None:
+        return []
+    try:
+        return backend.release_run(located.project, located.workflow, located.run_id)
+    except NpaError as error:
+        raise Unavailable(
+            f"run {located.run_id}: its job was handled, but what its launch put in place for "
+            f"it could not be removed ({error.message})",
+            fix=located.cancel_command() + "  # again, once this answers: " + (error.fix or ""),
+        ) from None
 
 
 def _end_strays(

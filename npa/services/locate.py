@@ -25,7 +25,7 @@ from npa.adapters.storage import (
     StoreUnavailable,
     normalize_store_uri,
 )
-from npa.core.commands import status_command
+from npa.core.commands import cancel_command, status_command
 from npa.core.errors import InvalidInput, NotFound, NpaError, RunMismatch, StateCorrupt
 from npa.core.layout import (
     PREFIX_LEAF,
@@ -195,7 +195,7 @@ class Located:
         return status_command(self.run_id, self.project, *extra)
 
     def cancel_command(self) -> str:
-        return cmd("workbench", "workflow", "cancel", self.run_id, "--project", self.project)
+        return cancel_command(self.run_id, self.project)
 
 
 def _error(source: str, where: str, error: NpaError, detail: str = "") -> SourceAnswer:

@@ -31,6 +31,7 @@ from pydantic import Field
 from npa.adapters.storage import ObjectStore, inspect_command
 from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
 from npa.backends.base import (
+    TERMINAL_STATES,
     AdoptsPartialWaves,
     HostsExecutor,
     ImagePull,
@@ -40,7 +41,7 @@ from npa.backends.base import (
     PullsImagesHere,
     PullsPinnedImages,
 )
-from npa.core.commands import status_command
+from npa.core.commands import cancel_command, status_command
 from npa.core.errors import (
     GatesFailed,
     GatesUnknown,
@@ -816,6 +817,7 @@ def _record_and_launch(
     paths, backend, options = run.paths, run.backend, run.options
     before = _Before.capture(run)
     transaction: list[Transaction] = []
+    prepared: PreparesLaunch | None = None
     try:
         manifest, resume = _record(run)
         receipt = _receipt(run, manifest)
@@ -830,8 +832,7 @@ def _record_and_launch(
             base=base_job_name(manifest),
         )
         submission = _submission(run, manifest)
-        if isinstance(backend, PreparesLaunch):
-            backend.prepare_launch(submission)
+        prepared = _prepare(backend, submission)
         readiness = readiness or readiness_check(backend)
         record = _launch(
             run,
@@ -845,6 +846,7 @@ def _record_and_launch(
     except NpaError as error:
         if not transaction or not transaction[0].requested:
             before.restore(run, error)
+            before.unprepare(run, prepared, error)
         raise
     job_id = record.job_id
     assert job_id is not None
@@ -957,6 +959,14 @@ def _probe_local_state(paths: NpaPaths, backend: ExecutionBackend, project: str)
         probe_writable(folder)
 
 
+def _prepare(backend: ExecutionBackend, submission: JobSubmission) -> PreparesLaunch | None:
+    """Let a backend that prepares its launches do so; the backend when it did."""
+    if not isinstance(backend, PreparesLaunch):
+        return None
+    backend.prepare_launch(submission)
+    return backend
+
+
 @dataclass
 class _Before:
     """The run's manifest and receipt as they were before this submit changed them."""
@@ -1007,3 +1017,18 @@ class _Before:
             return
         error.details["rolled_back"] = True
         error.message += "; no job was launched and the run's records are as they were"
+
+    def unprepare(self, run: _Run, backend: PreparesLaunch | None, error: NpaError) -> None:
+        """Remove what :meth:`PreparesLaunch.prepare_launch` put in place for this run (the
+        run's Secret) when no job of the run can be using it: the run had never launched, or
+        its last job had ended. A live run's (a rerun of its submit) stays."""
+        ended = {s.value for s in TERMINAL_STATES}
+        if backend is None or (self.manifest is not None and self.manifest.state not in ended):
+            return
+        try:
+            backend.release_run(run.project, run.workflow.metadata.name, run.run_id)
+        except NpaError as undo:
+            error.message += (
+                f"; what this submit put in place for the run could not be removed "
+                f"({undo.message}): {cancel_command(run.run_id, run.project)} removes it"
+            )

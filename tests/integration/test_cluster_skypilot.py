@@ -9,12 +9,14 @@ for a user); the first test here is therefore the first launch on a fresh cluste
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import shlex
 import signal
 import subprocess
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -24,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.adapters.kube.secrets import run_secret_name
 from npa.core.layout import job_name
 from tests.harness.browser import chromium_binary, look_at_report
 from tests.harness.cluster import GPU_RESOURCE, NODE_GPUS, gpus_per_node
@@ -758,6 +761,53 @@ def test_a_resumed_run_relaunches_only_the_stage_that_failed(
         Key=f"runs/e2e-resume/{run_id}/npa-workflow/stages/total/outputs/total.txt",
     )
     assert total["Body"].read().decode().strip() == "55"
+
+
+def test_a_declared_secret_reaches_the_pod_and_leaves_with_the_run(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """A stage's ``secrets: {TOKEN: env:NPA_TEST_CANARY}``: its command sees TOKEN (it writes
+    the value's digest, never the value) and none of the store's credentials nor the carrier;
+    once the run ends its Secret is gone, and the value is in no store object, file or log."""
+    world = sky_cluster
+    canary = f"canary-{uuid.uuid4().hex}"
+    seen = (
+        'printf %s "$TOKEN" | sha256sum | cut -d" " -f1 > "$NPA_OUTPUT_SEEN"; '
+        "env | grep -c -E '^(AWS_[A-Z_]*|NPA_SECRET_[A-Z_]*)=' >> \"$NPA_OUTPUT_SEEN\" || true"
+    )
+    probe = stage("probe", seen, secrets={"TOKEN": "env:NPA_TEST_CANARY"},
+                  outputs=[{"name": "seen", "path": "seen.txt", "kind": "file"}])  # fmt: skip
+    image = world.cluster.images["sky-runtime"]
+    spec = write_spec(tmp_path / "wf" / "secret.yaml", "e2e-secret", image, [probe])
+    run_id = prepare(world, spec)
+    submitted = submit(world, spec, run_id, NPA_TEST_CANARY=canary)
+    assert submitted.code == 0, submitted.stdout + submitted.stderr
+    answer, _ = follow(world, run_id, terminal, timeout=900)
+    assert answer["state"] == "SUCCEEDED", json.dumps(answer, indent=1)
+    prefix = f"runs/e2e-secret/{run_id}"
+    out = world.s3.client().get_object(
+        Bucket=world.bucket, Key=f"{prefix}/npa-workflow/stages/probe/outputs/seen.txt"
+    )
+    digest, store_variables = out["Body"].read().decode().split()
+    assert digest == hashlib.sha256(canary.encode()).hexdigest()
+    assert store_variables == "0"  # the store Secret's variables are the library's alone
+    name = run_secret_name("e2e-secret", run_id)
+    deadline = time.monotonic() + 120  # the watcher deletes it right after its final verdict
+    while (
+        got := world.cluster.kubectl("get", "secret", name, "-n", world.namespace)
+    ).returncode == 0:
+        assert time.monotonic() < deadline, f"secret {name} outlived the run"
+        time.sleep(2)
+    assert "NotFound" in got.stderr, got.stderr
+    logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "probe")
+    assert logs.code == 0 and canary not in logs.stdout + logs.stderr
+    for key in world.store_keys(prefix):
+        body = world.s3.client().get_object(Bucket=world.bucket, Key=key)["Body"].read()
+        assert canary.encode() not in body, key
+    for root in (world.npa_home, world.home / ".sky"):
+        for path in root.rglob("*"):
+            if path.is_file() and path.stat().st_size < 50_000_000:
+                assert canary.encode() not in path.read_bytes(), path
 
 
 def test_the_capability_probe_runs_one_bounded_pod_in_the_projects_namespace(

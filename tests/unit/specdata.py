@@ -1,4 +1,5 @@
-"""Spec documents for tests: a small valid workflow to mutate, and YAML helpers."""
+"""Spec documents for tests: a small valid workflow to mutate, YAML helpers, and the smallest
+stage task a backend encodes."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ import copy
 from typing import Any
 
 import yaml
+
+from npa.backends.base import RunTasks, StageTask
 
 DIGEST_A = "sha256:" + "a" * 64
 DIGEST_B = "sha256:" + "b" * 64
@@ -69,3 +72,20 @@ def doc_paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         for i, value in enumerate(node):
             found += doc_paths(value, (*prefix, i))
     return found
+
+
+def one_stage_task(
+    command: str, env: dict[str, str] | None = None, secrets: dict[str, str] | None = None
+) -> tuple[StageTask, RunTasks]:
+    """Stage ``probe`` of run ``r`` of workflow ``w``: one shard, no input or output."""
+    task = StageTask(
+        stage="probe", task_name="t", command=command, env=env or {}, secrets=secrets or {},
+        image="i@sha256:" + "a" * 64, depends_on=[], shards=1, parallel=1, waves=1, retries=0,
+        accelerators=None, cpus=None, memory_gib=None, disk_gib=None, inputs=[], outputs=[],
+        run_as_user=1000, run_as_group=1000, fs_group=1000,
+    )  # fmt: skip
+    run = RunTasks(
+        workflow="w", run_id="r", store="s3://b", prefix="w/r/npa-workflow",
+        run_root="s3://b/w/r", tasks=[task],
+    )  # fmt: skip
+    return task, run

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
+from npa.adapters.kube.secrets import run_secret_name
 from npa.backends import contract
+from npa.backends.skypilot import tasks as sky_tasks
 from npa.services.render import render_spec
 from tests.unit.specdata import DIGEST_A, base_spec, dump
 
@@ -56,6 +58,17 @@ def check_all(out: Path, context: str) -> list[Any]:
             assert pod == config["config"]
             tasks.append(task)
     return tasks
+
+
+def render_pinned(spec: dict[str, Any], run_id: str, tmp_path: Path) -> Path:
+    """Render ``spec`` (tool ``cur`` pinned to DIGEST_A) for ``run_id``; the folder written."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(dump(spec))
+    digests = tmp_path / "d.yaml"
+    digests.write_text(f"cur: {DIGEST_A}\n")
+    out = tmp_path / "out"
+    render_spec(path, run_id, out, digests_file=digests)
+    return out
 
 
 def test_examples_render_to_tasks_skypilot_loads(tmp_path: Path) -> None:
@@ -129,21 +142,63 @@ def test_hostile_and_large_specs_render_to_loadable_tasks(tmp_path: Path) -> Non
                 "retries": i % 4,
             }
         )
-    path = tmp_path / "spec.yaml"
-    path.write_text(dump(spec))
-    digests = tmp_path / "d.yaml"
-    digests.write_text(f"cur: {DIGEST_A}\n")
-    out = tmp_path / "out"
-    render_spec(path, "big-1", out, digests_file=digests)
-    tasks = check_all(out, "test-ctx")
+    tasks = check_all(render_pinned(spec, "big-1", tmp_path), "test-ctx")
     waves = 1 + 3 + 1 + sum(-(-(i + 1) // (1 + i // 4)) for i in range(30))
     assert len(tasks) == waves
     curate = next(t for t in tasks if t.name == "npa-big-1-curate-w0")
     assert curate.envs["NEWLINE"] == "a\nb: c"
     command = "echo 'a: b'\n# comment?\necho {{ x }} &a *a"
     hidden = " ".join(contract.STORE_VARIABLES)  # the store's, for the library alone
-    assert f"npa_command /npa/home {shlex.quote(command)} {hidden} || exit" in curate.run
+    assert f"npa_command /npa/home {shlex.quote(command)} '' {hidden} || exit" in curate.run
     assert "HOME" not in curate.envs  # the run script gives it to the command alone
+
+
+def test_declared_secrets_render_as_references_to_the_runs_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stage's secrets reach its pods by name: each task's pod_config takes them from the
+    run's Secret (name and key), the run script hands them to the command under their declared
+    names, and no value, set in the rendering shell or not, is in any file render writes."""
+    canary = "canary-value-7f3a9c"
+    monkeypatch.setenv("NPA_TEST_CANARY", canary)
+    spec = base_spec()
+    spec["stages"][0]["secrets"] = {"TOKEN": "env:NPA_TEST_CANARY", "AWS_SESSION_TOKEN": "env:T2"}
+    out = render_pinned(spec, "sec-1", tmp_path)
+    tasks = check_all(out, "test-ctx")  # SkyPilot's loader reads the reference back
+    name = run_secret_name(spec["metadata"]["name"], "sec-1")
+    stage = spec["stages"][0]["name"]
+    mine = [t for t in tasks if t.name.startswith(f"npa-sec-1-{stage}-w")]
+    assert mine
+    for task in mine:
+        pod = task.to_yaml_config()["resources"]["_cluster_config_overrides"]
+        (container,) = pod["kubernetes"]["pod_config"]["spec"]["containers"]
+        assert container == {
+            "env": [
+                {
+                    "name": "NPA_SECRET_AWS_SESSION_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": name, "key": "T2"}},
+                },
+                {
+                    "name": "NPA_SECRET_TOKEN",
+                    "valueFrom": {"secretKeyRef": {"name": name, "key": "NPA_TEST_CANARY"}},
+                },
+            ]
+        }
+        # The command gets both by name; the store's session token is still hidden from it
+        # first (the secret of that name is given after).
+        line = next(x for x in task.run.splitlines() if x.startswith("npa_command "))
+        assert shlex.split(line)[3] == "AWS_SESSION_TOKEN TOKEN"
+        assert "AWS_SESSION_TOKEN" in shlex.split(line)[4:]
+    for other in (t for t in tasks if t not in mine):
+        overrides = other.to_yaml_config()["resources"]["_cluster_config_overrides"]
+        assert "containers" not in overrides["kubernetes"]["pod_config"]["spec"]
+    text = (out / f"{stage}.yaml").read_text()
+    assert sky_tasks.declared_secrets(text) == {
+        "TOKEN": "env:NPA_TEST_CANARY",
+        "AWS_SESSION_TOKEN": "env:T2",
+    }
+    for written in out.rglob("*"):
+        assert not written.is_file() or canary.encode() not in written.read_bytes(), written
 
 
 def test_the_job_skypilot_keeps_holds_the_rendered_tasks_as_written(tmp_path: Path) -> None:

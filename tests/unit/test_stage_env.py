@@ -25,7 +25,7 @@ from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_variable
 from npa.spec.model import BASE_NAMES, Workflow
 from tests.tiers import examples
-from tests.unit.specdata import base_spec
+from tests.unit.specdata import base_spec, one_stage_task
 
 pytestmark = pytest.mark.unit
 
@@ -138,7 +138,10 @@ def skypilot_names(run: RunTasks, wave: int) -> set[str]:
     # its home from the task's envs.
     assert "HOME" not in doc["envs"]
     assert f"npa_command {contract.HOME_DIR} " in doc["run"]
-    return {*doc["envs"], "NPA_SHARD", "NPA_ATTEMPT", "HOME", *contract.IMAGE_GIVES}
+    # The secrets the run script gives the command, each under its own name.
+    line = next(x for x in doc["run"].splitlines() if x.startswith("npa_command "))
+    secrets = shlex.split(line)[3].split()
+    return {*doc["envs"], "NPA_SHARD", "NPA_ATTEMPT", "HOME", *secrets, *contract.IMAGE_GIVES}
 
 
 @settings(max_examples=examples(60), deadline=None)
@@ -167,9 +170,12 @@ def test_both_local_runtimes_give_declared_secrets_by_name(
     # The task file names each secret's source, never a value.
     text = local_tasks.encode(run, runtime="process", engine=None)["probe"]
     assert all(v not in text for v in secret_values(task).values())
-    if task.secrets:  # SkyPilot refuses rather than write a value into a task file
-        with pytest.raises(InvalidInput, match="secrets"):
-            sky_tasks.encode(run, kube_context="kind-npa")
+    # A pod gets them by reference to the run's Secret; its command, by their declared names.
+    for wave in range(task.waves):
+        assert skypilot_names(run, wave) == want
+    sky_text = sky_tasks.encode(run, kube_context="kind-npa")["probe"]
+    assert all(v not in sky_text for v in secret_values(task).values())
+    assert sky_tasks.declared_secrets(sky_text) == task.secrets
 
 
 def test_no_builder_takes_the_submitters_environment(
@@ -177,16 +183,7 @@ def test_no_builder_takes_the_submitters_environment(
 ) -> None:
     for name, value in CANARIES.items():
         monkeypatch.setenv(name, value)
-    task = StageTask(
-        stage="probe", task_name="t", command="env", env={"GREETING": "hi"}, image="i@sha256:"
-        + "a" * 64, depends_on=[], shards=1, parallel=1, waves=1, retries=0, accelerators=None,
-        cpus=None, memory_gib=None, disk_gib=None, inputs=[], outputs=[], run_as_user=1000,
-        run_as_group=1000, fs_group=1000,
-    )  # fmt: skip
-    run = RunTasks(
-        workflow="w", run_id="r", store="s3://b", prefix="w/r/npa-workflow",
-        run_root="s3://b/w/r", tasks=[task],
-    )  # fmt: skip
+    _, run = one_stage_task("env", {"GREETING": "hi"})
     host = contract.host_env(
         shard_variables(local_task(run, "process"), 0, 0, 1, {}), str(tmp_path)
     )
@@ -210,24 +207,15 @@ def test_the_pod_command_runs_without_the_store_credentials(
     """The store Secret gives the pod the store's credentials for the stage library; the run
     script names each for the library to remove before the command runs, except one the
     stage's own env sets."""
-    task = StageTask(
-        stage="probe", task_name="t", command="aws s3 ls", env={"AWS_REGION": "eu-north1"},
-        image="i@sha256:" + "a" * 64, depends_on=[], shards=1, parallel=1, waves=1, retries=0,
-        accelerators=None, cpus=None, memory_gib=None, disk_gib=None, inputs=[], outputs=[],
-        run_as_user=1000, run_as_group=1000, fs_group=1000,
-    )  # fmt: skip
-    run = RunTasks(
-        workflow="w", run_id="r", store="s3://b", prefix="w/r/npa-workflow",
-        run_root="s3://b/w/r", tasks=[task],
-    )  # fmt: skip
+    task, run = one_stage_task("aws s3 ls", {"AWS_REGION": "eu-north1"})
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "example-secret")
     monkeypatch.setenv("AWS_SESSION_TOKEN", "example-token")
     script = sky_tasks.run_script(task, run)
     (line,) = [line for line in script.splitlines() if line.startswith("npa_command ")]
     words = shlex.split(line.removesuffix(" || exit"))
-    assert words[1:3] == [contract.HOME_DIR, "aws s3 ls"]
-    assert set(words[3:]) == set(contract.STORE_VARIABLES) - {"AWS_REGION"}
+    assert words[1:4] == [contract.HOME_DIR, "aws s3 ls", ""]  # "": no secret declared
+    assert set(words[4:]) == set(contract.STORE_VARIABLES) - {"AWS_REGION"}
     # The names are the ones the store Secret holds.
     held, _ = store_environment(profile=None, endpoint_url="http://127.0.0.1:9", region="r1")
     assert set(held) == set(contract.STORE_VARIABLES)

@@ -6,11 +6,19 @@ to it, so both need the store's credentials and, for an S3-compatible store that
 into a Secret in the project's namespace, straight from the credential source boto3 resolves,
 and the pods take them as environment variables (``envFrom``) through SkyPilot's ``pod_config``
 (see :mod:`npa.adapters.skypilot.layer`). The task files only name the Secret.
+
+A run whose stages declare ``secrets`` gets a Secret of its own beside it
+(:func:`run_secret_name`): ``submit`` fills it from the submitting shell's variables
+(:func:`write_run_secret`), the stage's pods take each value by name and key, and it is deleted
+when the run ends or is cancelled (:func:`delete_run_secret`).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +28,24 @@ from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
 SECRET_NAME = "npa-store"
 # Which credential source the Secret was filled from (a source name, never a value).
 SOURCE_ANNOTATION = "npa.io/credential-source"
+# The run a run's Secret belongs to (its id, never a value).
+RUN_LABEL = "npa.io/run-id"
+_MANAGED = {"app.kubernetes.io/managed-by": "npa"}
+# A Kubernetes object name (DNS-1123 subdomain) and a label value.
+_OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+
+
+def run_secret_name(workflow: str, run_id: str) -> str:
+    """The name of the Secret that holds one run's declared secrets, in the project's namespace:
+    ``npa-secrets-<workflow>-<run id>``, or, when that is no Kubernetes name, the same prefix
+    and a digest of both. The one rule: the task files reference it, ``submit`` writes it, the
+    run's end and ``cancel`` delete it."""
+    name = f"npa-secrets-{workflow}-{run_id}"
+    if _OBJECT_NAME.fullmatch(name):
+        return name
+    digest = hashlib.sha256(f"{workflow}/{run_id}".encode()).hexdigest()[:20]
+    return f"npa-secrets-{digest}"
 
 
 @dataclass(frozen=True)
@@ -93,7 +119,7 @@ def ensure_store_secret(
         metadata=client.V1ObjectMeta(
             name=SECRET_NAME,
             namespace=namespace,
-            labels={"app.kubernetes.io/managed-by": "npa"},
+            labels=dict(_MANAGED),
             annotations={SOURCE_ANNOTATION: source},
         ),
         type="Opaque",
@@ -118,3 +144,51 @@ def ensure_store_secret(
             )
             action = "updated"
     return StoreSecretResult(namespace, SECRET_NAME, action, tuple(sorted(env)), source)
+
+
+def write_run_secret(
+    kubeconfig: Path,
+    context: str,
+    namespace: str,
+    name: str,
+    values: Mapping[str, str],
+    *,
+    run_id: str,
+) -> str:
+    """Create or replace the run's Secret ``name`` so it holds exactly ``values`` (key -> value),
+    in one request each way, so no Secret is ever half written. Returns created | updated."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    labels = dict(_MANAGED)
+    if _LABEL_VALUE.fullmatch(run_id):
+        labels[RUN_LABEL] = run_id
+    body = client.V1Secret(
+        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
+        type="Opaque",
+        data={k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())},
+    )
+    api = core_api(kubeconfig, context)
+    try:
+        api.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+        api.replace_namespaced_secret(name, namespace, body, _request_timeout=REQUEST_TIMEOUT)
+        return "updated"
+    return "created"
+
+
+def delete_run_secret(kubeconfig: Path, context: str, namespace: str, name: str) -> bool:
+    """Delete the run's Secret ``name``; True when it existed, False when it was already gone
+    (deleting twice is no error)."""
+    from kubernetes.client.rest import ApiException
+
+    api = core_api(kubeconfig, context)
+    try:
+        api.delete_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        return False
+    return True

@@ -25,6 +25,7 @@ from npa.adapters.kube.client import project_namespace
 from npa.adapters.skypilot.api import CONTROLLER_PREFIX, ApiServerDown
 from npa.adapters.skypilot.home import private_home
 from npa.adapters.skypilot.layer import run_layer
+from npa.backends import contract
 from npa.backends.base import (
     AdoptsPartialWaves,
     ChecksController,
@@ -316,16 +317,25 @@ class SkyPilotBackend(
     def prepare_launch(self, submission: JobSubmission) -> None:
         """Put the store's credentials and endpoint into the project's store Secret, which every
         pod of the job takes as its environment (the values go from boto3 straight to the
-        API), and let this process start the local SkyPilot API server if none answers."""
-        from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
-
+        API), the values of the secrets the launched tasks declare into the run's Secret (read
+        from this process's environment, all of them before anything is written), and let this
+        process start the local SkyPilot API server if none answers."""
         if self._service is None:
             self._service = SkyManagedJobs(kubeconfig=self.kubeconfig, start_server=True)
         elif isinstance(self._service, SkyManagedJobs):
             self._service.start_server = True
-        if not submission.store.startswith("s3://") or self.kubeconfig_path is None:
+        if self.kubeconfig_path is None:
             return
-        assert self.context is not None
+        values = _secret_values(_launched_texts(submission))
+        if submission.store.startswith("s3://"):
+            self._store_secret(submission)
+        if values:
+            self._run_secret(submission, values)
+
+    def _store_secret(self, submission: JobSubmission) -> None:
+        from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
+
+        assert self.context is not None and self.kubeconfig_path is not None
         namespace = project_namespace(submission.project)
         try:
             ensure_store_secret(
@@ -344,21 +354,68 @@ class SkyPilotBackend(
                 ),
             ) from None
         except Exception as exc:
-            raise Unavailable(
-                f"cannot write the store Secret in namespace {namespace}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                fix=kubectl_command(
-                    str(self.kubeconfig_path),
-                    self.context,
-                    "auth",
-                    "can-i",
-                    "create",
-                    "secrets",
-                    "-n",
-                    namespace,
-                )
-                + "  # then rerun the same submit",
+            raise self._secret_unavailable(exc, "write the store Secret", namespace) from None
+
+    def _run_secret(self, submission: JobSubmission, values: dict[str, str]) -> None:
+        """Write the run's Secret (one request: it holds all of ``values`` or is unchanged)."""
+        from npa.adapters.kube.secrets import run_secret_name, write_run_secret
+
+        assert self.context is not None and self.kubeconfig_path is not None
+        namespace = project_namespace(submission.project)
+        name = run_secret_name(submission.workflow, submission.run_id)
+        try:
+            write_run_secret(
+                self.kubeconfig_path,
+                self.context,
+                namespace,
+                name,
+                values,
+                run_id=submission.run_id,
+            )
+        except Exception as exc:
+            raise self._secret_unavailable(
+                exc, f"write the run's Secret {name}", namespace
             ) from None
+
+    def _secret_unavailable(
+        self, exc: Exception, doing: str, namespace: str, verb: str = "create"
+    ) -> Unavailable:
+        """The Kubernetes API refused or did not answer a Secret request (never with a value:
+        the message is the exception's first line, which names the object); the fix asks
+        whether this kubeconfig may ``verb`` Secrets there."""
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return Unavailable(
+            f"cannot {doing} in namespace {namespace}: {type(exc).__name__}: {first}",
+            fix=kubectl_command(
+                str(self.kubeconfig_path),
+                str(self.context),
+                "auth",
+                "can-i",
+                verb,
+                "secrets",
+                "-n",
+                namespace,
+            )
+            + "  # then rerun the same command",
+        )
+
+    def release_run(self, project: str, workflow: str, run_id: str) -> list[str]:
+        """Delete the run's Secret (its declared secrets' values); the project's store Secret
+        stays, for its other runs."""
+        from npa.adapters.kube.secrets import delete_run_secret, run_secret_name
+
+        if self.kubeconfig is None or self.context is None:
+            return []  # no kubeconfig placed for the context: nothing was ever written there
+        assert self.kubeconfig_path is not None
+        namespace = project_namespace(project)
+        name = run_secret_name(workflow, run_id)
+        try:
+            gone = delete_run_secret(self.kubeconfig_path, self.context, namespace, name)
+        except Exception as exc:
+            raise self._secret_unavailable(
+                exc, f"delete the run's Secret {name}", namespace, "delete"
+            ) from None
+        return [f"secret/{name}"] if gone else []
 
     def readiness_target(self) -> ReadinessTarget | None:
         if self.kubeconfig is None or self.context is None:
@@ -495,15 +552,7 @@ class SkyPilotBackend(
 
     # --- launch ------------------------------------------------------------------------------
     def request_launch(self, submission: JobSubmission) -> str:
-        # One task per wave, chained in plan order; a resumed run launches only the waves it
-        # did not adopt (whole stages, and the finished waves of a partly run one).
-        texts = [
-            text
-            for stage in submission.order
-            if stage not in submission.adopted_stages
-            for wave, text in enumerate(tasks.documents(submission.tasks[stage]))
-            if wave not in submission.adopted_waves.get(stage, [])
-        ]
+        texts = _launched_texts(submission)
         config = run_layer(project_namespace(submission.project))
         try:
             return self.service.launch(texts, submission.job_name, config)
@@ -790,6 +839,30 @@ def _stage_record(waves: dict[int, TaskRecord]) -> TaskRecord:
         details=current.details if current is not None else None,
         waiting=current is not None and current.waiting,
     )
+
+
+def _launched_texts(submission: JobSubmission) -> list[str]:
+    """The wave tasks the job runs: one per wave, chained in plan order; a resumed run launches
+    only the waves it did not adopt (whole stages, and the finished waves of a partly run one)."""
+    return [
+        text
+        for stage in submission.order
+        if stage not in submission.adopted_stages
+        for wave, text in enumerate(tasks.documents(submission.tasks[stage]))
+        if wave not in submission.adopted_waves.get(stage, [])
+    ]
+
+
+def _secret_values(texts: list[str]) -> dict[str, str]:
+    """What the run's Secret holds for ``texts``: each secret source variable they reference
+    (the Secret's key) -> its value in this process's environment. Raises InvalidInput naming
+    the first that is unset, before anything is written."""
+    values: dict[str, str] = {}
+    for text in texts:
+        declared = tasks.declared_secrets(text)
+        for name, value in contract.secret_values(declared, os.environ).items():
+            values[declared[name].removeprefix(contract.SECRET_FROM_ENV)] = value
+    return values
 
 
 def _aws_profiles() -> list[str]:

@@ -16,6 +16,14 @@ store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot'
 S3-compatible store only when AWS itself is an enabled cloud there (docs/spec.md says more, with
 the figures that chose this).
 
+A stage's declared ``secrets`` reach its pods by reference only: its task's ``pod_config`` gives
+the container one variable ``NPA_SECRET_<NAME>`` per secret, taken (``secretKeyRef``) from the
+run's Secret (:func:`npa.adapters.kube.secrets.run_secret_name`) under the key of its source
+variable; ``submit`` writes that Secret from its own environment before the launch
+(:func:`declared_secrets` reads back what the task files reference). The run script hands each
+to the command alone, under its declared name; the task file holds the Secret's name and keys,
+never a value.
+
 Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube context go in, the
 task file's text comes out. Every value passes through the one yaml filter of
 :func:`npa.core.templates.yaml_environment` (which refuses any other output), and each task file
@@ -32,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from npa.adapters.kube.secrets import run_secret_name
 from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask, pod_security_context
 from npa.core.errors import InvalidInput
@@ -54,6 +63,9 @@ LIBRARY_PATH = "/tmp/npa/stage.sh"
 _LIBRARY_END = "NPA_STAGE_LIBRARY"
 # What a pod fetches with the AWS CLI; file:// exists only on the machine that renders.
 MOUNTABLE = ("s3://",)
+#: The pod's variable that carries secret ``NAME`` to the run script, which gives it to the
+#: command as ``NAME`` and nothing else (spec names never take the reserved ``NPA_`` prefix).
+SECRET_PREFIX = "NPA_SECRET_"
 
 
 def templates_dir() -> Path:
@@ -138,7 +150,8 @@ def run_script(task: StageTask, run: RunTasks) -> str:
     # stage's own env sets one.
     hidden = [name for name in contract.STORE_VARIABLES if name not in task.env]
     home = task.env.get("HOME", contract.HOME_DIR)
-    lines.append(_call("npa_command", home, task.command, *hidden) + " || exit")
+    secrets = " ".join(sorted(task.secrets))
+    lines.append(_call("npa_command", home, task.command, secrets, *hidden) + " || exit")
     for out in task.outputs:
         assert out.uri is not None
         uri = out.uri.rstrip("/")
@@ -161,6 +174,41 @@ def wave_envs(task: StageTask, run: RunTasks, wave: int) -> dict[str, str]:
     return envs
 
 
+def secret_env(task: StageTask, run: RunTasks) -> list[dict[str, Any]]:
+    """The container variables that carry the stage's secrets: each ``NPA_SECRET_<NAME>`` from
+    the run's Secret, under the key of its source variable (names only, never a value)."""
+    secret = run_secret_name(run.workflow, run.run_id)
+    return [
+        {
+            "name": f"{SECRET_PREFIX}{name}",
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": secret,
+                    "key": source.removeprefix(contract.SECRET_FROM_ENV),
+                }
+            },
+        }
+        for name, source in sorted(task.secrets.items())
+    ]
+
+
+def declared_secrets(text: str) -> dict[str, str]:
+    """The secrets one stage's task file gives its pods (name -> ``env:VARIABLE``), read back
+    from its ``pod_config``: what the run's Secret must hold for this file to start."""
+    found: dict[str, str] = {}
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for doc in documents(text):
+        parsed = yaml.load(doc, Loader=loader) or {}
+        spec = parsed.get("config", {}).get("kubernetes", {}).get("pod_config", {}).get("spec", {})
+        for container in spec.get("containers", []):
+            for var in container.get("env", []):
+                ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+                if ref and str(var.get("name", "")).startswith(SECRET_PREFIX):
+                    name = var["name"].removeprefix(SECRET_PREFIX)
+                    found[name] = f"{contract.SECRET_FROM_ENV}{ref['key']}"
+    return found
+
+
 def task_values(
     task: StageTask, run: RunTasks, *, kube_context: str, library: str
 ) -> dict[str, Any]:
@@ -179,6 +227,7 @@ def task_values(
         "security_context": pod_security_context(
             task.run_as_user, task.run_as_group, task.fs_group
         ),
+        "secret_env": secret_env(task, run),
         "waves": [
             {
                 "name": wave_task_name(run.run_id, task.stage, wave),
@@ -198,13 +247,6 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     library = _library(root)
     out: dict[str, str] = {}
     for task in run.tasks:
-        if task.secrets:
-            raise InvalidInput(
-                f"stage {task.stage} declares secrets ({', '.join(sorted(task.secrets))}), which "
-                "the SkyPilot backend cannot give a pod yet without writing them into its task; "
-                "run it here (--infra local), or remove the stage's secrets",
-                fix="--infra local",
-            )
         values = task_values(task, run, kube_context=kube_context, library=library)
         text = template.render(**values)
         _check_structure(text, values)
@@ -237,6 +279,7 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
             "setup": (doc.get("setup"), values["setup"]),
             "run": (doc.get("run"), values["run"]),
             "image_id": (doc.get("resources", {}).get("image_id"), values["image_id"]),
+            "secrets": (_secret_env_of(doc), values["secret_env"]),
         }
         for key, (got, want) in checks.items():
             if got != want:
@@ -244,3 +287,9 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
                     f"template bug: {key} rendered by {templates_dir() / TEMPLATE} does not read "
                     "back as written"
                 )
+
+
+def _secret_env_of(doc: dict[str, Any]) -> list[Any]:
+    spec = doc.get("config", {}).get("kubernetes", {}).get("pod_config", {}).get("spec", {})
+    containers = spec.get("containers") or [{}]
+    return list(containers[0].get("env", []))

@@ -1,0 +1,254 @@
+"""A stage's declared secrets on the SkyPilot path, without the cluster: the run's Secret
+written by ``submit`` from the submitting shell into the kube fixture's real API server, kept
+through a relaunch, deleted at the run's end and by ``cancel``; and the pod's run script giving
+each value to the command under its declared name alone (the library run by /bin/sh). The
+managed-jobs double stands in for SkyPilot, as in test_supervise_skypilot.py; the cluster test
+(test_cluster_skypilot.py) runs the same in real pods."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shlex
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from npa.adapters.kube.secrets import delete_run_secret, run_secret_name, write_run_secret
+from npa.backends import contract
+from npa.backends.base import RunTasks, StageTask
+from npa.backends.skypilot import tasks as sky_tasks
+from npa.core.templates import templates_dir
+from npa.spec.model import BASE_NAMES, ENV_NAME
+from tests.fakes.managed_jobs import locked_state, read_state
+from tests.harness.kube import KubeCluster
+from tests.harness.s3 import S3Server
+from tests.integration import supervisors
+from tests.integration.skypilot_world import make_world, run_npa, wait_for
+from tests.integration.test_supervise_skypilot import set_status
+from tests.tiers import examples
+from tests.unit.specdata import one_stage_task
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "npa-secrets"
+CANARY = "canary-7f3a9c-do-not-store"
+NAMESPACE = "npa-team"
+FAST = {
+    "NPA_READYZ_WINDOW_SECONDS": "0.2",
+    "NPA_READYZ_INTERVAL_SECONDS": "0.1",
+    "NPA_SKYPILOT_POLL_SECONDS": "0.1",
+}
+
+
+def with_secret(text: str) -> str:
+    """The tiny example with stage square declaring TOKEN from the shell's NPA_TEST_CANARY."""
+    stage = "  - name: square\n    tool: shell\n"
+    assert stage in text
+    return text.replace(stage, stage + "    secrets:\n      TOKEN: env:NPA_TEST_CANARY\n")
+
+
+@pytest.fixture
+def world(
+    s3: S3Server, kube: KubeCluster, npa_home: Path, tmp_path: Path
+) -> Iterator[dict[str, Any]]:
+    env = {**FAST, "NPA_TEST_CANARY": CANARY}
+    w = make_world(
+        s3, kube, npa_home, tmp_path, bucket=BUCKET, env=env, edit_spec=with_secret
+    )  # fmt: skip
+    w["secret"] = run_secret_name("tiny-local", w["run_id"])
+    yield w
+    supervisors.stop_all(npa_home)
+
+
+def submit(w: dict[str, Any], env: dict[str, str] | None = None) -> Any:
+    return run_npa(
+        *("workbench", "workflow", "submit", str(w["spec"]), "--project", "team"),
+        *("--run-id", w["run_id"], "--infra", f"k8s/{w['context']}", "--no-preflight-images"),
+        "--json",
+        env=env or w["env"],
+    )
+
+
+def held(w: dict[str, Any]) -> dict[str, str] | None:
+    """The run's Secret's data as the API server holds it, decoded; None when there is none."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        secret = w["kube"].core().read_namespaced_secret(w["secret"], NAMESPACE)
+    except ApiException as exc:
+        assert exc.status == 404, exc
+        return None
+    return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+
+def assert_no_canary_kept(w: dict[str, Any]) -> None:
+    """Not in any object of the run's store, nor any file under the npa home (receipts,
+    journals, the supervisor's log, the task files)."""
+    client = w["s3"].client()
+    listed = client.list_objects_v2(Bucket=w["bucket"]).get("Contents", [])
+    assert listed
+    for obj in listed:
+        body = client.get_object(Bucket=w["bucket"], Key=obj["Key"])["Body"].read()
+        assert CANARY.encode() not in body, obj["Key"]
+    for path in Path(w["home"]).rglob("*"):
+        if path.is_file():
+            assert CANARY.encode() not in path.read_bytes(), path
+
+
+def test_submit_writes_the_runs_secret_a_relaunch_keeps_it_and_the_end_deletes_it(
+    world: dict[str, Any],
+) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["FAILED_CONTROLLER", "RUNNING"]
+    r = submit(world)
+    assert r.code == 0, r.stdout + r.stderr
+    # The relaunch (job 2) runs with the Secret the submit wrote: the watcher has no shell.
+    wait_for(world, lambda m: m.get("job_id") == 2 and m["state"] == "RUNNING")
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    set_status(world, 2, "SUCCEEDED")
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert supervisors.wait_gone(world["home"], "team", world["run_id"])
+    assert held(world) is None
+    log = next(Path(world["home"]).rglob("supervisor.log")).read_text()
+    assert f"released secret/{world['secret']}" in log
+    assert_no_canary_kept(world)
+
+
+def test_a_missing_source_is_refused_before_anything_is_written(world: dict[str, Any]) -> None:
+    env = {k: v for k, v in world["env"].items() if k != "NPA_TEST_CANARY"}
+    r = submit(world, env)
+    assert r.code != 0
+    out = r.stdout + r.stderr
+    assert "NPA_TEST_CANARY" in out and "TOKEN" in out
+    assert "read -rs NPA_TEST_CANARY && export NPA_TEST_CANARY" in out
+    assert held(world) is None
+    assert read_state(world["state"]).get("launch_calls", 0) == 0
+    # With the variable set, the same submit goes through.
+    again = submit(world)
+    assert again.code == 0, again.stdout + again.stderr
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+
+
+def test_a_submit_that_launches_nothing_takes_its_secret_back(world: dict[str, Any]) -> None:
+    """The Secret is written before the launch transaction; when that stops before any request
+    (here: the queue cannot tell whether the job exists), the run's records are put back and
+    so is the Secret, as the run had never launched."""
+    with locked_state(world["state"]) as state:
+        state["queue_error"] = "ClusterNotUpError"
+    r = submit(world)
+    assert r.code == 4, r.stdout + r.stderr
+    assert r.json()["error"]["kind"] == "ambiguous_existence"
+    assert read_state(world["state"])["launch_calls"] == 0
+    assert held(world) is None
+
+
+def test_cancel_deletes_the_runs_secret_and_a_second_cancel_finds_none(
+    world: dict[str, Any],
+) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    # No watcher: it would see the cancelled job and delete the Secret first.
+    assert submit(world, {**world["env"], "NPA_SKYPILOT_SUPERVISOR": "off"}).code == 0
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    cancel = ("workbench", "workflow", "cancel", world["run_id"], "--project", "team", "--json")
+    first = run_npa(*cancel, env={**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"})
+    assert first.code in (0, 1), first.stdout + first.stderr
+    assert first.json()["released"] == [f"secret/{world['secret']}"]
+    assert held(world) is None
+    second = run_npa(*cancel, env={**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"})
+    assert second.code in (0, 1) and second.json()["released"] == []
+    assert_no_canary_kept(world)
+
+
+def test_the_run_secret_is_written_whole_and_deleted_once(kube: KubeCluster) -> None:
+    from tests.integration.skypilot_world import ensure_namespace
+
+    ensure_namespace(kube, "npa-secret-adapter")
+    args = (kube.kubeconfig, kube.context, "npa-secret-adapter")
+    name = run_secret_name("wf", "20260101-000000-abcdef")
+    assert write_run_secret(*args, name, {"A": "1", "B": "2"}, run_id="r") == "created"
+    # A resumed run's submit writes it again: it holds exactly the new values.
+    assert write_run_secret(*args, name, {"B": "3"}, run_id="r") == "updated"
+    secret = kube.core().read_namespaced_secret(name, "npa-secret-adapter")
+    assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {"B": "3"}
+    assert secret.metadata.labels["app.kubernetes.io/managed-by"] == "npa"
+    assert delete_run_secret(*args, name) is True
+    assert delete_run_secret(*args, name) is False
+
+
+# --- the pod's run script -----------------------------------------------------------------------
+
+
+def _run_command(task: StageTask, run: RunTasks, pod_env: dict[str, str], source: Path) -> str:
+    """The run script's ``npa_command`` line, run by /bin/sh with the stage library (its
+    working directory moved from /npa/source to ``source``, its phase notes to a file beside
+    it) in a pod's environment; the command is ``env -0``."""
+    library = (templates_dir(sky_tasks.TEMPLATE) / sky_tasks.LIBRARY).read_text()
+    library = library.replace("cd /npa/source", f"cd {shlex.quote(str(source))}")
+    (line,) = [x for x in sky_tasks.run_script(task, run).splitlines() if "npa_command " in x]
+    phases = source.parent / f"{source.name}.phases"
+    done = subprocess.run(
+        ["/bin/sh", "-c", f"{library}\n{line.removesuffix(' || exit')}"],
+        env={"PATH": contract.HOST_PATH, "NPA_PHASES": str(phases), **pod_env},
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    assert not done.stderr, done.stderr.decode()
+    assert "exit_code=0" in phases.read_text().splitlines()
+    return done.stdout.decode()
+
+
+spec_names = st.from_regex(ENV_NAME, fullmatch=True).filter(
+    lambda n: not n.upper().startswith("NPA_") and n not in BASE_NAMES
+)
+values = st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\0"), min_size=1)
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(["AWS_SESSION_TOKEN", "_npa_cmd"]) | spec_names, values, max_size=4
+    )
+)
+def test_the_command_sees_each_secret_under_its_name_and_no_store_credential(
+    tmp_path_factory: pytest.TempPathFactory, secrets: dict[str, str]
+) -> None:
+    """Any spec name (also one of the store's variables, or one the library uses itself) and
+    any value (quotes, ``$``, newlines) reach the command as given; the carriers and the
+    store's credentials do not."""
+    task, run = one_stage_task("env -0", secrets={name: f"env:SRC_{name}" for name in secrets})
+    pod_env = {f"{sky_tasks.SECRET_PREFIX}{n}": v for n, v in secrets.items()}
+    store = {"AWS_ACCESS_KEY_ID": "store-key-id", "AWS_SESSION_TOKEN": "store-token"}
+    out = _run_command(task, run, {**store, **pod_env}, tmp_path_factory.mktemp("source"))
+    seen = dict(entry.split("=", 1) for entry in out.split("\0") if entry)
+    for name, value in secrets.items():
+        assert seen.get(name) == value
+    assert not any(k.startswith(sky_tasks.SECRET_PREFIX) for k in seen)
+    for name in store.keys() - secrets.keys():
+        assert name not in seen
+
+
+def test_a_secret_the_pod_lacks_stops_the_command(tmp_path: Path) -> None:
+    task, run = one_stage_task("env -0", secrets={"TOKEN": "env:SRC"})
+    with pytest.raises(AssertionError, match="the pod was not given secret TOKEN"):
+        _run_command(task, run, {}, tmp_path)
+
+
+def test_the_task_files_submit_stored_name_the_secret_and_hold_no_value(
+    world: dict[str, Any],
+) -> None:
+    assert submit(world).code == 0
+    client = world["s3"].client()
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=world["bucket"])["Contents"]]
+    (key,) = [k for k in keys if k.endswith("tasks/square.yaml")]
+    text = client.get_object(Bucket=world["bucket"], Key=key)["Body"].read().decode()
+    assert sky_tasks.declared_secrets(text) == {"TOKEN": "env:NPA_TEST_CANARY"}
+    assert world["secret"] in text and CANARY not in text
+    assert json.dumps(held(world)) == json.dumps({"NPA_TEST_CANARY": CANARY})
