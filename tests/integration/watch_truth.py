@@ -261,7 +261,10 @@ class _Truth:
         began at ``lo`` and printed at ``arrived``. A job of several tasks is PENDING again
         between them, so the live states are read per task."""
         hi = arrived + AHEAD
-        if job.submitted_at is not None and job.submitted_at > hi:
+        # SkyPilot stamps submitted_at as the job leaves PENDING (sky/jobs/state.py: NULL until
+        # STARTING); a job is in its queue, PENDING, before that (2026-12-04: a relaunch's job
+        # was found PENDING 15 s before its submitted_at).
+        if job.submitted_at is not None and job.submitted_at > hi and state != "PENDING":
             return False
         if state in TERMINAL:
             ends = [t.end_at for t in job.tasks if t.end_at is not None]

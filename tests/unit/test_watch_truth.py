@@ -124,3 +124,17 @@ def test_a_stage_that_never_ran_reads_cancelled_once_the_store_holds_the_runs_en
                    key=lambda p: p.arrived)  # fmt: skip
     found = untrue_lines(_world(wrong))
     assert any("fails CANCELLED" in f for f in found), found
+
+
+def test_a_job_is_pending_before_skypilot_stamps_its_submission() -> None:
+    """SkyPilot's submitted_at is the moment a job leaves PENDING (NULL until STARTING), so a
+    job line PENDING before it is true, and STARTING before it is not. Seen on the cluster: a
+    relaunch's job found PENDING 15 s before its submitted_at."""
+    w = _world(TRUE)
+    w.jobs[8].submitted_at = T0 + 140
+    assert untrue_lines(w) == []
+    early = _world(sorted([*TRUE, _line(T0 + 130, "job", "STARTING", job_id=8)],
+                          key=lambda p: p.arrived))  # fmt: skip
+    early.jobs[8].submitted_at = T0 + 140
+    found = untrue_lines(early)
+    assert any("SkyPilot's times say otherwise" in f for f in found), found
