@@ -95,6 +95,11 @@ def store_environment(
     return env, str(credentials.method)
 
 
+def _encoded(values: Mapping[str, str]) -> dict[str, str]:
+    """A Secret's ``data``: each value base64-encoded, keys in order."""
+    return {k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())}
+
+
 def ensure_store_secret(
     kubeconfig: Path,
     context: str,
@@ -113,7 +118,7 @@ def ensure_store_secret(
     from kubernetes.client.rest import ApiException
 
     env, source = store_environment(profile=profile, endpoint_url=endpoint_url, region=region)
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in env.items()}
+    data = _encoded(env)
     api = core_api(kubeconfig, context)
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(
@@ -166,7 +171,7 @@ def write_run_secret(
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
         type="Opaque",
-        data={k: base64.b64encode(v.encode()).decode() for k, v in sorted(values.items())},
+        data=_encoded(values),
     )
     api = core_api(kubeconfig, context)
     try:
