@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from npa.backends.phases import ShardPhases
+from npa.core.layout import attempts_folder
 from tests.harness.cli import CliResult
 from tests.harness.skypilot_cluster import SkyCluster
 
@@ -181,3 +183,25 @@ def rendered_tasks(
     assert r.code == 0, r.stdout + r.stderr
     docs = [d for path in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(path.read_text())]
     return {d["name"]: d for d in docs if d}
+
+
+def phase_records(world: SkyCluster, workflow: str, run_id: str, name: str) -> list[ShardPhases]:
+    """The phase records the stage's pods wrote into the run store (the stage library's EXIT
+    trap), parsed with the model the report reads, by wave, shard and attempt. An object in the
+    attempts folder that looks like a record but is not one fails the caller."""
+    folder = attempts_folder(f"runs/{workflow}/{run_id}/npa-workflow", name)
+    client = world.s3.client()
+    records = []
+    for key in world.store_keys(folder):
+        if key.endswith(".json"):
+            body = client.get_object(Bucket=world.bucket, Key=key)["Body"].read()
+            records.append(ShardPhases.model_validate_json(body))
+    return sorted(records, key=lambda r: (r.wave, r.shard, r.attempt))
+
+
+def in_order(record: ShardPhases) -> bool:
+    """Each phase the record reached is no earlier than the one before it."""
+    marks = [record.started_at, record.inputs_at, record.command_started_at]
+    marks += [record.command_ended_at, record.uploaded_at, record.ended_at]
+    reached = [m for m in marks if m is not None]
+    return reached == sorted(reached)

@@ -36,8 +36,10 @@ from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import (
     WF,
     follow,
+    in_order,
     launched_tasks,
     numbers_stages,
+    phase_records,
     prepare,
     rendered_tasks,
     stage,
@@ -102,6 +104,25 @@ def test_a_first_run_on_a_fresh_cluster_goes_through_to_its_outputs(
         Bucket=world.bucket, Key=f"{prefix}/total/outputs/total.txt"
     )
     assert total["Body"].read().decode().strip() == "55"
+
+    # Each stage's pod wrote the record of its one attempt as it exited (the stage library's
+    # EXIT trap): every phase reached, in order, exit 0, outputs uploaded; and total's pod
+    # started no earlier than generate's ended (one job, its tasks one after the other).
+    records = {s: phase_records(world, "e2e-numbers", run_id, s) for s in ("generate", "total")}
+    for name, recorded in records.items():
+        assert [(r.wave, r.shard, r.attempt) for r in recorded] == [(0, 0, 1)], (name, recorded)
+        [record] = recorded
+        assert record.backend == "skypilot" and record.outcome == "succeeded", record
+        assert record.exit_code == 0 and in_order(record), record
+    assert records["total"][0].started_at >= records["generate"][0].ended_at, records
+    # The report draws them: one bar per attempt split into its four phases, outcome in words.
+    page = tmp_path / "numbers.html"
+    made = world.npa("workbench", "workflow", "report", run_id, "--project", world.project,
+                     "--out", str(page), "--json")  # fmt: skip
+    assert made.code == 0, made.stdout + made.stderr
+    dom = look_at_report(chromium_binary(), page, tmp_path, "numbers")
+    assert dom["state"] == "SUCCEEDED" and dom["phaseNotes"] == [], dom
+    assert dom["outcomes"] == ["succeeded", "succeeded"] and dom["phases"] == 8, dom
 
     logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "generate")
     assert logs.code == 0 and "generating" in logs.stdout, logs.stdout + logs.stderr
@@ -197,6 +218,9 @@ def test_a_missing_image_shows_the_kubelets_reason_and_stops_as_configuration(
     dom = look_at_report(binary, page, tmp_path, "absent")
     assert dom["state"] == "FAILED_STARTUP", dom
     assert preflight in dom["commands"], dom["commands"]
+    # No pod ever started its setup, so no phase record exists, and the page says so.
+    assert phase_records(world, "e2e-absent", run_id, "only") == []
+    assert dom["phaseNotes"] == ["only"] and dom["outcomes"] == [], dom
     assert "actionable_configuration" in page.read_text(), "the class is on the page"
 
 
@@ -283,9 +307,10 @@ def test_a_wave_of_two_shards_runs_as_one_two_node_task(
     assert "shard 0 of 2" in logs.stdout and "shard 1 of 2" in logs.stdout, logs.stdout
 
 
-# 199 s without a retry, 602 s with one (passed for real on 2026-12-03); make test-all.
-@pytest.mark.opt_in
-@pytest.mark.parametrize("retries", [0, 1], ids=str)
+# With a retry (every transition through a relaunch, its watch checked line by line) it runs
+# in make test: 451 s on 2026-12-04 under load 13. Without one (239 s) it stays opt-in: the
+# exit-0 test covers a watch that ends at the first FAILED.
+@pytest.mark.parametrize("retries", [pytest.param(0, marks=pytest.mark.opt_in), 1], ids=str)
 def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sky_cluster: SkyCluster, tmp_path: Path, retries: int
 ) -> None:
@@ -299,8 +324,7 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     # A job's FAILED is not the run's while a retry is left: the watch goes on through the
     # relaunch and ends on the verdict after the last job, and only there. Every line it
     # printed is held against the store and SkyPilot's queue at the time it was printed
-    # (tests/integration/watch_truth.py; its rules were fixed after their first cluster run
-    # and have not run on the cluster since: see docs/development.md, "Opt-in tests").
+    # (tests/integration/watch_truth.py; docs/development.md says how its rules were found).
     watched = watch_checked(world, "e2e-exit1", run_id)
     assert untrue_lines(watched) == [], watched.explain()
     final = watched.events[-1]
@@ -318,6 +342,12 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     assert view["state"] == "FAILED" and view["classification"] == "payload", view
     logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "fails")
     assert "about to fail" in logs.stdout, logs.stdout + logs.stderr
+    # Each job's pod counted its start in the store and wrote its attempt's record: the
+    # relaunch is attempt 2 of the same shard, and each record says exit 1, nothing uploaded.
+    records = phase_records(world, "e2e-exit1", run_id, "fails")
+    assert [r.attempt for r in records] == list(range(1, retries + 2)), records
+    assert all(r.outcome == "failed (exit 1)" and in_order(r) for r in records), records
+    assert all(r.uploaded_at is None for r in records), records
 
 
 def test_a_stage_that_exits_0_without_its_outputs_fails(
