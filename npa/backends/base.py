@@ -81,6 +81,9 @@ class TaskRecord(BaseModel):
     task_name: str | None
     state: JobState
     failure_reason: str | None = None
+    # When the backend began launching the task (SkyPilot: its controller took it up and asked
+    # for its cluster; the task's ``submitted_at``), and when it started running.
+    launched_at: float | None = None
     started_at: float | None = None
     ended_at: float | None = None
     recovery_count: int | None = None

@@ -34,6 +34,8 @@ from npa.adapters.storage import ObjectStore
 from npa.core.layout import PHASES_SUFFIX, attempts_folder, phases_key
 
 SUCCEEDED = "succeeded"
+# The phases a record holds, in order (the report draws a wave's launch before the first).
+PHASE_NAMES = ("setup", "start", "run", "upload")
 
 
 def now() -> datetime:
@@ -83,10 +85,9 @@ class ShardPhases(BaseModel):
         marks = [self.started_at, self.inputs_at, self.command_started_at]
         marks += [self.command_ended_at or (self.ended_at if self.command_started_at else None)]
         marks += [self.uploaded_at]
-        names = ["setup", "start", "run", "upload"]
         spans: list[tuple[str, datetime, datetime]] = []
         begin: datetime = self.started_at
-        for name, end in zip(names, marks[1:], strict=True):
+        for name, end in zip(PHASE_NAMES, marks[1:], strict=True):
             if end is None:
                 continue
             spans.append((name, begin, max(begin, end)))

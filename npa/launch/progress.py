@@ -136,6 +136,8 @@ class ManifestRecorder:
         self._update(begin)
 
     def wave_started(self, stage: str, wave: int, shards: list[int], attempt: int) -> None:
+        now = now_iso()  # this attempt of the wave is asked to start: its launch and start
+
         def mark(m: RunManifest) -> None:
             rec = m.stages.setdefault(stage, StageRecord())
             rec.waves = [w for w in rec.waves if w.wave != wave]
@@ -145,7 +147,8 @@ class ManifestRecorder:
                     shards=shards,
                     state="RUNNING",
                     attempts=attempt,
-                    started_at=now_iso(),
+                    launched_at=now,
+                    started_at=now,
                 )
             )
 
@@ -236,7 +239,7 @@ class ManifestRecorder:
     ) -> None:
         def mutate(m: RunManifest) -> None:
             rec = m.stages.setdefault(stage, StageRecord())
-            started = next((w.started_at for w in rec.waves if w.wave == wave), None)
+            before = next((w for w in rec.waves if w.wave == wave), None)
             rec.waves = [w for w in rec.waves if w.wave != wave]
             rec.waves.append(
                 WaveRecord(
@@ -244,7 +247,8 @@ class ManifestRecorder:
                     shards=shards,
                     state=state,
                     attempts=attempt,
-                    started_at=started,
+                    launched_at=before.launched_at if before else None,
+                    started_at=before.started_at if before else None,
                     ended_at=now_iso(),
                     exit_codes={str(k): v for k, v in sorted(codes.items())},
                 )

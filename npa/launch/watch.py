@@ -458,11 +458,15 @@ class Watcher:
             started = old.started_at if old else None
             if task.state is not JobState.PENDING and started is None:
                 started = _iso(task.started_at)
+            launched = old.launched_at if old else None
+            if launched is None and task.launched_at is not None:
+                launched = _iso(task.launched_at)
             by_wave[wave] = WaveRecord(
                 wave=wave,
                 shards=shards,
                 state=task.state.value,
                 attempts=1 + (task.recovery_count or 0),
+                launched_at=launched,
                 started_at=started,
                 ended_at=_iso(task.ended_at) if task.state.terminal else None,
             )

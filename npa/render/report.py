@@ -13,13 +13,13 @@ anywhere. It is pure: it reads nothing but the template and writes nothing.
 from __future__ import annotations
 
 import html
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from npa.backends.phases import SUCCEEDED, ShardPhases
+from npa.backends.phases import PHASE_NAMES, SUCCEEDED, ShardPhases
 from npa.core.templates import templates_dir
 from npa.core.text import clipped
 
@@ -85,6 +85,7 @@ class ReportWave(BaseModel):
     attempts: int = 0
     shards: list[int] = Field(default_factory=list)
     exit_codes: dict[str, int] = Field(default_factory=dict)
+    launched_at: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
     # Each shard attempt's phases, as the stage library recorded them (by shard, attempt).
@@ -95,6 +96,23 @@ class ReportWave(BaseModel):
         for record in self.recorded:
             by_shard.setdefault(record.shard, []).append(record)
         return by_shard
+
+    def launched(self, tries: list[ShardPhases]) -> tuple[int, datetime, datetime] | None:
+        """The wave's launch as one shard lived it: from when the backend was asked to start the
+        wave to when the shard's first attempt after that began (SkyPilot: the controller asked
+        for the task's cluster, then the pod was scheduled, its image pulled and SkyPilot's own
+        setup ran). The attempt's number and the span; None when either end is unknown."""
+        asked = _when(self.launched_at)
+        if asked is None:
+            return None
+        after = [r for r in tries if r.started_at >= asked]
+        # The SkyPilot stage library writes whole seconds: an attempt that began within the
+        # second of the ask can read up to 1 s before it.
+        late = [r for r in tries if asked - timedelta(seconds=1) <= r.started_at < asked]
+        first = after[0] if after else (late[-1] if late else None)
+        if first is None:
+            return None
+        return first.attempt, asked, max(asked, first.started_at)
 
 
 class ReportStage(BaseModel):
@@ -327,7 +345,7 @@ def _moments(report: RunReport) -> list[datetime]:
         found += [_when(stage.started_at), _when(stage.ended_at)]
         running = running or (stage.started_at is not None and stage.ended_at is None)
         for wave in stage.waves:
-            found += [_when(wave.started_at), _when(wave.ended_at)]
+            found += [_when(wave.launched_at), _when(wave.started_at), _when(wave.ended_at)]
             running = running or (wave.started_at is not None and wave.ended_at is None)
             found += [m for r in wave.recorded for m in (r.started_at, r.ended_at)]
     if running or not report.final:
@@ -367,7 +385,13 @@ def _shard_cells(wave: ReportWave, y: int) -> str:
 
 # Phase -> fill; the outline of an attempt says its outcome (green succeeded, red not), and its
 # label and title say it in words.
-PHASE_COLOURS = {"setup": "#b0bec5", "start": "#ffe082", "run": "#64b5f6", "upload": "#81c784"}
+PHASE_COLOURS = {
+    "launch": "#ce93d8",
+    "setup": "#b0bec5",
+    "start": "#ffe082",
+    "run": "#64b5f6",
+    "upload": "#81c784",
+}
 
 
 def short_outcome(record: ShardPhases) -> str:
@@ -380,11 +404,17 @@ def short_outcome(record: ShardPhases) -> str:
     return "no upload" if record.exit_code == 0 else "cut short"
 
 
-def _attempt_bars(span: _Span, y: int, record: ShardPhases) -> str:
-    """One attempt: a rect per phase (filled by the page's ``ph-<phase>`` style), and an outline
-    by its outcome whose title says it in words with each phase's length."""
+def _attempt_bars(
+    span: _Span, y: int, record: ShardPhases, launch: tuple[datetime, datetime] | None
+) -> str:
+    """One attempt: a rect per phase (filled by the page's ``ph-<phase>`` style), its launch
+    before them when it is the attempt the wave's launch started, and an outline by its outcome
+    whose title says it in words with each phase's length."""
     parts = []
-    for name, begin, end in record.phases():
+    phases = record.phases()
+    if launch is not None:
+        phases.insert(0, ("launch", *launch))
+    for name, begin, end in phases:
         x1, x2 = span.x(begin), span.x(end)
         parts.append(
             f'<rect class="phase ph-{name}" data-phase="{name}" x="{x1}" y="{y + 5}" '
@@ -392,7 +422,7 @@ def _attempt_bars(span: _Span, y: int, record: ShardPhases) -> str:
         )
     x1, x2 = span.x(record.started_at), span.x(record.ended_at)
     ok = record.outcome == SUCCEEDED
-    took = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in record.seconds().items())
+    took = ", ".join(f"{name} {(end - begin).total_seconds():.1f} s" for name, begin, end in phases)
     said = "; ".join(
         t
         for t in (
@@ -414,15 +444,19 @@ def _attempt_bars(span: _Span, y: int, record: ShardPhases) -> str:
     return "".join(parts)
 
 
-def _shard_row(span: _Span, y: int, tries: list[ShardPhases]) -> str:
+def _shard_row(span: _Span, y: int, wave: ReportWave, tries: list[ShardPhases]) -> str:
     first = tries[0]
+    launched = wave.launched(tries)
     said = ", ".join(f"a{r.attempt} {short_outcome(r)}" for r in tries)
     text = _e(_clip(f"s{first.shard}: {said}", 40))
     label = (
         f'<text class="shard" data-shard="{first.shard}" x="16" y="{y + 14}" font-size="10">'
         f"{text}</text>"
     )
-    return label + "".join(_attempt_bars(span, y, r) for r in tries)
+    return label + "".join(
+        _attempt_bars(span, y, r, launched[1:] if launched and launched[0] == r.attempt else None)
+        for r in tries
+    )
 
 
 def _row(span: _Span, y: int, stage: ReportStage, wave: ReportWave | None) -> str:
@@ -479,7 +513,10 @@ def timeline_svg(report: RunReport) -> str:
         y = top + i * _ROW_H
         if i % 2:
             parts.append(f'<rect x="0" y="{y}" width="{width}" height="{_ROW_H}" fill="#f4f4f4"/>')
-        parts.append(_row(span, y, stage, wave) if tries is None else _shard_row(span, y, tries))
+        if tries is None or wave is None:
+            parts.append(_row(span, y, stage, wave))
+        else:
+            parts.append(_shard_row(span, y, wave, tries))
     for marker in report.markers:
         moment = _when(marker.at)
         if moment is None:
@@ -535,6 +572,7 @@ def render_report(report: RunReport) -> str:
             timeline=timeline_svg(report),
             failed=[s for s in report.stages if s.failed],
             phase_colours=PHASE_COLOURS,
+            record_phases=PHASE_NAMES,
             attempts=[a for s in report.stages for a in s.retried_attempts],
             missing=[(s, o) for s in report.stages for o in s.missing_outputs],
         )

@@ -43,6 +43,9 @@ class WaveRecord(_Model):
     shards: list[int]
     state: str  # PENDING / RUNNING / SUCCEEDED / FAILED / CANCELLED
     attempts: int = 0
+    # When the backend was asked to start the wave (the report's "launch" phase runs from here
+    # to its first shard attempt's start), when it started, when it ended.
+    launched_at: str | None = None
     started_at: str | None = None
     ended_at: str | None = None
     exit_codes: dict[str, int] = Field(default_factory=dict)  # shard -> exit code

@@ -208,6 +208,7 @@ def _stage(
                 attempts=w.attempts,
                 shards=w.shards,
                 exit_codes=w.exit_codes,
+                launched_at=w.launched_at,
                 started_at=w.started_at,
                 ended_at=w.ended_at,
             )

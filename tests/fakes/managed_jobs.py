@@ -247,15 +247,20 @@ class FakeManagedJobs:
                 # SkyPilot's record of a job in launch backoff: the schedule state says so, the
                 # details column holds the job's latest PENDING event, and no failure reason.
                 backoff = task_id == waiting
+                status = ManagedJobStatus(task_status(job, task))
                 records.append(
                     ManagedJobRecord(
                         job_id=job["job_id"],
                         task_id=task_id,
                         job_name=job["job_name"],
                         task_name=task["name"],
-                        status=ManagedJobStatus(task_status(job, task)),
+                        status=status,
                         failure_reason=task.get("failure_reason"),
-                        submitted_at=job["submitted_at"],
+                        # SkyPilot stamps a task's submitted_at as its controller takes it up
+                        # (the task leaves PENDING); a task still waiting has none.
+                        submitted_at=None
+                        if status is ManagedJobStatus.PENDING
+                        else job["submitted_at"],
                         recovery_count=0,
                         infra="Kubernetes/fake",
                         schedule_state="ALIVE_BACKOFF" if backoff else None,

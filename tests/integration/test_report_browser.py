@@ -185,6 +185,11 @@ def test_each_shard_attempt_is_recorded_and_drawn_phase_by_phase(
            ("1", "1", "failed (exit 3)"), ("1", "2", SUCCEEDED)]
     )  # fmt: skip
     assert text.count('data-phase="upload"') == 4 and text.count('data-phase="run"') == 6
+    # Each wave's launch (the executor asked to start it, to the shard's start) is drawn before
+    # the attempt that followed it: the first of generate and total, the second of square's
+    # shards (square's wave was asked again for its retry).
+    launched = re.findall(r"attempt (\d): [^;<]+; launch [\d.]+ s, setup", text)
+    assert text.count('data-phase="launch"') == 4 and sorted(launched) == ["1", "1", "2", "2"]
     chromium = chromium_binary()
     dom = look(chromium, page, tmp_path, "phases")
     assert dom["bars"] == 3  # the waves' bars, as before
@@ -198,7 +203,7 @@ def test_each_shard_attempt_is_recorded_and_drawn_phase_by_phase(
     # generate and total succeeded at their first attempts: in the timeline, not the table.
     assert len(dom["attempts"]) == 4 and dom["phaseNotes"] == []
     # Each attempt a bar of its phases, outlined, its outcome in the shard row's label.
-    assert dom["phases"] == 4 * 4 + 2 * 3
+    assert dom["phases"] == 4 * 4 + 2 * 3 + 4
     assert sorted(dom["outcomes"]) == sorted([SUCCEEDED] * 2 + [a[3] for a in dom["attempts"]])
     assert "s1: a1 exit 3, a2 ok" in dom["shardLabels"]
     assert "s0: a1 no upload, a2 ok" in dom["shardLabels"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from tests.fakes.managed_jobs import STATE_ENV, FakeManagedJobs, read_state, set
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
-from tests.integration.skypilot_world import make_world, run_npa, wait_for
+from tests.integration.skypilot_world import make_world, manifest, run_npa, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -176,6 +177,15 @@ def test_a_resumed_run_maps_each_task_to_its_own_stage(world: dict[str, Any]) ->
     assert m["stages"]["generate"]["state"] == "SUCCEEDED"
     assert [w["state"] for w in m["stages"]["generate"]["waves"]] == ["SUCCEEDED"]
     assert m["stages"]["square"]["state"] == "FAILED"
+    # Each wave's launch is the time SkyPilot's controller took its task up (the task's
+    # submitted_at), never later than the wave's start.
+    [generated] = m["stages"]["generate"]["waves"]
+    [job] = [j for j in read_state(world["state"])["jobs"] if j["job_id"] == first["job_id"]]
+    submitted = datetime.fromtimestamp(job["submitted_at"], UTC)
+    assert datetime.fromisoformat(generated["launched_at"]) == submitted.replace(
+        microsecond=submitted.microsecond // 1000 * 1000
+    ), generated
+    assert generated["launched_at"] <= generated["started_at"], generated
 
     resumed = submit(world, "--resume-run", world["run_id"])
     assert resumed["outcome"] == "launched" and resumed["resume"]["adopted_stages"] == ["generate"]
@@ -210,6 +220,9 @@ def test_a_resumed_run_maps_each_task_to_its_own_stage(world: dict[str, Any]) ->
     again = submit(world, "--resume-run", world["run_id"])
     assert again["resume"]["adopted_stages"] == ["generate", "square"]
     third, name = again["job_id"], again["job_name"]
+    # The adopted stage's wave keeps the launch its own job had.
+    m = manifest(world)
+    assert m["stages"]["generate"]["waves"][0]["launched_at"] == generated["launched_at"]
     jobs = {j["job_id"]: j for j in read_state(world["state"])["jobs"]}
     assert [t["name"] for t in jobs[third]["tasks"]] == [name]
     set_tasks(world["state"], third, **{name: "RUNNING"})

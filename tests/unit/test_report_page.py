@@ -428,3 +428,45 @@ def test_each_shard_attempt_is_drawn_in_its_phases_with_its_outcome_in_words() -
     square.waves[0].recorded = [_attempt(0, 1, 10), _attempt(1, 1, 10, exit_code=4)]
     rows = [a for t, a in Page(render_report(report)).tags if t == "tr" and "data-attempt" in a]
     assert [(r["data-shard"], r["data-outcome"]) for r in rows] == [("1", "failed (exit 4)")]
+
+
+def _launches(report: RunReport) -> list[tuple[str, str]]:
+    """(x, width) of each launch rect the timeline draws, in order."""
+    page = Page(timeline_svg(report))
+    return [
+        (a["x"] or "", a["width"] or "")
+        for t, a in page.tags
+        if t == "rect" and a.get("data-phase") == "launch"
+    ]
+
+
+def test_a_waves_launch_is_drawn_before_the_first_attempt_that_followed_it() -> None:
+    report = _report()
+    wave = report.stages[1].waves[0]
+    wave.recorded = [_attempt(0, 1, 10, exit_code=4, uploaded_at=None), _attempt(0, 2, 15)]
+    # No launch recorded (a run from before npa recorded it): no launch drawn.
+    wave.launched_at = None
+    assert _launches(report) == []
+    # Asked at :05, the shard's pod began at :10: attempt 1's bar starts with 5 s of launch.
+    wave.launched_at = "2026-01-01T12:00:05+00:00"
+    [(x, width)] = _launches(report)
+    setups = [a for t, a in Page(timeline_svg(report)).tags if a.get("data-phase") == "setup"]
+    assert abs(float(x) + float(width) - float(setups[0]["x"] or "")) < 0.2, (x, width, setups)
+    titles = Page(timeline_svg(report)).text_in("title")
+    assert any("attempt 1: failed (exit 4); launch 5.0 s, setup 1.0 s" in t for t in titles)
+    assert not any("attempt 2" in t and "launch" in t for t in titles)
+    # A relaunch asked at :12: the launch belongs to attempt 2, the first that began after it.
+    wave.launched_at = "2026-01-01T12:00:12+00:00"
+    assert len(_launches(report)) == 1
+    titles = Page(timeline_svg(report)).text_in("title")
+    assert any("attempt 2: succeeded; launch 3.0 s, setup 1.0 s" in t for t in titles)
+    # A record written in whole seconds may read just before the ask: a launch of no length,
+    # never one running backwards; an ask after every attempt began draws nothing.
+    wave.launched_at = "2026-01-01T12:00:15.600+00:00"
+    assert any("attempt 2: succeeded; launch 0.0 s" in t
+               for t in Page(timeline_svg(report)).text_in("title"))  # fmt: skip
+    wave.launched_at = "2026-01-01T12:00:17+00:00"
+    assert _launches(report) == []
+    # The attempts table keeps the record's own phases: launch is the wave's, not the record's.
+    rows = [a for t, a in Page(render_report(report)).tags if t == "tr" and "data-attempt" in a]
+    assert [r["data-phases"] for r in rows] == ["setup start run", "setup start run upload"]

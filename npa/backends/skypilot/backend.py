@@ -641,6 +641,7 @@ class SkyPilotBackend(
                     task_name=r.task_name,
                     state=job_state(r.status),
                     failure_reason=r.failure_reason,
+                    launched_at=r.submitted_at,
                     started_at=r.start_at,
                     ended_at=r.end_at,
                     recovery_count=r.recovery_count,
