@@ -16,14 +16,17 @@ other layers, packages may import one another, but the package graph has no cycl
 ``npa.<name>``, each ``npa.adapters.<name>`` on its own, and ``stacks``, the Pulumi programs
 beside ``npa``, which the infra adapter runs). Outside ``npa.backends`` a backend is reached
 through the registry (``npa.backends``) and the interface (``npa.backends.base``) only, never by
-importing a backend's own folder; the one exception is the ``render`` verb's SkyPilot review in
-``npa.render.tasks``. Upward imports still owed are listed, with their reason, in
+importing a backend's own folder (any package under ``npa/backends/``, found on disk, so a new
+backend is covered the day its folder exists), with no exception: ``render`` too reaches the
+encoder through the registry. Upward imports still owed are listed, with their reason, in
 ``UPWARD_EXCEPTIONS``.
 
 Run it as ``python -m tests.import_graph [ROOT]``; it prints each violation and exits 1.
 Every import counts, also those inside functions and under ``if TYPE_CHECKING``, and a module
 named in a string to ``importlib.import_module`` or ``__import__`` (an f-string counts by its
-leading constant part: ``f"stacks.{kind}"`` imports the ``stacks`` package).
+leading constant part: ``f"stacks.{kind}"`` imports the ``stacks`` package). ``from P import M``
+imports ``P.M`` as well when ``M`` is a module or package of ours (``from npa.backends import
+local`` imports the backend's folder).
 """
 
 from __future__ import annotations
@@ -64,8 +67,6 @@ DOMAIN: dict[str, set[str]] = {
     "insights": {"spec", "plan", "runs"},
     "targets": {"spec", "plan"},
 }
-# Backend folders a module outside npa.backends may import: (importer prefix, imported prefix).
-BACKEND_EXCEPTIONS = {("npa.render.tasks", "npa.backends.skypilot.tasks")}
 # Upward imports known and owed, each with its reason; the list may only shrink.
 UPWARD_EXCEPTIONS: set[tuple[str, str]] = set()
 
@@ -109,16 +110,29 @@ def _named_module(node: ast.Call) -> str | None:
     return None
 
 
-def _targets(node: ast.AST, module: str, is_package: bool) -> list[str]:
+def _is_module(root: Path, name: str) -> bool:
+    """Whether ``name`` is a module or package of ours under ``root`` (the ``npa`` folder) or
+    ``stacks/`` beside it."""
+    path = root.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _targets(root: Path, node: ast.AST, module: str, is_package: bool) -> list[str]:
     if isinstance(node, ast.Import):
         return [alias.name for alias in node.names]
     if isinstance(node, ast.ImportFrom):
         if not node.level:
-            return [node.module or ""]
-        base = module.split(".")
-        base = base if is_package else base[:-1]
-        base = base[: len(base) - (node.level - 1)]
-        return [".".join([*base, *([node.module] if node.module else [])])]
+            source = node.module or ""
+        else:
+            base = module.split(".")
+            base = base if is_package else base[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join([*base, *([node.module] if node.module else [])])
+        # ``from npa.backends import local`` imports the module npa.backends.local: each
+        # module named is the import (of the same package and layer as ``source``).
+        named = [f"{source}.{alias.name}" for alias in node.names]
+        modules = [n for n in named if _ours(n) and _is_module(root, n)]
+        return modules or [source]
     if isinstance(node, ast.Call):
         named = _named_module(node)
         return [named] if named else []
@@ -138,7 +152,7 @@ def imports(root: Path) -> Iterator[Import]:
         module = module_name(root, path)
         is_package = path.name == "__init__.py"
         for node in ast.walk(ast.parse(path.read_text("utf-8"), str(path))):
-            for target in _targets(node, module, is_package):
+            for target in _targets(root, node, module, is_package):
                 if _ours(target):
                     yield Import(module, target, path, getattr(node, "lineno", 0))
 
@@ -170,6 +184,19 @@ def domain_refusal(source: str, target: str) -> str | None:
         return None
     allowed = ", ".join(sorted(DOMAIN[mine])) or "no other domain package"
     return f"domain order: {source} may import {allowed}, not {target}"
+
+
+def backend_folders(root: Path) -> list[str]:
+    """Each backend's own folder, as a module name: every package under ``npa/backends``."""
+    folder = root / "backends"
+    return sorted(
+        f"npa.backends.{p.name}" for p in folder.iterdir() if (p / "__init__.py").is_file()
+    )
+
+
+def backend_folder(target: str, folders: list[str]) -> str | None:
+    """The backend folder ``target`` is in or is, if any."""
+    return next((f for f in folders if target == f or target.startswith(f + ".")), None)
 
 
 def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
@@ -212,18 +239,13 @@ def violations(root: Path) -> list[str]:
     cycle under ``root`` (the ``npa`` package folder) and ``stacks/`` beside it."""
     problems: list[str] = []
     edges: dict[str, set[str]] = {}
+    folders = backend_folders(root)
     for imp in imports(root):
         where = f"{imp.path}:{imp.line}"
         owed = (imp.module, imp.target) in UPWARD_EXCEPTIONS
         if layer_of(imp.target) > layer_of(imp.module) and not owed:
             problems.append(f"{where}: upward import: {imp.module} imports {imp.target}")
-        if (
-            imp.target.startswith(("npa.backends.local", "npa.backends.skypilot"))
-            and not imp.module.startswith("npa.backends")
-            and not any(
-                imp.module.startswith(a) and imp.target.startswith(b) for a, b in BACKEND_EXCEPTIONS
-            )
-        ):
+        if backend_folder(imp.target, folders) and not imp.module.startswith("npa.backends"):
             problems.append(
                 f"{where}: {imp.module} imports a backend's folder ({imp.target}); use the "
                 "interface in npa.backends.base and the registry in npa.backends"

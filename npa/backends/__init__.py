@@ -39,6 +39,7 @@ from npa.core.errors import (
 from npa.core.paths import NpaPaths
 
 __all__ = [
+    "LOCAL_INFRA",
     "RUNTIMES",
     "BackendUnavailable",
     "ExecutionBackend",
@@ -99,6 +100,9 @@ def installed_backends() -> Backends:
     return _installed[0] if _installed else default_backends()
 
 
+#: ``--infra`` for this machine, and what ``submit`` runs on when ``--infra`` is not given.
+LOCAL_INFRA = "local"
+
 #: ``--runtime`` values: where ``--infra local`` runs a stage. ``auto`` is a container when an
 #: engine answers on this machine, else a host process.
 RUNTIMES = ("auto", "container", "process")
@@ -135,7 +139,7 @@ def backend_for_infra(infra: str, paths: NpaPaths, *, runtime: str = "auto") -> 
         raise InvalidInput(
             f"--runtime {runtime!r} is not one of {', '.join(RUNTIMES)}", fix="--runtime auto"
         )
-    if infra == "local":
+    if infra == LOCAL_INFRA:
         return _local_runtime(paths, runtime)
     if runtime == "process":
         raise InvalidInput(

@@ -19,7 +19,7 @@ What the phases mean on each backend:
   once all exited 0, so a failed wave's shards have none).
 - ``ended_at``: when the record was written.
 
-The SkyPilot stage library (``templates/skypilot-stage.sh``) writes the same fields from the
+The SkyPilot stage library (``npa/templates/skypilot-stage.sh``) writes the same fields from the
 shell; a unit test parses what it writes with this model.
 """
 

@@ -1,43 +1,27 @@
-"""Where npa's templates are: the task templates and the report page.
+"""Where npa's templates are: the task templates, the stage library and the report pages.
 
-They live in the repository's top-level ``templates/`` (people review them there); an installed
-wheel carries them under ``<prefix>/share/npa/templates``.
+They are package data of ``npa`` (``npa/templates/``, listed in pyproject.toml's package-data):
+a checkout, an editable install and an installed wheel all find them in the one place, through
+:mod:`importlib.resources`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from npa.core.errors import InvalidInput
 
 
-def templates_dir(marker: str) -> Path:
-    """``$NPA_TEMPLATES_DIR``, else the repository's ``templates/`` (a checkout or an editable
-    install), else the copy an installed wheel put under ``<prefix>/share/npa/templates``.
-    ``marker`` is a template file the folder must hold."""
-    override = os.environ.get("NPA_TEMPLATES_DIR")
-    if override:
-        return Path(override)
-    checkout = Path(__file__).resolve().parents[2] / "templates"
-    if (checkout / marker).is_file():
-        return checkout
-    from importlib.metadata import PackageNotFoundError, distribution
-
-    try:
-        files = distribution("npa").files or []
-    except PackageNotFoundError:
-        files = []
-    for file in files:
-        if file.name == marker and file.parent.name == "templates":
-            return Path(str(file.locate())).resolve().parent
-    return checkout  # missing: the caller's error names this path
+def templates_dir() -> Path:
+    """The folder of npa's templates: ``templates`` inside the installed ``npa`` package."""
+    return Path(str(resources.files("npa").joinpath("templates")))
 
 
 # --- YAML output -------------------------------------------------------------------------------

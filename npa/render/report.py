@@ -4,10 +4,11 @@
 answered, each stage (state, failure class, waves, outputs, the tail of a failed stage's log, the
 commands to run next), the pods a waiting run waits on, and the supervisor's marks on the
 timeline. ``npa.services.report`` fills it from ``status``, ``artifacts`` and ``logs``; this
-module only turns it into HTML, through the Jinja template ``templates/run-report.html.j2``
-(autoescaped: nothing a stage printed can become markup), with the DAG and the timeline drawn
-here as inline SVG. The page fetches nothing: no script, no stylesheet, no image, no font from
-anywhere. It is pure: it reads nothing but the template and writes nothing.
+module only turns it into HTML, through the Jinja template
+``npa/templates/run-report.html.j2`` (autoescaped: nothing a stage printed can become markup),
+with the DAG and the timeline drawn here as inline SVG. The page fetches nothing: no script, no
+stylesheet, no image, no font from anywhere. It is pure: it reads nothing but the template and
+writes nothing.
 """
 
 from __future__ import annotations
@@ -563,7 +564,7 @@ def _environment(root: str) -> Any:
 
 def render_report(report: RunReport) -> str:
     """The page, as one HTML document that fetches nothing."""
-    template = _environment(str(templates_dir(TEMPLATE))).get_template(TEMPLATE)
+    template = _environment(str(templates_dir())).get_template(TEMPLATE)
     return str(
         template.render(
             r=report,
@@ -648,7 +649,7 @@ def durations_svg(rows: list[dict[str, Any]], base: str, candidate: str) -> str:
 
 def render_compare(comparison: dict[str, Any], built_at: str) -> str:
     """The comparison (``insights compare --json``'s fields) as one page that fetches nothing."""
-    template = _environment(str(templates_dir(COMPARE_TEMPLATE))).get_template(COMPARE_TEMPLATE)
+    template = _environment(str(templates_dir())).get_template(COMPARE_TEMPLATE)
     base, candidate = comparison["base"]["run"], comparison["candidate"]["run"]
     return str(
         template.render(

@@ -1,11 +1,13 @@
-"""The stage tasks of a run, and the SkyPilot task YAML a person reviews with ``render``.
+"""The stage tasks of a run, and the task files a person reviews with ``render``.
 
 :func:`stage_tasks` turns a validated workflow and its plan into one backend-neutral
-:class:`StageTask` per stage (what each stage runs, reads and writes, and where); a backend
-encodes those as its task files (:func:`render_run`, which ``render`` and ``submit`` both call,
-so what a person reviews is byte for byte what launches). :func:`render_workflow` renders a spec
-for SkyPilot without any local state: it pins every image by digest (a tag can point at
-different bytes by the time the pod pulls it). All are pure: they read and write nothing.
+:class:`StageTask` per stage (what each stage runs, reads and writes, and where); the backend
+the registry selects encodes those as its task files (:func:`render_run`, which ``render`` and
+``submit`` both call, so what a person reviews is byte for byte what launches).
+:func:`render_workflow` renders a spec for the backend its kube context selects without any
+state of its own: it pins every image by digest (a tag can point at different bytes by the time
+the pod pulls it). No backend is named here: each is reached through the registry
+(:mod:`npa.backends`) and the interface (:mod:`npa.backends.base`).
 """
 
 from __future__ import annotations
@@ -16,12 +18,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import npa.backends.skypilot.tasks as skypilot_tasks
-from npa.backends.base import ExecutionBackend, RunTasks, StageTask, TaskInput, TaskOutput
+from npa.backends.base import (
+    ExecutionBackend,
+    PullsPinnedImages,
+    RunTasks,
+    StageTask,
+    TaskInput,
+    TaskOutput,
+)
 from npa.core.collector import collector_paused
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
-from npa.core.paths import context_problem
+from npa.core.paths import NpaPaths, context_problem
 from npa.plan.model import WorkflowPlan, build_plan
 from npa.spec.imageref import DIGEST, parse_image_ref
 from npa.spec.model import Tool, Workflow, store_uri_problem
@@ -329,6 +337,41 @@ def render_run(
     ]
 
 
+def render_infra(workflow: Workflow, infra: str | None, kube_context: str | None) -> str:
+    """The ``--infra`` a render is for: ``infra`` as given, else ``k8s/`` on ``kube_context`` or
+    the spec's context (an error without a fix when there is none: the caller names the
+    command)."""
+    if infra is not None:
+        if kube_context is not None and infra != f"k8s/{kube_context}":
+            raise InvalidInput(
+                f"--context {kube_context} and --infra {infra} disagree",
+                fix=f"--infra k8s/{kube_context}",
+            )
+        return infra
+    context = kube_context or workflow.infrastructure.context
+    if context is None:
+        raise InvalidInput(
+            "cannot render: no kube context: set infrastructure.context, pass --context, or "
+            "render for this machine with --infra local",
+        )
+    return f"k8s/{context}"
+
+
+def check_names(context: str | None, store: str | None) -> None:
+    """A kube context and a store URI given to a render, checked as ``infrastructure.context``
+    and ``storage.uri`` are: a name, never a path or several lines, and an object-store URI."""
+    problems = []
+    if context is not None and (problem := context_problem(context)):
+        problems.append(f"kube context {context!r} {problem}")
+    if store is not None and (problem := store_uri_problem(store)):
+        problems.append(f"store {store!r} {problem}")
+    if problems:
+        raise InvalidInput(
+            "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
+            details={"problems": problems, "context": context, "store": store},
+        )
+
+
 @collector_paused()  # as render_run
 def render_workflow(
     workflow: Workflow,
@@ -339,42 +382,24 @@ def render_workflow(
     store_uri: str | None = None,
     verified: dict[str, str] | None = None,
     accelerators: dict[str, str] | None = None,
+    paths: NpaPaths | None = None,
 ) -> list[RenderedTask]:
-    """Render every stage as SkyPilot task YAML, in plan order. Raises InvalidInput listing
-    everything missing.
+    """Every stage's task file for the backend ``kube_context`` (else the spec's context)
+    selects, in plan order, through :func:`render_run` as ``render`` and ``submit`` do; the
+    store is ``store_uri``, else the spec's. Reads no reservation and asks no cluster.
 
     ``verified``: pinned references preflight verified, used as they are (see
-    :func:`resolve_images`); ``accelerators``: GPU renames from the cluster's node labels.
+    :func:`resolve_images`); ``accelerators``: GPU renames from the cluster's node labels;
+    ``paths``: where the backend looks for what provisioning placed (default: ``$NPA_HOME``).
     """
-    context = kube_context or workflow.infrastructure.context
+    from npa.backends import backend_for_infra, infra_context
+
+    infra = render_infra(workflow, None, kube_context)
+    check_names(infra_context(infra), store_uri)
     store = store_uri or (workflow.storage.uri if workflow.storage else None)
-    problems = []
-    if context is None:
-        problems.append("no kube context: set infrastructure.context or pass --context")
-    elif problem := context_problem(context):
-        # The one rule of infrastructure.context and every --context.
-        problems.append(f"kube context {context!r} {problem}")
-    if store is not None and (problem := store_uri_problem(store)):
-        # The same rule as storage.uri.
-        problems.append(f"store {store!r} {problem}")
-    external = [
-        (stage.name, inp.name, inp.uri)
-        for stage in workflow.stages
-        for inp in stage.inputs
-        if inp.uri is not None
-    ]
-    problems += skypilot_tasks.mount_problems(store, external)
-    if problems:
-        raise InvalidInput(
-            "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            details={"problems": problems, "context": context, "store": store},
-        )
-    assert context is not None
-    images = resolve_images(workflow, digests, verified)
+    backend = backend_for_infra(infra, paths or NpaPaths.from_env())
+    images: dict[str, str] = {}
+    if isinstance(backend, PullsPinnedImages):
+        images = resolve_images(workflow, digests, verified)
     plan = build_plan(workflow, run_id, store_uri=store)
-    run = stage_tasks(workflow, plan, images=images, accelerators=accelerators)
-    texts = skypilot_tasks.encode(run, kube_context=context)
-    return [
-        RenderedTask(stage=stage, filename=f"{stage}.yaml", text=text)
-        for stage, text in texts.items()
-    ]
+    return render_run(workflow, plan, backend, images=images, accelerators=accelerators)

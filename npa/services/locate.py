@@ -187,9 +187,9 @@ class Located:
 
     @property
     def kube_context(self) -> str | None:
-        if self.manifest is not None and self.manifest.infra.startswith(("k8s/", "kubernetes/")):
-            return self.manifest.infra.split("/", 1)[1]
-        return None
+        from npa.backends import infra_context
+
+        return infra_context(self.manifest.infra) if self.manifest is not None else None
 
     def status_command(self, *extra: str) -> str:
         return status_command(self.run_id, self.project, *extra)

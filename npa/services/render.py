@@ -228,25 +228,6 @@ class RenderOptions:
     image: str | None = None
 
 
-def _infra(options: RenderOptions, workflow: Workflow) -> str:
-    """The backend to render for: ``--infra``, else SkyPilot on ``--context`` or the spec's
-    (an error without a fix when there is none: the caller names the command)."""
-    if options.infra is not None:
-        if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
-            raise InvalidInput(
-                f"--context {options.kube_context} and --infra {options.infra} disagree",
-                fix=f"--infra k8s/{options.kube_context}",
-            )
-        return options.infra
-    context = options.kube_context or workflow.infrastructure.context
-    if context is None:
-        raise InvalidInput(
-            "cannot render: no kube context: set infrastructure.context, pass --context, or "
-            "render for this machine with --infra local",
-        )
-    return f"k8s/{context}"
-
-
 def _accelerators(
     backend: ExecutionBackend, workflow: Workflow, notes: list[str]
 ) -> dict[str, str]:
@@ -271,24 +252,6 @@ def _accelerators(
         gate = report.failed[0]
         raise InvalidInput(f"cannot render: {gate.detail}", fix=gate.fix)
     return dict(report.admission.accelerators)
-
-
-def _check_names(context: str | None, store: str | None) -> None:
-    """``--context`` and ``--store-uri`` checked as ``infrastructure.context`` and
-    ``storage.uri`` are: a name, never a path or several lines, and an object-store URI."""
-    from npa.core.paths import context_problem
-    from npa.spec.model import store_uri_problem
-
-    problems = []
-    if context is not None and (problem := context_problem(context)):
-        problems.append(f"kube context {context!r} {problem}")
-    if store is not None and (problem := store_uri_problem(store)):
-        problems.append(f"store {store!r} {problem}")
-    if problems:
-        raise InvalidInput(
-            "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
-            details={"problems": problems, "context": context, "store": store},
-        )
 
 
 def _render_fix(
@@ -357,7 +320,14 @@ def render_spec(
     exactly as it verified it."""
     from npa.backends import backend_for_infra, infra_context
     from npa.plan.model import build_plan
-    from npa.render.tasks import chosen_workflow, load_digests, pinned_images, render_run
+    from npa.render.tasks import (
+        check_names,
+        chosen_workflow,
+        load_digests,
+        pinned_images,
+        render_infra,
+        render_run,
+    )
     from npa.services.runs import run_store
 
     options = RenderOptions(
@@ -379,9 +349,9 @@ def render_spec(
     infra = options.infra
     store = options.store_uri
     try:
-        infra = _infra(options, workflow)
+        infra = render_infra(workflow, options.infra, options.kube_context)
         # As given: the store's normal form would hide what is wrong with it.
-        _check_names(infra_context(infra), options.store_uri)
+        check_names(infra_context(infra), options.store_uri)
         where = run_store(
             name,
             run_id,

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 
 from npa.adapters.kube.controller import ControllerReach
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
+from npa.backends import LOCAL_INFRA
 from npa.backends.base import (
     ChecksController,
     ExecutionBackend,
@@ -649,7 +650,7 @@ def submit_again(located: Located, spec: str | None, *, resume: bool) -> str | N
     argv += ["--resume-run" if resume else "--run-id", located.run_id]
     m = located.manifest
     if m is not None:
-        argv += ["--infra", m.infra] if m.infra != "local" else []
+        argv += ["--infra", m.infra] if m.infra != LOCAL_INFRA else []
         policy = m.policy
         # The runtime asked for (a run of host processes is continued as host processes).
         runtime = policy.get("runtime", "auto")

@@ -29,7 +29,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import Field
 
 from npa.adapters.storage import ObjectStore, inspect_command
-from npa.backends import ExecutionBackend, JobSubmission, backend_for_infra, infra_context
+from npa.backends import (
+    LOCAL_INFRA,
+    ExecutionBackend,
+    JobSubmission,
+    backend_for_infra,
+    infra_context,
+)
 from npa.backends.base import (
     TERMINAL_STATES,
     AdoptsPartialWaves,
@@ -183,7 +189,7 @@ class SubmitOptions:
     project: str | None = None
     run_id: str | None = None
     resume_run: str | None = None
-    infra: str = "local"
+    infra: str = LOCAL_INFRA
     runtime: str = "auto"
     image_overrides: tuple[str, ...] = ()
     image: str | None = None
@@ -203,7 +209,7 @@ class SubmitOptions:
         argv = ["workbench", "workflow", "submit", str(self.spec)]
         argv += ["--project", self.project] if self.project else []
         argv += ["--resume-run" if resume else "--run-id", run_id]
-        argv += ["--infra", self.infra] if self.infra != "local" else []
+        argv += ["--infra", self.infra] if self.infra != LOCAL_INFRA else []
         argv += ["--runtime", self.runtime] if self.runtime != "auto" else []
         for override in self.image_overrides:
             argv += ["--image-override", override]
@@ -638,7 +644,7 @@ def _pull_images(
 
 def _runtime_reason(options: SubmitOptions, backend: ExecutionBackend) -> str | None:
     """Why the stages run as they do, when ``--runtime auto`` decided."""
-    if options.runtime != "auto" or options.infra != "local":
+    if options.runtime != "auto" or options.infra != LOCAL_INFRA:
         return None
     if backend.runtime == "process":
         return "--runtime auto: no container engine (podman, docker) answers on this machine"

@@ -189,7 +189,7 @@ def _run_command(task: StageTask, run: RunTasks, pod_env: dict[str, str], source
     """The run script's ``npa_command`` line, run by /bin/sh with the stage library (its
     working directory moved from /npa/source to ``source``, its phase notes to a file beside
     it) in a pod's environment; the command is ``env -0``."""
-    library = (templates_dir(sky_tasks.TEMPLATE) / sky_tasks.LIBRARY).read_text()
+    library = (templates_dir() / sky_tasks.LIBRARY).read_text()
     library = library.replace("cd /npa/source", f"cd {shlex.quote(str(source))}")
     (line,) = [x for x in sky_tasks.run_script(task, run).splitlines() if "npa_command " in x]
     phases = source.parent / f"{source.name}.phases"

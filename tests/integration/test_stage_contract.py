@@ -318,7 +318,9 @@ def test_one_contract_on_local_processes_containers_and_skypilot(
             # The run script sets the shard from the node rank and runs in the source tree.
             assert "npa_shard " in task.run and f"npa_command {table['HOME']} " in task.run
             assert not task.file_mounts and task.workdir is None
-    library = (Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh").read_text()
+    from npa.core.templates import templates_dir
+
+    library = (templates_dir() / "skypilot-stage.sh").read_text()
     assert "NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))" in library
     assert f'cd {expected("split", "", "")["PWD"]} && unset "$@" && HOME=$_npa_home' in library
 

@@ -1,4 +1,4 @@
-"""The cluster side of the fault policy: the stage library (templates/skypilot-stage.sh) that
+"""The cluster side of the fault policy: the stage library (npa/templates/skypilot-stage.sh) that
 every SkyPilot task node runs reaches the store through the real AWS CLI, and rides out an
 outage as npa's own executor does, here against moto behind the fault proxy.
 
@@ -17,13 +17,14 @@ from pathlib import Path
 import pytest
 
 from npa.backends.phases import ShardPhases
+from npa.core.templates import templates_dir
 from tests.harness.procs import wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
 
 pytestmark = pytest.mark.integration
 
-LIBRARY = Path(__file__).resolve().parents[2] / "templates" / "skypilot-stage.sh"
+LIBRARY = templates_dir() / "skypilot-stage.sh"
 BUCKET = "npa-library"
 
 

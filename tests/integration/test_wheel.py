@@ -1,4 +1,5 @@
-"""An installed wheel renders without the repository: the task template travels with it."""
+"""An installed wheel renders without the repository: the templates travel with it, as package
+data of npa."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     # Built from a copy: an in-tree build would leave build/ behind and reuse a stale one.
     src = tmp_path / "src"
     junk = shutil.ignore_patterns("__pycache__", "*.egg-info")
-    for part in ("npa", "stacks", "templates"):
+    for part in ("npa", "stacks"):
         shutil.copytree(REPO / part, src / part, ignore=junk)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
@@ -28,8 +29,12 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     )  # fmt: skip
     (wheel,) = dist.glob("npa-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    for template in ("skypilot-task.yaml.j2", "run-report.html.j2", "compare-report.html.j2"):
-        assert any(n.endswith(f".data/data/share/npa/templates/{template}") for n in names)
+    templates = sorted(p.name for p in (REPO / "npa" / "templates").iterdir())
+    assert {"skypilot-task.yaml.j2", "skypilot-stage.sh", "run-report.html.j2"} <= set(templates)
+    assert sorted(n for n in names if n.startswith("npa/templates/")) == [
+        f"npa/templates/{t}" for t in templates
+    ]
+    assert not any(".data/" in n for n in names)  # nothing outside the package
 
     prefix = tmp_path / "prefix"
     # --ignore-installed: without it pip "upgrades" the venv's own npa, uninstalling it.
@@ -40,8 +45,7 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     )  # fmt: skip
     (site,) = prefix.glob("lib/python3*/site-packages")
     # The installed copy comes first on the path; the checkout is neither on it nor the cwd.
-    env = {k: v for k, v in os.environ.items() if k != "NPA_TEMPLATES_DIR"}
-    env["PYTHONPATH"] = str(site)
+    env = dict(os.environ, PYTHONPATH=str(site))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     out = tmp_path / "rendered"
@@ -59,18 +63,18 @@ def test_installed_wheel_carries_the_template_and_renders(tmp_path: Path) -> Non
     )  # fmt: skip
     module, templates = probe.stdout.split()
     assert Path(module).is_relative_to(site)
-    assert Path(templates) == (prefix / "share/npa/templates").resolve()
+    assert Path(templates) == Path(module).parents[2] / "templates"
     # The report page renders from the installed template too.
     page = subprocess.run(
         [sys.executable, "-c",
          "from npa.core.templates import templates_dir as d; from npa.render import report as r; "
-         "print(d(r.TEMPLATE)); print(len(r.render_report(r.RunReport(project='p', run_id='R', "
+         "print(d()); print(len(r.render_report(r.RunReport(project='p', run_id='R', "
          "workflow=None, state='SUCCEEDED', trustworthy=True, final=True, reason='-', "
          "checked_at='-', built_at='-'))))"],
         capture_output=True, text=True, env=env, cwd=elsewhere, check=True,
     )  # fmt: skip
     found, size = page.stdout.split()
-    assert Path(found) == (prefix / "share/npa/templates").resolve() and int(size) > 1000
+    assert Path(found) == site / "npa" / "templates" and int(size) > 1000
     rendered = sorted(p.name for p in out.iterdir())
     assert rendered == ["augment.yaml", "curate.yaml", "evaluate.yaml", "render.json"]
     # The environment running the tests still has its own npa (later tests start it).

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from npa.core.errors import InvalidInput
 from npa.core.paths import check_context_name, context_folder, context_from_folder, context_problem
-from npa.services.render import _check_names
+from npa.render.tasks import check_names
 from npa.spec.validate import validate_text
 from tests.tiers import examples
 from tests.unit.specdata import base_spec, dump
@@ -67,7 +67,7 @@ def _spec_accepts(name: str) -> bool:
 
 def _render_accepts(name: str) -> bool:
     try:
-        _check_names(name, None)
+        check_names(name, None)
     except InvalidInput:
         return False
     return True

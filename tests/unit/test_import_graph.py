@@ -1,7 +1,8 @@
 """The import-graph check ``make lint`` runs: it passes on npa as it is, and fails on each kind of
 planted violation: an upward import (also one named in a string to ``importlib``, and one made by
 a stack program), a domain package importing one the documented order does not allow it, a
-package cycle, and a service that imports a backend's own folder."""
+package cycle, and a service or ``render`` importing a backend's own folder (in each spelling of
+the import, and a backend folder the check has never seen)."""
 
 from __future__ import annotations
 
@@ -72,6 +73,34 @@ def test_a_service_importing_a_backend_folder_is_refused(tree: Path) -> None:
     plant(tree, "services/cancel.py", "from npa.backends.local.jobs import LocalJobTable  # noqa")
     (found,) = violations(tree)
     assert "npa.services.cancel imports a backend's folder" in found
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # What npa.render.tasks did before render reached the encoder through the registry.
+        "import npa.backends.skypilot.tasks as skypilot_tasks",
+        "from npa.backends.skypilot import tasks",
+        "from npa.backends import skypilot",
+        "from ..backends.local import backend",
+    ],
+)
+def test_render_importing_a_backend_folder_is_refused(tree: Path, line: str) -> None:
+    plant(tree, "render/tasks.py", f"def later() -> None:\n    {line}  # noqa")
+    found = violations(tree)
+    assert len(found) == 1, found
+    assert "npa.render.tasks imports a backend's folder (npa.backends." in found[0]
+
+
+def test_a_new_backend_folder_is_a_backend_folder(tree: Path) -> None:
+    # No list of backend names to keep in step: any package under npa/backends is one.
+    (tree / "backends" / "slurm").mkdir()
+    (tree / "backends" / "slurm" / "__init__.py").write_text('"""A backend."""\n')
+    (tree / "backends" / "slurm" / "tasks.py").write_text("ENCODE = None\n")
+    assert violations(tree) == []
+    plant(tree, "render/report.py", "from npa.backends.slurm.tasks import ENCODE  # noqa")
+    (found,) = violations(tree)
+    assert "npa.render.report imports a backend's folder (npa.backends.slurm.tasks)" in found
 
 
 @pytest.mark.parametrize(

@@ -295,9 +295,21 @@ def test_render_needs_a_context_and_a_mountable_store() -> None:
     spec = base_spec()
     del spec["infrastructure"]["context"]
     spec["storage"]["uri"] = "file:///tmp/store"
+    spec["stages"][0]["inputs"][0]["uri"] = "file:///tmp/raw/"
+    workflow = Workflow.model_validate(spec)
+    # Without a context no backend is selected: the error says how to choose one.
     with pytest.raises(InvalidInput) as exc:
-        render_workflow(Workflow.model_validate(spec), "r1", kube_context=None, digests=DIGESTS)
-    assert "no kube context" in exc.value.message and "not an object store" in exc.value.message
+        render_workflow(workflow, "r1", kube_context=None, digests=DIGESTS)
+    assert "no kube context" in exc.value.message and "--infra local" in exc.value.message
+    # The backend the context selects refuses a store its pods cannot fetch from, and every
+    # external input the same way, all at once.
+    with pytest.raises(InvalidInput) as exc:
+        render_workflow(workflow, "r1", kube_context="ctx", digests=DIGESTS)
+    assert "not an object store a pod can fetch from" in exc.value.message
+    problems = exc.value.details["problems"]
+    assert len(problems) == 2, problems
+    assert problems[0].startswith("store 'file:///tmp/store' is not an object store")
+    assert problems[1].startswith("stage 'curate' input 'raw': file:///tmp/raw/ is not in an S3")
 
 
 def write_spec(tmp_path: Path, spec: dict[str, Any]) -> Path:

@@ -9,7 +9,7 @@ fetches the inputs and makes ``/npa`` the contract's tree; its ``run`` sets ``NP
 SkyPilot's node rank) and ``NPA_ATTEMPT``, runs the command in ``/npa/source`` and uploads what
 the shard left in its outputs, and writes the record of the attempt's phases as it exits
 (:mod:`npa.backends.phases`). What the pod does is the shell library
-``templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
+``npa/templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
 is reached with the AWS CLI and the credentials and endpoint the pod takes from the project's
 store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot's
 ``file_mounts``: those are read by SkyPilot's API server and jobs controller, which can reach an
@@ -53,8 +53,7 @@ from npa.core.layout import (
     stage_key,
     wave_task_name,
 )
-from npa.core.templates import templates_dir as core_templates_dir
-from npa.core.templates import yaml_environment
+from npa.core.templates import templates_dir, yaml_environment
 
 TEMPLATE = "skypilot-task.yaml.j2"
 LIBRARY = "skypilot-stage.sh"
@@ -68,11 +67,6 @@ MOUNTABLE = ("s3://",)
 SECRET_PREFIX = "NPA_SECRET_"
 
 
-def templates_dir() -> Path:
-    """The folder of the task template (see :func:`npa.core.templates.templates_dir`)."""
-    return core_templates_dir(TEMPLATE)
-
-
 @lru_cache(maxsize=4)
 def _library(root: str) -> str:
     path = Path(root) / LIBRARY
@@ -80,8 +74,8 @@ def _library(root: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidInput(
-            f"cannot read the stage library {path}: {exc.strerror}; reinstall npa, or point "
-            "NPA_TEMPLATES_DIR at a templates/ folder that holds it",
+            f"cannot read the stage library {path}: {exc.strerror}; the npa package is "
+            "incomplete: reinstall it",
             fix=f"ls -l {shlex.quote(str(path.parent))}",
         ) from None
 
