@@ -77,6 +77,11 @@ class Verdict:
 
 # Exit codes of a shell that mean "the command itself cannot run as written".
 _NOT_RUNNABLE = {126: "command found but not executable", 127: "command not found"}
+# Exit 75 (EX_TEMPFAIL in sysexits.h): a temporary failure, to be tried again. npa's stage
+# library ends a SkyPilot node with it when the store stopped answering past its patience
+# (templates/skypilot-stage.sh), and a command may say the same of itself: on every backend it
+# is transient infrastructure, recovered under --max-infrastructure-recoveries.
+TEMPORARY_FAILURE = 75
 # Signals that mean the process was taken away from under the payload.
 _INFRA_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGBUS}
 
@@ -95,6 +100,11 @@ def classify_exit(returncode: int) -> tuple[Classification, str]:
         if sig in _INFRA_SIGNALS:
             return Classification.TRANSIENT_INFRASTRUCTURE, f"killed by {sig.name}"
         return Classification.PAYLOAD, f"killed by {sig.name}"
+    if returncode == TEMPORARY_FAILURE:
+        return Classification.TRANSIENT_INFRASTRUCTURE, (
+            f"exit {returncode}: a temporary failure (the store stopped answering, or the "
+            "command said it failed for now)"
+        )
     return Classification.PAYLOAD, f"exit {returncode}"
 
 
@@ -111,6 +121,30 @@ _STATUS_CLASS = {
 def classify_job_status(status: str) -> Classification:
     """Classify a job that ended in a failure status."""
     return _STATUS_CLASS.get(status, Classification.UNKNOWN)
+
+
+# SkyPilot's failure reason for a task whose program exited non-zero: "Job exited with exit
+# code 75 (user program failure). ..." or, one per node, "... with exit codes [0, 75] ...".
+_EXIT_CODES = re.compile(r"exited with exit codes? \[?(-?\d+(?:\s*,\s*-?\d+)*)\]?")
+
+
+def exit_codes_in(reason: str | None) -> list[int]:
+    """The exit codes a backend's failure reason names, in its order; [] when it names none."""
+    found = _EXIT_CODES.search(reason or "")
+    if found is None:
+        return []
+    return [int(code) for code in re.split(r"\s*,\s*", found.group(1))]
+
+
+def classify_failed_job(status: str, reason: str | None) -> Classification:
+    """Classify a job that ended in a failure status, from its status and what its reason says
+    of its exits: a job whose every non-zero exit is a temporary failure (exit 75, the stage
+    library's store outage) is transient infrastructure, as the same exit is on the local
+    backend; any other job is classified by its status."""
+    failed = [code for code in exit_codes_in(reason) if code != 0]
+    if failed and all(code == TEMPORARY_FAILURE for code in failed):
+        return classify_exit(TEMPORARY_FAILURE)[0]
+    return classify_job_status(status)
 
 
 # Job-end statuses that mean the controller failed to run the job, not the payload.

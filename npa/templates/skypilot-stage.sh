@@ -2,21 +2,36 @@
 # so the command sees the stage contract (docs/spec.md): its source as files in /npa/source, its
 # inputs in /npa/inputs, an empty /npa/outputs, and NPA_WAVE, NPA_SHARD and NPA_ATTEMPT.
 # The store is reached with the AWS CLI and the credentials and endpoint in the pod's environment.
-npa_die() { echo "npa: $*" >&2; exit 1; }
+# A node ends with 75 (EX_TEMPFAIL, a temporary failure) when the store stopped answering
+# (npa_aws gave up); npa takes that exit for transient infrastructure and launches the stage
+# again (npa.launch.supervision). Any other failure of the library ends the node with 1.
+# npa_die: the status of the command that failed decides; npa_end: $1 is that status.
+NPA_TEMPFAIL=75
+npa_die() { npa_end "$?" "$@"; }
+npa_end() {
+  _npa_s=$1; shift; echo "npa: $*" >&2
+  if [ "$_npa_s" = "$NPA_TEMPFAIL" ]; then exit "$NPA_TEMPFAIL"; fi
+  exit 1
+}
 npa_as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
 # The store through the AWS CLI, riding out an outage as npa's own executor does: a call that
 # fails is asked again, pausing 1 s and doubling to 15 s, until it has failed for
 # NPA_STORE_OUTAGE_SECONDS (120 by default). An answer a person must act on (refused or missing
-# credentials, a missing bucket or key, a malformed request, a missing local file) is final.
+# credentials, a missing bucket or key, a malformed request, a missing local file) is final,
+# with the AWS CLI's status; an outage that outlasts the patience returns $NPA_TEMPFAIL.
 npa_aws() {
   _npa_pause=1 _npa_waited=0 _npa_err=$(mktemp) _npa_limit=${NPA_STORE_OUTAGE_SECONDS:-120}
   _npa_limit=${_npa_limit%%.*}
   while :; do
     aws "$@" --only-show-errors 2>"$_npa_err" && { rm -f "$_npa_err"; return 0; }
     _npa_rc=$?
-    if grep -Eq 'AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|NoSuchBucket|NoSuchKey|\((400|403|404)\)|Unable to locate credentials|does not exist' "$_npa_err" \
-      || [ "$_npa_waited" -ge "${_npa_limit:-0}" ]; then
+    if grep -Eq 'AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch|ExpiredToken|NoSuchBucket|NoSuchKey|\((400|403|404)\)|Unable to locate credentials|does not exist' "$_npa_err"; then
       cat "$_npa_err" >&2; rm -f "$_npa_err"; return "$_npa_rc"
+    fi
+    if [ "$_npa_waited" -ge "${_npa_limit:-0}" ]; then
+      cat "$_npa_err" >&2; rm -f "$_npa_err"
+      echo "npa: the store did not complete 'aws $1 $2' for ${_npa_waited}s (NPA_STORE_OUTAGE_SECONDS=$_npa_limit): a temporary failure (exit $NPA_TEMPFAIL)" >&2
+      return "$NPA_TEMPFAIL"
     fi
     echo "npa: the store did not complete 'aws $1 $2' ($(tail -n 1 "$_npa_err")); asking again in ${_npa_pause}s" >&2
     sleep "$_npa_pause"
@@ -103,15 +118,24 @@ npa_fetch() {
 # setup: the source and inputs are for reading.
 npa_seal() { chmod -R a-w /npa/source /npa/inputs && npa_mark inputs_at; }
 
+# run: this start of a shard counted at $1, as NPA_ATTEMPT. No count yet is 0; a store that
+# stopped answering is not "no count" (a second attempt 1 would hide the first).
+npa_count_start() {
+  before=$(npa_aws s3 cp "$1" - 2>/dev/null) || {
+    _npa_s=$?; [ "$_npa_s" != "$NPA_TEMPFAIL" ] || npa_end "$_npa_s" "cannot read the start count at $1"
+    before=0
+  }
+  NPA_ATTEMPT=$((${before:-0} + 1))
+  echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$1" || npa_die "cannot count this start at $1"
+}
+
 # run: this node's shard of the wave, and its start counted in the store; from then on, its
 # phase record is written as the run exits. $1: the stage's attempts prefix, $2: the stage,
 # $3: what follows the count's key for a phase record (printf, the attempt for its %s).
 npa_shard() {
   NPA_SHARD=$((NPA_WAVE * NPA_SHARDS_PER_WAVE + ${SKYPILOT_NODE_RANK:-0}))
   key="$1/wave-$NPA_WAVE-shard-$NPA_SHARD"
-  before=$(npa_aws s3 cp "$key" - 2>/dev/null || echo 0)
-  NPA_ATTEMPT=$((${before:-0} + 1))
-  echo "$NPA_ATTEMPT" | npa_aws s3 cp - "$key" || npa_die "cannot count this start at $key"
+  npa_count_start "$key"
   export NPA_SHARD NPA_ATTEMPT
   _npa_stage=$2 _npa_record="$key$(printf "$3" "$NPA_ATTEMPT")"
   [ -f "$NPA_PHASES" ] || npa_mark started_at  # a node whose setup left no notes

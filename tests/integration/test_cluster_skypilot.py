@@ -1040,6 +1040,60 @@ def test_a_store_outage_while_a_pod_uploads_its_output_is_ridden_out(
     assert jobs[final["job_id"]] == "SUCCEEDED", jobs
 
 
+@pytest.mark.opt_in  # about 6 min: the pod's 120 s of patience, then a relaunch; make test-all
+def test_a_store_outage_past_the_pods_patience_is_relaunched_as_infrastructure(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The store answers 500 to the stage's output upload for longer than the stage library's
+    patience (120 s): the node ends 75, SkyPilot's reason for the failed task names that exit,
+    and the run's supervisor takes it for transient infrastructure and relaunches the run (the
+    stage has no retry: a payload failure would end it). The store answers again once the
+    recovery is recorded: the relaunch's pod uploads, and the run ends SUCCEEDED in its second
+    job with the shard started twice and its output written once."""
+    world = sky_cluster
+    workflow = "e2e-outage-past"
+    out = {"name": "done", "path": "done.txt", "kind": "file"}
+    works = stage("works", 'echo done > "$NPA_OUTPUT_DONE"', outputs=[out])
+    spec = write_spec(tmp_path / "wf" / "past.yaml", workflow,
+                      world.cluster.images["sky-runtime"], [works])  # fmt: skip
+    run_id = prepare(world, spec)
+
+    def recovered(a: dict[str, Any]) -> bool:
+        return terminal(a) or (a.get("supervisor") or {}).get("infrastructure_recoveries", 0) > 0
+
+    with store_proxy(world.s3.endpoint_url, host=world.cluster.gateway) as (endpoint, proxy):
+        outage = proxy.rule("PUT", "/stages/works/outputs/", "fail")
+        submitted = submit(world, spec, run_id, "--retries", "0", AWS_ENDPOINT_URL_S3=endpoint)
+        assert submitted.code == 0, submitted.stdout + submitted.stderr
+        first_job = submitted.json()["job_id"]
+        answer, _ = follow(world, run_id, recovered, timeout=900)
+        assert not terminal(answer), json.dumps(answer, indent=1)
+        refused = outage.seen
+        proxy.clear()  # the store answers again
+        final, _ = follow(world, run_id, terminal, timeout=900)
+        assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    assert refused >= 6, refused
+    # The first job FAILED under the run's name; the relaunch is a job of its own name.
+    assert final["job_name"] == job_name(workflow, run_id) + "-a1", final["job_name"]
+    assert sky_jobs_named(world, job_name(workflow, run_id))[first_job] == "FAILED"
+    jobs = sky_jobs_named(world, final["job_name"])
+    sup = final["supervisor"]
+    assert sup["infrastructure_recoveries"] == 1 and sup["payload_retries"] == 0, sup
+    [attempt] = [a for a in sup["attempts"] if a["what"] == f"job {first_job}"]
+    assert attempt["classification"] == "transient_infrastructure", attempt
+    assert "exit code 75" in attempt["detail"], attempt
+    assert final["job_id"] != first_job and jobs[final["job_id"]] == "SUCCEEDED", jobs
+    prefix = f"runs/{workflow}/{run_id}/npa-workflow/stages/works"
+    s3 = world.s3.client()
+    done = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/outputs/done.txt")
+    assert done["Body"].read().decode().strip() == "done"
+    starts = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/attempts/wave-0-shard-0")
+    assert starts["Body"].read().decode().strip() == "2"
+    records = phase_records(world, workflow, run_id, "works")
+    assert [(r.attempt, r.exit_code, r.uploaded_at is None) for r in records] == [
+        (1, 0, True), (2, 0, False)], records  # fmt: skip
+
+
 def running_run_with_one_output(
     world: SkyCluster, tmp_path: Path, workflow: str, *, seconds: int
 ) -> tuple[str, str]:

@@ -107,7 +107,8 @@ def test_a_refusal_is_final_at_once(node: Node) -> None:
     started = time.monotonic()
     proc = node.start(f"npa_upload file {out} s3://{BUCKET}/run/x")
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0
+    # A refusal is a person's to fix: exit 1, never the temporary failure npa launches again.
+    assert proc.returncode == 1, stderr
     assert "AccessDenied" in stderr and "asking again" not in stderr, stderr
     assert "cannot upload output" in stderr, stderr
     assert time.monotonic() - started < 60  # a bound: no pause was taken
@@ -120,10 +121,29 @@ def test_an_outage_past_the_patience_fails_the_upload_with_its_reason(node: Node
     proc = node.start(f"npa_upload file {out} s3://{BUCKET}/run/x",
                       NPA_STORE_OUTAGE_SECONDS="3")  # fmt: skip
     _, stderr = proc.communicate(timeout=300)
-    assert proc.returncode != 0
+    # 75 (EX_TEMPFAIL): npa classifies it as transient infrastructure and launches again.
+    assert proc.returncode == 75, stderr
     assert stderr.count("asking again") >= 2, stderr
-    assert "cannot upload output" in stderr, stderr
+    assert "a temporary failure (exit 75)" in stderr and "cannot upload output" in stderr, stderr
     assert node.put_writes("run/x") == 0
+
+
+def test_a_start_count_the_store_does_not_answer_for_is_not_taken_for_none(node: Node) -> None:
+    """A node reads its shard's start count before it counts its own start: an outage past
+    the patience ends the node 75 and writes no count (a count of 1 would be a second first
+    attempt), where a missing count is 0 (the first start)."""
+    key = f"s3://{BUCKET}/run/attempts/wave-0-shard-0"
+    node.proxy.fail_everything = True
+    proc = node.start(f"npa_count_start {key}", NPA_STORE_OUTAGE_SECONDS="3")
+    _, stderr = proc.communicate(timeout=300)
+    assert proc.returncode == 75, stderr
+    assert "cannot read the start count" in stderr, stderr
+    assert node.put_writes("run/attempts/wave-0-shard-0") == 0
+    node.proxy.fail_everything = False
+    for attempt in ("1", "2"):
+        counted = node.start(f'npa_count_start {key}; echo "$NPA_ATTEMPT"')
+        stdout, stderr = counted.communicate(timeout=300)
+        assert (counted.returncode, stdout.strip()) == (0, attempt), stderr
 
 
 # --- the record of a shard attempt's phases ---------------------------------------------------

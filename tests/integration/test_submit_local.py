@@ -120,6 +120,31 @@ def test_a_failing_stage_ends_failed_with_its_classification(
     assert "boom" in log.read_text()
 
 
+def test_a_stage_that_exits_75_once_is_recovered_as_infrastructure_not_retried_as_payload(
+    spec: Path, env: dict[str, str], npa_home: Path
+) -> None:
+    """75 is a temporary failure (what the SkyPilot stage library ends a node with when the
+    store stopped answering): the same class on this backend, so the wave runs again under
+    the infrastructure budget although the stage has no retry left."""
+    text = spec.read_text().replace(
+        "awk '{ s += $1 } END { print s }'",
+        "test \"$NPA_ATTEMPT\" = 1 && exit 75; awk '{ s += $1 } END { print s }'",
+    )
+    assert text != spec.read_text()
+    spec.write_text(text)
+    run_id = prepare(spec, env)
+    assert submit(spec, run_id, env, "--retries", "0").code == 0
+    manifest = wait_manifest(run_dir(npa_home, "tiny-local", run_id))
+    assert manifest["state"] == "SUCCEEDED", json.dumps(manifest, indent=1)
+    total = manifest["stages"]["total"]
+    assert total["state"] == "SUCCEEDED" and total["waves"][0]["attempts"] == 2, total
+    sup = manifest["supervisor"]
+    assert sup["infrastructure_recoveries"] == 1 and sup["payload_retries"] == 0, sup
+    [attempt] = sup["attempts"]
+    assert attempt["classification"] == "transient_infrastructure", attempt
+    assert "exit 75: a temporary failure" in attempt["detail"], attempt
+
+
 def test_a_missing_command_is_actionable_configuration(
     spec: Path, env: dict[str, str], npa_home: Path
 ) -> None:

@@ -156,6 +156,37 @@ def test_a_failed_controller_is_relaunched_under_the_same_run(
     assert exited(world)
 
 
+TEMPFAIL = "Job exited with exit code 75 (user program failure). Logs: sky jobs logs {}"
+
+
+def test_a_task_that_ended_75_is_relaunched_as_infrastructure_not_payload(
+    world: dict[str, Any],
+) -> None:
+    """The stage library ends a node 75 when the store stopped answering past its patience:
+    the run goes on in a new job, counted against the infrastructure budget, not the stage's
+    retries (it has none). Any other exit of the same job is the payload's."""
+    script(world, outcomes=[["FAILED", TEMPFAIL.format(1)], "SUCCEEDED"])
+    submit(world, "--retries", "0")
+    m = wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    sup = m["supervisor"]
+    assert sup["classification"] == "transient_infrastructure" and sup["recovery"] == "retried"
+    assert sup["infrastructure_recoveries"] == 1 and sup["payload_retries"] == 0
+    assert sup["job_ids"] == [1, 2] and m["job_name"] == f"{base(world)}-a1"
+    assert exited(world)
+
+
+def test_a_task_that_ended_1_beside_a_75_fails_as_payload(world: dict[str, Any]) -> None:
+    script(
+        world, outcomes=[["FAILED", "Job exited with exit codes [75, 1] (user program failure)"]]
+    )
+    submit(world, "--retries", "0")
+    m = wait_for(world, lambda m: m["state"] == "FAILED")
+    sup = m["supervisor"]
+    assert sup["classification"] == "payload" and sup["relaunches"] == 0, sup
+    assert len(jobs(world)) == 1
+    assert exited(world)
+
+
 def test_failed_controller_beyond_the_budget_is_exhausted(world: dict[str, Any]) -> None:
     script(world, outcomes=["FAILED_CONTROLLER"] * 4)
     # A threshold above the budget: this is about the budget, not identical startup failures.

@@ -18,7 +18,9 @@ from npa.launch.supervision import (
     Policy,
     Recovery,
     classify_exit,
+    classify_failed_job,
     count_startup_failure,
+    exit_codes_in,
     failure_signature,
     record,
 )
@@ -79,6 +81,40 @@ def test_exit_classification() -> None:
     assert classify_exit(127)[0] is Classification.ACTIONABLE_CONFIGURATION
     assert classify_exit(-signal.SIGKILL)[0] is Classification.TRANSIENT_INFRASTRUCTURE
     assert classify_exit(-signal.SIGSEGV)[0] is Classification.PAYLOAD
+    # 75, a temporary failure (the stage library's store outage), on every backend.
+    assert classify_exit(75)[0] is Classification.TRANSIENT_INFRASTRUCTURE
+
+
+# What SkyPilot's controller writes as a failed task's reason (sky/jobs/controller.py), and
+# the class npa reads from it with the job's status.
+FAILED_JOBS = [
+    ("FAILED", "Job exited with exit code 75 (user program failure). See logs.",
+     [75], Classification.TRANSIENT_INFRASTRUCTURE),
+    ("FAILED", "Job exited with exit codes [0, 75] (user program failure). ",
+     [0, 75], Classification.TRANSIENT_INFRASTRUCTURE),
+    ("FAILED", "Job exited with exit codes [75, 1] (user program failure). ",
+     [75, 1], Classification.PAYLOAD),
+    ("FAILED", "Job exited with exit code 1 (user program failure). ", [1], Classification.PAYLOAD),
+    ("FAILED", "Job failed (FAILED) (user program failure). ", [], Classification.PAYLOAD),
+    ("FAILED", None, [], Classification.PAYLOAD),
+    ("FAILED_SETUP", "Job exited with exit code 75 (user program failure). ",
+     [75], Classification.TRANSIENT_INFRASTRUCTURE),
+    ("FAILED_SETUP", "Job exited with exit code 1 (user program failure). ",
+     [1], Classification.ACTIONABLE_CONFIGURATION),
+    ("FAILED_CONTROLLER", "Controller process 4100 exited abnormally (exit code 137)",
+     [], Classification.TRANSIENT_INFRASTRUCTURE),
+    ("FAILED_PRECHECKS", None, [], Classification.ACTIONABLE_CONFIGURATION),
+    ("FAILED", "Job exited with exit code 175 (user program failure). ", [175],
+     Classification.PAYLOAD),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("status", "reason", "codes", "expected"), FAILED_JOBS)
+def test_a_failed_job_is_classified_by_its_status_and_the_exits_its_reason_names(
+    status: str, reason: str | None, codes: list[int], expected: Classification
+) -> None:
+    assert exit_codes_in(reason) == codes
+    assert classify_failed_job(status, reason) is expected
 
 
 def test_identical_startup_failures_reach_failed_startup() -> None:
