@@ -4,7 +4,9 @@ run index (:mod:`npa.runs.index`).
 Kept apart from :mod:`npa.services.status` so that its read path imports neither the backends
 nor the plan and manifest models: it reads each listed run's manifest head
 (:mod:`npa.runs.manifest_head`) and decides whose run it is with the one identity rule
-(:func:`npa.runs.identity_rule.check_run_identity`) ``status`` applies too.
+(:func:`npa.runs.identity_rule.check_run_identity`) ``status`` applies too. Nor does it import
+pydantic: its rows and result are dataclasses (:class:`npa.core.emit.PlainResult`), since
+pydantic's import alone costs several times what listing 50 runs does.
 """
 
 from __future__ import annotations
@@ -12,13 +14,12 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-
-from pydantic import BaseModel
+from dataclasses import dataclass
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri
+from npa.core.emit import PlainResult
 from npa.core.errors import EXIT_UNAVAILABLE, NpaError
 from npa.core.layout import manifest_key, run_prefix
-from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
 from npa.runs.identity_rule import RunKey, check_run_identity
@@ -31,7 +32,8 @@ PLAN_ONLY = "PLAN_ONLY"
 VERIFICATION_UNAVAILABLE = "VERIFICATION_UNAVAILABLE"
 
 
-class RunRow(BaseModel):
+@dataclass(kw_only=True)
+class RunRow:
     run_id: str
     workflow: str
     recorded_state: str  # as the store records it: list never contacts a backend
@@ -43,7 +45,8 @@ class RunRow(BaseModel):
     error: str | None = None
 
 
-class RunList(Result):
+@dataclass(kw_only=True)
+class RunList(PlainResult):
     """``list``: the project's runs in its store, newest first."""
 
     project: str
