@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri
 from npa.core.emit import PlainResult
@@ -119,11 +120,12 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
 
     rows: list[RunRow] = []
     others = 0
-    # Newest first, read concurrently in batches of what is still missing, so the reads stay
-    # proportional to the runs listed.
-    with ThreadPoolExecutor(max_workers=16) as pool:
+    # Newest first, read in batches of what is still missing, so the reads stay proportional
+    # to the runs listed; concurrently where the store gains by it.
+    with contextlib.ExitStack() as stack:
+        reads = _reader(store, stack)
         while len(rows) < limit and (batch := take(limit - len(rows))):
-            for found in pool.map(row_of, batch):
+            for found in reads(row_of, batch):
                 if found == "other":
                     others += 1
                 elif isinstance(found, RunRow):
@@ -141,6 +143,16 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
         skipped_other_projects=others,
         index_note=_index_note(repaired),
     )
+
+
+def _reader(store: ObjectStore, stack: contextlib.ExitStack) -> Callable[..., Iterator[Any]]:
+    """``map`` for the manifest reads: in turn on a store that answers locally, else on a pool
+    of the store's ``read_concurrency`` threads, shut down with ``stack``."""
+    if store.read_concurrency <= 1:
+        return map
+    from concurrent.futures import ThreadPoolExecutor
+
+    return stack.enter_context(ThreadPoolExecutor(max_workers=store.read_concurrency)).map
 
 
 def _run_row(
