@@ -36,8 +36,8 @@ def usage_error_code(error: Any, argv: Sequence[str]) -> int:
     """Report a usage error (unknown flag, missing argument, bad value) the way every other
     error is reported: an error object on stdout under ``--json``, click's usage text
     otherwise; exit 2 either way."""
+    from npa.core.emit import emit_error
     from npa.core.errors import InvalidInput
-    from npa.core.output import emit_error
 
     if not asks_for_json(argv):
         error.show()

@@ -16,8 +16,8 @@ import typer
 from npa.cli import complete
 
 if TYPE_CHECKING:
+    from npa.core.emit import Printable
     from npa.core.errors import NpaError
-    from npa.core.output import Result
 
 # Every command that acts on a cluster names it the same way (--cluster is kept as an alias);
 # without it, chosen_context picks one in the documented order.
@@ -72,14 +72,14 @@ def _complete_fix(error: NpaError) -> None:
     error.fix = with_flags(sys.argv[1:], error.fix, takes_value) or error.fix
 
 
-def finish(as_json: bool, produce: Callable[[], Result], *, compact: bool = False) -> None:
+def finish(as_json: bool, produce: Callable[[], Printable], *, compact: bool = False) -> None:
     """Run ``produce``, print its result or its NpaError, and exit with the matching code.
     ``compact`` prints JSON on one line (the last line of an NDJSON stream).
 
     The operating system refusing one of npa's own files (a full disk, a read-only folder) is
     reported as an npa error too, with its path, the fix and the command to run again."""
+    from npa.core.emit import emit, emit_error
     from npa.core.errors import LocalStateUnavailable, NpaError, local_state_error, with_rerun
-    from npa.core.output import emit, emit_error
 
     try:
         result = produce()

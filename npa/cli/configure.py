@@ -11,7 +11,7 @@ from npa.cli.apps import app
 from npa.cli.common import JsonFlag, finish
 
 if TYPE_CHECKING:
-    from npa.core.output import Result
+    from npa.core.emit import Printable
 
 Opt = typer.Option
 
@@ -52,7 +52,7 @@ def configure(
 ) -> None:
     """Record a project alias (owner-only file under NPA_HOME) or show what resolves."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.core.errors import InvalidInput
         from npa.services import configure as service
 

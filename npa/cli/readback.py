@@ -15,7 +15,7 @@ from npa.cli.apps import workflow_app
 from npa.cli.common import ContextFlag, JsonFlag, chosen_context, finish
 
 if TYPE_CHECKING:
-    from npa.core.output import Result
+    from npa.core.emit import Printable
 
 Opt = typer.Option
 Arg = typer.Argument
@@ -43,10 +43,10 @@ ReadTimeoutOpt = Annotated[
 ]
 
 
-def bounded(seconds: float | None, produce: Callable[[], Result]) -> Callable[[], Result]:
+def bounded(seconds: float | None, produce: Callable[[], Printable]) -> Callable[[], Printable]:
     """``produce`` with every store read bounded by ``seconds`` (see BoundedStore)."""
 
-    def run() -> Result:
+    def run() -> Printable:
         from npa.adapters.storage.bounded import read_budget
 
         with read_budget(seconds):
@@ -86,7 +86,7 @@ def status(
     with no supervisor on this machine to judge it, 3 NOT_FOUND, 4 VERIFICATION_UNAVAILABLE.
     """
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.core.errors import InvalidInput
         from npa.services import status as service
 
@@ -129,7 +129,7 @@ def list_runs(
 ) -> None:
     """The project's runs from its store, newest first (no controller or cluster needed)."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.listing import list_runs as service
 
         return service(project, limit=limit)
@@ -147,7 +147,7 @@ def diff(
     """What two submitted runs launched differently: their task files and images, run ids
     aside. Exit 1 when anything differs, as diff does."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.rundiff import diff_runs
 
         return diff_runs(run_a, run_b, project)
@@ -166,7 +166,7 @@ def artifacts(
 ) -> None:
     """Declared outputs against what the store holds; missing or zero-byte ones fail (exit 1)."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.artifacts import artifacts as service
 
         return service(run, project, stage=stage, workflow_uri=workflow_s3_uri)
@@ -191,7 +191,7 @@ def logs(
 ) -> None:
     """A stage's logs; --json states which sources were tried and what "empty" means."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.logs import logs as service
 
         return service(
@@ -217,7 +217,7 @@ def gpus(
 ) -> None:
     """Per node: GPU label name, allocatable and requestable GPUs."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.gpus import gpus as service
 
         chosen = chosen_context(context, ["npa", "workbench", "workflow", "gpus"], spec=spec)
@@ -236,7 +236,7 @@ def cancel(
 ) -> None:
     """Cancel the run's job by its id (never by name). Repeat-safe."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.cancel import cancel as service
 
         return service(run, project, workflow_uri=workflow_s3_uri)
@@ -257,7 +257,7 @@ def load_artifact(
 ) -> None:
     """Copy the final stages' outputs of a fully succeeded run. Never relaunches anything."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.artifacts import load_artifact as service
 
         return service(run, project, destination=destination, workflow_uri=workflow_s3_uri)
@@ -300,7 +300,7 @@ def report(
     when the run could not be read (no page is written when its store does not answer) or
     parts of the page are missing, 3 NOT_FOUND; with --watch, 1 when the run ended failed."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.core.errors import InvalidInput
         from npa.services import report as service
 

@@ -37,8 +37,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 PROC = Path("/proc")
 # Another host's writer is taken for dead once its temporary file is untouched this long (a live
 # writer keeps writing to its file).
@@ -75,10 +73,10 @@ def pid_running(pid: int) -> bool:
     return fields[0] not in ("Z", "X")
 
 
-class ProcessIdentity(BaseModel):
-    """One process: its pid and its start time (None where the system does not say)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process: its pid and its start time (None where the system does not say). A
+    dataclass: the file store imports this module, and nothing here needs pydantic."""
 
     pid: int
     start: int | None = None

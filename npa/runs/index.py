@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -150,6 +149,8 @@ def _each(fn: Callable[[T], R], items: Iterable[T]) -> list[R]:
     items = list(items)
     if len(items) <= 1:
         return [fn(i) for i in items]
+    from concurrent.futures import ThreadPoolExecutor  # the repair's: list's path needs none
+
     with ThreadPoolExecutor(max_workers=min(CONCURRENCY, len(items))) as pool:
         return list(pool.map(fn, items))
 

@@ -10,22 +10,22 @@ Credentials are never recorded or printed: only the *name* of the place they com
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
 
-from pydantic import BaseModel
-
 from npa.adapters.storage import LOCAL, normalize_store_uri
 from npa.core.commands import npa_command
+from npa.core.emit import PlainResult
 from npa.core.errors import InvalidInput, NotFound, StateCorrupt
 from npa.core.fsio import atomic_write_json, exclusive_lock, read_json
-from npa.core.output import Result
 from npa.core.paths import NpaPaths, check_context_name, safe_component
 from npa.core.suggest import closest, unknown
 
@@ -58,7 +58,8 @@ DEFAULTS: dict[str, str | None] = {
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
 
-class Setting(BaseModel):
+@dataclass
+class Setting:
     """One resolved value and where it came from (``origin`` names the variable or file)."""
 
     value: str | None
@@ -66,8 +67,10 @@ class Setting(BaseModel):
     origin: str | None = None
 
 
-class ProjectSettings(Result):
-    """The resolved configuration of one project alias."""
+@dataclass(kw_only=True)
+class ProjectSettings(PlainResult):
+    """The resolved configuration of one project alias. Every command resolves one, so these
+    results are dataclasses: no command pays pydantic's import for its settings."""
 
     project: str
     project_id: str | None
@@ -91,7 +94,8 @@ class ProjectSettings(Result):
         return lines
 
 
-class ConfigurationView(Result):
+@dataclass(kw_only=True)
+class ConfigurationView(PlainResult):
     """``npa configure --show``: every project asked for, resolved."""
 
     projects: list[ProjectSettings]
@@ -100,7 +104,8 @@ class ConfigurationView(Result):
         return [line for p in self.projects for line in p.text_lines()]
 
 
-class Configured(Result):
+@dataclass(kw_only=True)
+class Configured(PlainResult):
     """``npa configure --project P ...``: what was recorded."""
 
     project: str
@@ -176,7 +181,7 @@ def resolve_project(
         else:
             settings[name] = Setting(value=DEFAULTS[name], source="default")
     for name in ("endpoint_url", "registry", "backend_url"):
-        settings[name] = settings[name].model_copy(update={"value": redact(settings[name].value)})
+        settings[name] = dataclasses.replace(settings[name], value=redact(settings[name].value))
     project_id = entry.get("project_id") if isinstance(entry.get("project_id"), str) else None
     return ProjectSettings(
         project=alias,
@@ -340,7 +345,8 @@ def record_project(
     )
 
 
-class ChosenContext(BaseModel):
+@dataclass
+class ChosenContext:
     """The kube context a command acts on, and where the choice came from."""
 
     name: str

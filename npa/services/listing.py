@@ -4,21 +4,23 @@ run index (:mod:`npa.runs.index`).
 Kept apart from :mod:`npa.services.status` so that its read path imports neither the backends
 nor the plan and manifest models: it reads each listed run's manifest head
 (:mod:`npa.runs.manifest_head`) and decides whose run it is with the one identity rule
-(:func:`npa.runs.identity_rule.check_run_identity`) ``status`` applies too.
+(:func:`npa.runs.identity_rule.check_run_identity`) ``status`` applies too. Nor does it import
+pydantic: its rows and result are dataclasses (:class:`npa.core.emit.PlainResult`), since
+pydantic's import alone costs several times what listing 50 runs does.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-
-from pydantic import BaseModel
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
 
 from npa.adapters.storage import ObjectStore, normalize_store_uri
+from npa.core.emit import PlainResult
 from npa.core.errors import EXIT_UNAVAILABLE, NpaError
 from npa.core.layout import manifest_key, run_prefix
-from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
 from npa.runs.identity_rule import RunKey, check_run_identity
@@ -31,7 +33,8 @@ PLAN_ONLY = "PLAN_ONLY"
 VERIFICATION_UNAVAILABLE = "VERIFICATION_UNAVAILABLE"
 
 
-class RunRow(BaseModel):
+@dataclass(kw_only=True)
+class RunRow:
     run_id: str
     workflow: str
     recorded_state: str  # as the store records it: list never contacts a backend
@@ -43,7 +46,8 @@ class RunRow(BaseModel):
     error: str | None = None
 
 
-class RunList(Result):
+@dataclass(kw_only=True)
+class RunList(PlainResult):
     """``list``: the project's runs in its store, newest first."""
 
     project: str
@@ -116,11 +120,12 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
 
     rows: list[RunRow] = []
     others = 0
-    # Newest first, read concurrently in batches of what is still missing, so the reads stay
-    # proportional to the runs listed.
-    with ThreadPoolExecutor(max_workers=16) as pool:
+    # Newest first, read in batches of what is still missing, so the reads stay proportional
+    # to the runs listed; concurrently where the store gains by it.
+    with contextlib.ExitStack() as stack:
+        reads = _reader(store, stack)
         while len(rows) < limit and (batch := take(limit - len(rows))):
-            for found in pool.map(row_of, batch):
+            for found in reads(row_of, batch):
                 if found == "other":
                     others += 1
                 elif isinstance(found, RunRow):
@@ -138,6 +143,16 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
         skipped_other_projects=others,
         index_note=_index_note(repaired),
     )
+
+
+def _reader(store: ObjectStore, stack: contextlib.ExitStack) -> Callable[..., Iterator[Any]]:
+    """``map`` for the manifest reads: in turn on a store that answers locally, else on a pool
+    of the store's ``read_concurrency`` threads, shut down with ``stack``."""
+    if store.read_concurrency <= 1:
+        return map
+    from concurrent.futures import ThreadPoolExecutor
+
+    return stack.enter_context(ThreadPoolExecutor(max_workers=store.read_concurrency)).map
 
 
 def _run_row(

@@ -161,6 +161,44 @@ def test_list_of_fifty_among_a_thousand_runs_sends_one_listing_and_fifty_reads(
     assert len(sent) <= 1 + 50 + len(listings(sent)), sent
 
 
+def test_list_of_fifty_among_ten_thousand_runs_of_each_project(store: Store) -> None:
+    """Issue 34's shape on S3: 10,000 markers of the project and 10,000 of another, the other
+    project's runs with manifests too (1,000 of them: planting costs moto a millisecond an
+    object). The older runs and the other project's are planted in moto's own backend (this
+    process runs the server), not over HTTP; the list is the real CLI over HTTP through the
+    counting proxy: one listing page and the 50 manifests it prints, nothing of the other
+    project. The whole process never imports pydantic (its import costs more than the list)."""
+    from moto.core.models import DEFAULT_ACCOUNT_ID
+    from moto.s3.models import s3_backends
+
+    count = 10_000
+    newest = [store.run(2 * n, "demo") for n in range(count - 60, count)][::-1][:50]
+    backend = s3_backends[DEFAULT_ACCOUNT_ID]["aws"]
+    theirs = set()
+    for n in range(count):
+        mine, their = run_id(2 * n), run_id(2 * n + 1)
+        theirs.add(their)
+        backend.put_object(BUCKET, store.key(run_index_key("demo", "wf", mine)), b"{}")
+        backend.put_object(BUCKET, store.key(run_index_key("other", "wf", their)), b"{}")
+        if n < 1000:
+            body = b'{"project": "other", "workflow": "wf", "run_id": "%s"}' % their.encode()
+            backend.put_object(BUCKET, store.key(manifest_key(run_prefix("wf", their))), body)
+    backend.put_object(BUCKET, store.key(run_index_complete_key("demo")), b"{}")
+
+    store.proxy.requests.clear()
+    res = run_npa(*WF, "list", "--project", "demo", "--limit", "50", "--json",
+                  env={**store.env, "PYTHONPROFILEIMPORTTIME": "1"})  # fmt: skip
+    sent = list(store.proxy.requests)
+    assert res.code == 0, res.stderr[-2000:]
+    listed = res.json()
+    assert [r["run_id"] for r in listed["runs"]] == newest and listed["truncated"]
+    assert listings(sent) == [run_index_prefix("demo")]
+    assert sorted(reads(sent)) == sorted(manifest_key(run_prefix("wf", r)) for r in newest)
+    assert len(sent) == 1 + 50
+    assert not any(rid in line for line in sent for rid in theirs)
+    assert "pydantic" not in res.stderr  # the import profile: every module the process loaded
+
+
 def test_a_missing_index_is_repaired_from_the_manifests(store: Store) -> None:
     mine = {store.run(n, "demo", indexed=False) for n in range(0, 30, 2)}
     theirs = {store.run(n, "other", indexed=False) for n in range(1001, 1031, 2)}

@@ -10,6 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from npa.cli.common import JsonFlag, finish
+from npa.core.emit import emit, emit_error
 from npa.core.errors import (
     EXIT_INVALID,
     EXIT_NOT_FOUND,
@@ -19,7 +20,7 @@ from npa.core.errors import (
     NpaError,
     Unavailable,
 )
-from npa.core.output import Result, emit, emit_error
+from npa.core.output import Result
 
 pytestmark = pytest.mark.unit
 

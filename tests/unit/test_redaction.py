@@ -486,8 +486,8 @@ def test_an_error_shown_to_the_user_quotes_no_credential(
     monkeypatch.setenv("HOME", str(tmp_path))  # no credential helper of the user's is asked
     monkeypatch.delenv("DOCKER_CONFIG", raising=False)
 
+    from npa.core.emit import emit_error
     from npa.core.errors import InvalidInput
-    from npa.core.output import emit_error
 
     error = InvalidInput(
         "pip install --index-url https://robot:Zq9vK2mPw7Lx@pypi.example/simple failed",

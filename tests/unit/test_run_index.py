@@ -178,6 +178,39 @@ def test_list_reads_the_index_and_the_runs_it_prints_nothing_of_another_project(
     assert everything["truncated"] is False
 
 
+def test_list_of_fifty_among_ten_thousand_runs_of_each_project(world: World) -> None:
+    """Issue 34's shape: 10,000 runs of the project and 10,000 of another in one store. The
+    project's older runs are planted as markers alone, the other project's as markers, 1,000
+    of them with manifests (files written directly: the layout's keys, not whole submits), so
+    only a read of an older run or of the other project's objects could tell them apart; the
+    list goes through the real code and asks for one listing and the 50 manifests it prints
+    (the whole process, on S3: tests/integration/test_run_index_s3.py)."""
+    count = 10_000
+    newest = [world.run(2 * n, "demo") for n in range(count - 60, count)][::-1][:50]
+    for n in range(count):
+        mine, theirs = run_id(2 * n), run_id(2 * n + 1)
+        _plant(world.root / run_index_key("demo", "wf", mine), b"{}")
+        _plant(world.root / run_index_key("other", "wf", theirs), b"{}")
+        if n < 1000:  # a manifest each for a tenth of them: a file costs, a marker less
+            _plant(world.root / manifest_key(run_prefix("wf", theirs)), _MANIFEST % theirs.encode())
+    _plant(world.root / run_index_complete_key("demo"), b"{}")
+
+    listed, counted = world.list("demo", limit=50)
+    assert [r["run_id"] for r in listed["runs"]] == newest and listed["truncated"] is True
+    assert counted.listings() == [f"a listing of {run_index_prefix('demo')}"]
+    assert sorted(counted.reads()) == sorted(manifest_key(run_prefix("wf", r)) for r in newest)
+    assert len(counted.calls) == 1 + 50
+
+
+# Another project's manifest with only the fields list reads (the run id goes in at %s).
+_MANIFEST = b'{"project": "other", "workflow": "wf", "run_id": "%s", "state": "SUCCEEDED"}'
+
+
+def _plant(path: Path, body: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(body)
+
+
 def test_a_marker_without_a_manifest_reads_as_what_is_there(world: World) -> None:
     """A crash between a marker and the run's first objects: a marker over nothing is no row,
     over a plan alone a PLAN_ONLY row."""

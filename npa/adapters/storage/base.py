@@ -52,6 +52,10 @@ class ObjectStore(abc.ABC):
     uri: str
     #: The endpoint an S3 store talks to when it is not AWS's own; None otherwise.
     endpoint_url: str | None = None
+    #: How many reads a reader runs at once: a network store overlaps their round trips; a
+    #: store on a local disk says 1, since it answers a read in microseconds, sooner than a
+    #: pool of threads starts (and ``list`` then never imports one).
+    read_concurrency: int = 16
 
     @abc.abstractmethod
     def put(self, key: str, data: bytes, *, content_md5: str | None = None) -> ObjectInfo:
@@ -129,6 +133,7 @@ class WrappingStore(ObjectStore):
         self.uri = inner.uri
         self.endpoint_url = getattr(inner, "endpoint_url", None)  # duck-typed stores have none
         self.profile = getattr(inner, "profile", None)
+        self.read_concurrency = getattr(inner, "read_concurrency", ObjectStore.read_concurrency)
 
     @abc.abstractmethod
     def _call(self, what: str, fn: Callable[[], T]) -> T: ...

@@ -37,6 +37,8 @@ TMP_MAX_AGE = TEMP_MAX_AGE
 class FileStore(ObjectStore):
     """Objects as files under ``root``; a key's ``/`` separators become directories."""
 
+    read_concurrency = 1
+
     def __init__(self, root: Path) -> None:
         self.root = root
         self.uri = root.as_uri()
