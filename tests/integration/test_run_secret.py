@@ -378,20 +378,27 @@ def test_a_job_that_ended_with_no_watcher_keeps_its_secret_until_its_verdict_is_
     assert held(world) is None
 
 
-def test_a_refused_removal_is_reported_beside_the_runs_state(world: dict[str, Any]) -> None:
+def unanswered(w: dict[str, Any]) -> str:
+    """Point the placed kubeconfig at a port nothing listens on; its text before, to put back."""
     import yaml
 
     from tests.harness.procs import free_port
 
-    with locked_state(world["state"]) as state:
-        state["outcomes"] = ["RUNNING"]
-    ended_unreleased(world, world["run_id"])
-    placed = Path(world["kubeconfig"])
+    placed = Path(w["kubeconfig"])
     good = placed.read_text()
     config = yaml.safe_load(good)
     for cluster in config["clusters"]:
         cluster["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
     placed.write_text(yaml.safe_dump(config))
+    return good
+
+
+def test_a_refused_removal_is_reported_beside_the_runs_state(world: dict[str, Any]) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    ended_unreleased(world, world["run_id"])
+    placed = Path(world["kubeconfig"])
+    good = unanswered(world)
     refused = status_of(world, world["run_id"])
     body = refused.json()
     assert refused.code == 0, refused.stdout + refused.stderr  # the state's exit code
@@ -459,3 +466,27 @@ def sweep_mixed(w: dict[str, Any], final: str, running: str, unknown: str, legac
     ours = {s["name"]: s["action"] for s in again.json()["secrets"] if s["name"] in
             (*name.values(), legacy)}  # fmt: skip
     assert ours == {name[running]: "kept", name[unknown]: "kept", legacy: "kept"}
+
+
+def test_cancel_reports_its_outcome_and_a_refused_removal_then_finishes_it(
+    world: dict[str, Any],
+) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    submit_run(world, world["run_id"], OFF)
+    good = unanswered(world)
+    cancel = ("workbench", "workflow", "cancel", world["run_id"], "--project", "team", "--json")
+    env = {**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"}
+    first = run_npa(*cancel, env=env)
+    body = first.json()
+    assert first.code == 4, first.stdout + first.stderr
+    assert body["outcome"] == "cancelled" and body["released"] == []
+    assert world["secret"] in body["release_error"]
+    assert any("auth can-i delete secrets" in n for n in body["next"])
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    Path(world["kubeconfig"]).write_text(good)
+    second = run_npa(*cancel, env=env)
+    assert second.code == 0, second.stdout + second.stderr
+    assert second.json()["outcome"] == "already_final"
+    assert second.json()["released"] == [f"secret/{world['secret']}"]
+    assert held(world) is None
