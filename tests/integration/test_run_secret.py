@@ -311,6 +311,13 @@ def ended_unreleased(w: dict[str, Any], run_id: str) -> None:
     assert secret_of(w, run_id) == {"NPA_TEST_CANARY": CANARY}
 
 
+def running_unwatched(w: dict[str, Any]) -> int:
+    """The world's run submitted with no watcher, its job RUNNING; the job's id."""
+    with locked_state(w["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    return submit_run(w, w["run_id"], OFF)
+
+
 def status_of(w: dict[str, Any], run_id: str) -> Any:
     return run_npa("workbench", "workflow", "status", run_id, "--project", "team", "--json",
                    env=w["env"])  # fmt: skip
@@ -341,9 +348,7 @@ def test_status_of_a_final_run_removes_its_secret_and_says_so_once(
 def test_status_keeps_the_secret_of_a_run_still_going_and_of_one_it_cannot_tell(
     world: dict[str, Any],
 ) -> None:
-    with locked_state(world["state"]) as state:
-        state["outcomes"] = ["RUNNING"]
-    submit_run(world, world["run_id"], OFF)
+    running_unwatched(world)
     running = status_of(world, world["run_id"])
     assert running.code == 0 and running.json()["state"] == "RUNNING"
     assert running.json()["release"]["released"] == []
@@ -364,9 +369,7 @@ def test_a_job_that_ended_with_no_watcher_keeps_its_secret_until_its_verdict_is_
     """The job ended, but npa's verdict (outputs checked, a retry decided) is not recorded: the
     supervisor the same submit starts may relaunch, and a relaunch reads the Secret. That
     submit records the verdict and removes it."""
-    with locked_state(world["state"]) as state:
-        state["outcomes"] = ["RUNNING"]
-    job_id = submit_run(world, world["run_id"], OFF)
+    job_id = running_unwatched(world)
     set_status(world, job_id, "SUCCEEDED")
     pending = status_of(world, world["run_id"])
     assert pending.json()["verdict_pending"] is True, pending.stdout
@@ -471,9 +474,7 @@ def sweep_mixed(w: dict[str, Any], final: str, running: str, unknown: str, legac
 def test_cancel_reports_its_outcome_and_a_refused_removal_then_finishes_it(
     world: dict[str, Any],
 ) -> None:
-    with locked_state(world["state"]) as state:
-        state["outcomes"] = ["RUNNING"]
-    submit_run(world, world["run_id"], OFF)
+    running_unwatched(world)
     good = unanswered(world)
     cancel = ("workbench", "workflow", "cancel", world["run_id"], "--project", "team", "--json")
     env = {**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"}
