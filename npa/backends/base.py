@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from npa.core.errors import NpaError
+
 if TYPE_CHECKING:
     from npa.adapters.containers import RegistryLogin
     from npa.adapters.kube.controller import ControllerReach
@@ -453,7 +455,42 @@ class PreparesLaunch(abc.ABC):
         """Remove what :meth:`prepare_launch` put in place for this run alone (not what the
         project's runs share), once the run has ended or is cancelled: the run's watcher calls
         it at its final verdict, ``cancel`` after the cancel. Repeat-safe. Returns what it
-        removed, by name; raises an NpaError with its fix when it could not ask."""
+        removed, by name; raises an NpaError with its fix when it could not ask. Callers go
+        through :func:`release_ended_run`, the one rule for when and how."""
+
+
+class Released(BaseModel):
+    """What :func:`release_ended_run` did: what it removed (by name), or why it could not.
+    Never a run state: a refused release is reported beside the run's state, not in it."""
+
+    released: list[str] = Field(default_factory=list)
+    error: str | None = None  # the API refused or did not answer; nothing is hidden
+    fix: str | None = None
+
+    def lines(self) -> list[str]:
+        """The text lines a command prints about it (none when there was nothing to remove)."""
+        out = [f"  removed {name}: the run's own, it ends with the run" for name in self.released]
+        if self.error:
+            out.append(f"  not removed: {self.error}")
+        return out
+
+
+def release_ended_run(
+    backend: ExecutionBackend | None, project: str, workflow: str | None, run_id: str
+) -> Released:
+    """Remove what the launch put in place for this run alone (:meth:`PreparesLaunch.
+    release_run`: the SkyPilot backend's run Secret) once nothing of the run can use it any
+    more: the run has a final state, or its job was cancelled. Every path that learns that
+    calls this (the watcher at its verdict, ``cancel``, ``status`` and ``--watch``, the
+    project's ``release`` sweep). Repeat-safe (a Secret already gone is no error); a refusal
+    comes back as ``error`` with the command to check, never raised, so the caller's own
+    answer (the run's state) stands as it is."""
+    if not isinstance(backend, PreparesLaunch) or workflow is None:
+        return Released()
+    try:
+        return Released(released=backend.release_run(project, workflow, run_id))
+    except NpaError as error:
+        return Released(error=error.message, fix=error.fix)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Reading runs back: ``status``, ``list``, ``diff``, ``artifacts``, ``logs``, ``gpus``,
-``cancel`` and ``load-artifact``. Every RUN argument is a run id or an s3:// / file:// run
-prefix."""
+``cancel``, ``load-artifact`` and ``release``. Every RUN argument is a run id or an s3:// /
+file:// run prefix."""
 
 from __future__ import annotations
 
@@ -335,3 +335,23 @@ def _open_in_browser(path: str) -> None:
 
     if not webbrowser.open(Path(path).as_uri()):
         typer.echo(f"no browser could be started here; open {path} yourself", err=True)
+
+
+@workflow_app.command("release")
+def release(
+    project: ProjectOpt = None,
+    context: ContextFlag = None,
+    read_timeout: ReadTimeoutOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Remove the Secrets of the project's ended runs on a cluster; keep those of runs still
+    going or whose state npa cannot tell. Repeat-safe; exit 4 when a removal was refused."""
+
+    def produce() -> Result:
+        from npa.services.release import release as service
+
+        chosen = chosen_context(context, ["npa", "workbench", "workflow", "release"],
+                                project=project)  # fmt: skip
+        return service(project, chosen)
+
+    finish(as_json, bounded(read_timeout, produce))

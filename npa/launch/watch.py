@@ -63,8 +63,9 @@ from npa.backends.base import (
     ReportsLaunchFailures,
     ReportsPodReasons,
     TaskRecord,
+    release_ended_run,
 )
-from npa.core.commands import cancel_command, status_command
+from npa.core.commands import status_command
 from npa.core.errors import BackendUnavailable, LaunchStopped, LockBusy, NotFound, NpaError
 from npa.core.fsio import atomic_write_text, ensure_private_dir, exclusive_lock, spawn_detached
 from npa.core.layout import (
@@ -346,23 +347,22 @@ class Watcher:
 
     def release(self) -> None:
         """At the run's final verdict, remove what the launch put in place for this run alone
-        (the run's Secret: :meth:`PreparesLaunch.release_run`), asking again at the next polls
-        while the API does not answer; ``cancel`` does the same, so a run the watcher could not
-        release is released by a cancel."""
+        (:func:`release_ended_run`), asking again at the next polls while the API does not
+        answer; ``status`` and ``cancel`` do the same, so a run the watcher could not release
+        is released by the next of them."""
         if not isinstance(self.backend, PreparesLaunch):
             return
         s = self.submission
         for ask in range(RELEASE_ASKS):
-            try:
-                gone = self.backend.release_run(s.project, s.workflow, s.run_id)
-            except NpaError as error:
-                self.log(f"could not release the run's resources: {error.message}")
-                if ask + 1 < RELEASE_ASKS:
-                    time.sleep(self.poll)
-                continue
-            self.log(f"released {', '.join(gone)}" if gone else "nothing of the run to release")
-            return
-        self.log(f"gave up releasing; next: {cancel_command(s.run_id, s.project)}")
+            done = release_ended_run(self.backend, s.project, s.workflow, s.run_id)
+            if done.error is None:
+                gone = done.released
+                self.log(f"released {', '.join(gone)}" if gone else "nothing of the run to release")
+                return
+            self.log(f"could not release the run's resources: {done.error}")
+            if ask + 1 < RELEASE_ASKS:
+                time.sleep(self.poll)
+        self.log(f"gave up releasing; next: {status_command(s.run_id, s.project)}")
 
     def step(self) -> bool:
         """One poll; True when the run is terminal and the supervisor is done."""

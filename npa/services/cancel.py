@@ -12,8 +12,9 @@ it on its own time (CANCELLING), ``already_final`` when the job ended by itself 
 (``NPA_CANCEL_SETTLE_SECONDS``, 20 s) to act on the cancel.
 
 Whatever the job's outcome, it then removes what the launch put in place for this run alone
-(the SkyPilot backend's run Secret, :meth:`PreparesLaunch.release_run`), so a cancel run again
-finishes that too.
+(the SkyPilot backend's run Secret, :func:`~npa.backends.base.release_ended_run`), so a cancel
+run again finishes that too; when the API refuses, the outcome is still reported, with what
+was left (``release_error``, exit 4).
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from collections.abc import Callable
 
 from pydantic import Field
 
-from npa.backends.base import ExecutionBackend, JobRecord, JobState, PreparesLaunch
-from npa.core.errors import InvalidInput, NotFound, NpaError, Unavailable
+from npa.backends.base import ExecutionBackend, JobRecord, JobState, Released, release_ended_run
+from npa.core.errors import EXIT_UNAVAILABLE, InvalidInput, NotFound, NpaError, Unavailable
 from npa.core.layout import manifest_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -49,6 +50,9 @@ class CancelResult(Result):
     strays: list[StrayJob] = Field(default_factory=list)
     # What the launch had put in place for this run alone and cancel removed (by name).
     released: list[str] = Field(default_factory=list)
+    # Why it could not be removed (the API refused or did not answer): exit 4, the outcome
+    # above unchanged; the same cancel removes it once the API answers.
+    release_error: str | None = None
     next: list[str] = Field(default_factory=list)
 
     def text_lines(self) -> list[str]:
@@ -58,15 +62,15 @@ class CancelResult(Result):
             "run's name without being its job"
             for s in self.strays
         ]
-        released = [
-            f"  removed {name}: the run's own, it ends with the run" for name in self.released
-        ]
+        released = Released(released=self.released, error=self.release_error).lines()
         return [f"run {self.run_id}{job}: {self.outcome}: {self.detail}", *strays, *released] + [
             f"  next: {n}" for n in self.next
         ]
 
     def exit_code(self) -> int:
-        return 1 if self.outcome == "still_running" else 0
+        if self.outcome == "still_running":
+            return 1
+        return EXIT_UNAVAILABLE if self.release_error else 0
 
 
 def _never_launched(located: Located) -> None:
@@ -132,22 +136,12 @@ def cancel(
     backend = open_located_backend(located, paths)
     outcome = _cancel_job(located, backend, result)
     outcome.strays = _end_strays(located, backend, paths, keep=outcome.job_id)
-    outcome.released = _release(located, backend)
+    done = release_ended_run(backend, located.project, located.workflow, located.run_id)
+    outcome.released, outcome.release_error = done.released, done.error
+    if done.error is not None:
+        # The job's outcome stands as seen; what was left is said, with how to finish it.
+        outcome.next += [c for c in (done.fix, located.cancel_command()) if c]
     return outcome
-
-
-def _release(located: Located, backend: ExecutionBackend) -> list[str]:
-    """Remove what the launch put in place for this run alone; repeat-safe."""
-    if not isinstance(backend, PreparesLaunch) or located.workflow is None:
-        return []
-    try:
-        return backend.release_run(located.project, located.workflow, located.run_id)
-    except NpaError as error:
-        raise Unavailable(
-            f"run {located.run_id}: its job was handled, but what its launch put in place for "
-            f"it could not be removed ({error.message})",
-            fix=located.cancel_command() + "  # again, once this answers: " + (error.fix or ""),
-        ) from None
 
 
 def _end_strays(

@@ -8,7 +8,9 @@ decided by :func:`decide` from those answers alone: a source that could not be a
 state VERIFICATION_UNAVAILABLE, never NOT_FOUND, and NOT_FOUND needs every applicable source to
 have answered that the run is not there. ``--cached`` reads only local records and the store and
 says so: CACHED is evidence, not truth. Both commands only read, but for ``list`` completing
-the project's run index once (:mod:`npa.runs.index`).
+the project's run index once (:mod:`npa.runs.index`), and for ``status`` removing what a run
+whose state it found final had of its own on the cluster (its Secret,
+:func:`~npa.backends.base.release_ended_run`).
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from npa.backends.base import (
     JobState,
     LaunchFailure,
     PolledByWatcher,
+    Released,
     ReportsLaunchFailures,
     ReportsPodReasons,
     TaskRecord,
+    release_ended_run,
 )
 from npa.core.commands import logs_command
 from npa.core.errors import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_UNAVAILABLE, NotFound, NpaError
@@ -142,6 +146,10 @@ class StatusResult(Result):
     # whether a supervisor on this machine is there to record it (None: cannot tell from here).
     verdict_pending: bool = False
     supervised: bool | None = None
+    # What this answer removed of the run's own launch resources because the run is final
+    # (:func:`~npa.backends.base.release_ended_run`), or why it could not: beside the state,
+    # never part of it.
+    release: Released = Field(default_factory=Released)
 
     def text_lines(self) -> list[str]:
         head = f"run {self.run_id}: {self.state}"
@@ -173,6 +181,7 @@ class StatusResult(Result):
                 f"  stray job {stray['job_id']} ({stray['job_name']}, was {stray['state']}): "
                 f"carried the run's name without being its job; cancelled by {stray['by']}"
             )
+        lines += self.release.lines()
         lines.append("  sources:")
         for s in self.sources:
             tail = f": {s.detail}" if s.detail else ""
@@ -759,6 +768,7 @@ def status(
     )
     plan = read_run_plan(located) if m is not None else None
     stages = _stages(m, job, state, plan_order(m, plan), plan) if m else {}
+    done = _release_if_final(located, backend, state, cached=cached)
     return StatusResult(
         project=located.project,
         run_id=located.run_id,
@@ -778,7 +788,9 @@ def status(
         stages=stages,
         supervisor=m.supervisor.model_dump(mode="json") if m else None,
         sources=located.sources,
+        release=done,
         next=launch_fixes
+        + ([done.fix] if done.fix else [])
         + _next(
             located,
             state,
@@ -793,6 +805,18 @@ def status(
         verdict_pending=pending_verdict,
         supervised=supervised,
     )
+
+
+def _release_if_final(
+    located: Located, backend: ExecutionBackend | None, state: str, *, cached: bool
+) -> Released:
+    """A run whose state is final can use nothing of its own launch any more: remove it
+    (repeat-safe). Only a live answer decides: never CACHED, never VERIFICATION_UNAVAILABLE or
+    any other state npa cannot call final, and never a job that ended while npa's verdict is
+    pending (the supervisor that records it may relaunch, and a relaunch reads the Secret)."""
+    if cached or state not in TERMINAL:
+        return Released()
+    return release_ended_run(backend, located.project, located.workflow, located.run_id)
 
 
 def _verdict_pending(m: RunManifest | None, record: JobRecord | None, state: str) -> bool:

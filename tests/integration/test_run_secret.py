@@ -172,9 +172,11 @@ def test_the_run_secret_is_written_whole_and_deleted_once(kube: KubeCluster) -> 
     ensure_namespace(kube, "npa-secret-adapter")
     args = (kube.kubeconfig, kube.context, "npa-secret-adapter")
     name = run_secret_name("wf", "20260101-000000-abcdef")
-    assert write_run_secret(*args, name, {"A": "1", "B": "2"}, run_id="r") == "created"
+    assert (
+        write_run_secret(*args, name, {"A": "1", "B": "2"}, run_id="r", workflow="wf") == "created"
+    )
     # A resumed run's submit writes it again: it holds exactly the new values.
-    assert write_run_secret(*args, name, {"B": "3"}, run_id="r") == "updated"
+    assert write_run_secret(*args, name, {"B": "3"}, run_id="r", workflow="wf") == "updated"
     secret = kube.core().read_namespaced_secret(name, "npa-secret-adapter")
     assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {"B": "3"}
     assert secret.metadata.labels["app.kubernetes.io/managed-by"] == "npa"
@@ -252,3 +254,240 @@ def test_the_task_files_submit_stored_name_the_secret_and_hold_no_value(
     assert sky_tasks.declared_secrets(text) == {"TOKEN": "env:NPA_TEST_CANARY"}
     assert world["secret"] in text and CANARY not in text
     assert json.dumps(held(world)) == json.dumps({"NPA_TEST_CANARY": CANARY})
+
+
+# --- a run that ended with no watcher left to release its Secret -------------------------------
+
+OFF = {"NPA_SKYPILOT_SUPERVISOR": "off"}
+
+
+def another_run(w: dict[str, Any]) -> str:
+    """A second run of the same spec, reserved as the first."""
+    r = run_npa(
+        "workbench", "workflow", "prepare-run", str(w["spec"]), "--project", "team", env=w["env"]
+    )
+    assert r.code == 0, r.stderr
+    return r.stdout.strip()
+
+
+def submit_run(w: dict[str, Any], run_id: str, env: dict[str, str] | None = None) -> int:
+    """Submit ``run_id``; its job id (from its manifest)."""
+    r = run_npa(
+        *("workbench", "workflow", "submit", str(w["spec"]), "--project", "team"),
+        *("--run-id", run_id, "--infra", f"k8s/{w['context']}", "--no-preflight-images"),
+        "--json",
+        env={**w["env"], **(env or {})},
+    )
+    assert r.code == 0, r.stdout + r.stderr
+    job_id = wait_for(run_of(w, run_id), lambda m: m.get("job_id") is not None)["job_id"]
+    assert isinstance(job_id, int)
+    return job_id
+
+
+def run_of(w: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The world seen through another of its runs (wait_for and manifest read that run's)."""
+    return {**w, "key": f"npa/tiny-local/{run_id}/npa-workflow/manifest.json"}
+
+
+def secret_of(w: dict[str, Any], run_id: str) -> dict[str, str] | None:
+    return held({**w, "secret": run_secret_name("tiny-local", run_id)})
+
+
+def ended_unreleased(w: dict[str, Any], run_id: str) -> None:
+    """``run_id`` ended SUCCEEDED under its watcher, and its Secret is there again: what a
+    watcher killed between recording its verdict and releasing leaves (or one whose three asks
+    the API refused)."""
+    job_id = submit_run(w, run_id)
+    wait_for(run_of(w, run_id), lambda m: m["state"] == "RUNNING")
+    set_status(w, job_id, "SUCCEEDED")
+    wait_for(run_of(w, run_id), lambda m: m["state"] == "SUCCEEDED")
+    assert supervisors.wait_gone(w["home"], "team", run_id)
+    assert secret_of(w, run_id) is None  # the watcher released it
+    name = run_secret_name("tiny-local", run_id)
+    write_run_secret(
+        w["kubeconfig"], w["context"], NAMESPACE, name, {"NPA_TEST_CANARY": CANARY},
+        run_id=run_id, workflow="tiny-local",
+    )  # fmt: skip
+    assert secret_of(w, run_id) == {"NPA_TEST_CANARY": CANARY}
+
+
+def running_unwatched(w: dict[str, Any]) -> int:
+    """The world's run submitted with no watcher, its job RUNNING; the job's id."""
+    with locked_state(w["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    return submit_run(w, w["run_id"], OFF)
+
+
+def status_of(w: dict[str, Any], run_id: str) -> Any:
+    return run_npa("workbench", "workflow", "status", run_id, "--project", "team", "--json",
+                   env=w["env"])  # fmt: skip
+
+
+def test_status_of_a_final_run_removes_its_secret_and_says_so_once(
+    world: dict[str, Any],
+) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    ended_unreleased(world, world["run_id"])
+    first = status_of(world, world["run_id"])
+    assert first.code == 0, first.stdout + first.stderr
+    body = first.json()
+    assert body["state"] == "SUCCEEDED"
+    assert body["release"] == {"released": [f"secret/{world['secret']}"], "error": None,
+                               "fix": None}  # fmt: skip
+    assert held(world) is None
+    # Repeat-safe: the next status finds nothing to remove and reports the same state.
+    second = status_of(world, world["run_id"])
+    assert second.code == 0 and second.json()["state"] == "SUCCEEDED"
+    assert second.json()["release"]["released"] == []
+    text = run_npa("workbench", "workflow", "status", world["run_id"], "--project", "team",
+                   env=world["env"])  # fmt: skip
+    assert "removed secret/" not in text.stdout
+
+
+def test_status_keeps_the_secret_of_a_run_still_going_and_of_one_it_cannot_tell(
+    world: dict[str, Any],
+) -> None:
+    running_unwatched(world)
+    running = status_of(world, world["run_id"])
+    assert running.code == 0 and running.json()["state"] == "RUNNING"
+    assert running.json()["release"]["released"] == []
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    # The queue cannot be asked: the state is unknown, said so, and unknown is never ended.
+    with locked_state(world["state"]) as state:
+        state["queue_error"] = "ClusterNotUpError"
+    unknown = status_of(world, world["run_id"])
+    assert unknown.code == 4, unknown.stdout + unknown.stderr
+    assert unknown.json()["state"] == "VERIFICATION_UNAVAILABLE"
+    assert unknown.json()["release"]["released"] == []
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+
+
+def test_a_job_that_ended_with_no_watcher_keeps_its_secret_until_its_verdict_is_recorded(
+    world: dict[str, Any],
+) -> None:
+    """The job ended, but npa's verdict (outputs checked, a retry decided) is not recorded: the
+    supervisor the same submit starts may relaunch, and a relaunch reads the Secret. That
+    submit records the verdict and removes it."""
+    job_id = running_unwatched(world)
+    set_status(world, job_id, "SUCCEEDED")
+    pending = status_of(world, world["run_id"])
+    assert pending.json()["verdict_pending"] is True, pending.stdout
+    assert pending.json()["supervised"] is None or pending.json()["supervised"] is False
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    assert submit(world).code == 0
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert supervisors.wait_gone(world["home"], "team", world["run_id"])
+    assert held(world) is None
+
+
+def unanswered(w: dict[str, Any]) -> str:
+    """Point the placed kubeconfig at a port nothing listens on; its text before, to put back."""
+    import yaml
+
+    from tests.harness.procs import free_port
+
+    placed = Path(w["kubeconfig"])
+    good = placed.read_text()
+    config = yaml.safe_load(good)
+    for cluster in config["clusters"]:
+        cluster["cluster"]["server"] = f"https://127.0.0.1:{free_port()}"
+    placed.write_text(yaml.safe_dump(config))
+    return good
+
+
+def test_a_refused_removal_is_reported_beside_the_runs_state(world: dict[str, Any]) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING"]
+    ended_unreleased(world, world["run_id"])
+    placed = Path(world["kubeconfig"])
+    good = unanswered(world)
+    refused = status_of(world, world["run_id"])
+    body = refused.json()
+    assert refused.code == 0, refused.stdout + refused.stderr  # the state's exit code
+    assert body["state"] == "SUCCEEDED" and body["trustworthy"] is True
+    assert body["release"]["released"] == []
+    assert world["secret"] in body["release"]["error"]
+    assert "auth can-i delete secrets" in body["release"]["fix"]
+    assert body["release"]["fix"] in body["next"]
+    text = run_npa("workbench", "workflow", "status", world["run_id"], "--project", "team",
+                   env=world["env"])  # fmt: skip
+    assert f"not removed: cannot delete the run's Secret {world['secret']}" in text.stdout
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    placed.write_text(good)  # the API answers again: the same status finishes it
+    assert status_of(world, world["run_id"]).json()["release"]["released"] == [
+        f"secret/{world['secret']}"
+    ]
+    assert held(world) is None
+
+
+def test_the_project_sweep_removes_only_the_secrets_of_final_runs(world: dict[str, Any]) -> None:
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING", "RUNNING", "RUNNING"]
+    final, running, unknown = world["run_id"], another_run(world), another_run(world)
+    ended_unreleased(world, final)
+    submit_run(world, running, OFF)
+    lost = submit_run(world, unknown, OFF)
+    with locked_state(world["state"]) as state:  # the queue no longer knows its job
+        state["jobs"] = [j for j in state["jobs"] if j["job_id"] != lost]
+    # A run's Secret from before npa recorded its run on it: no run to ask, so kept.
+    legacy = f"npa-secrets-legacy-{final}"
+    world["kube"].core().create_namespaced_secret(NAMESPACE, {
+        "metadata": {"name": legacy, "labels": {"app.kubernetes.io/managed-by": "npa"}},
+        "data": {},
+    })  # fmt: skip
+    try:
+        sweep_mixed(world, final, running, unknown, legacy)
+    finally:
+        world["kube"].core().delete_namespaced_secret(legacy, NAMESPACE)
+
+
+def sweep_mixed(w: dict[str, Any], final: str, running: str, unknown: str, legacy: str) -> None:
+    sweep = ("workbench", "workflow", "release", "--project", "team", "--context",
+             w["context"], "--json")  # fmt: skip
+    r = run_npa(*sweep, env=w["env"])
+    assert r.code == 0, r.stdout + r.stderr
+    seen = {s["name"]: s for s in r.json()["secrets"]}
+    assert "npa-store" not in seen  # the project's store Secret is no run's
+    name = {run: run_secret_name("tiny-local", run) for run in (final, running, unknown)}
+    assert seen[name[final]]["action"] == "removed"
+    assert seen[name[final]]["run_state"] == "SUCCEEDED"
+    assert seen[name[running]]["action"] == "kept"
+    assert seen[name[running]]["run_state"] == "RUNNING"
+    assert seen[name[unknown]]["action"] == "kept"
+    assert seen[name[unknown]]["run_state"] == "VERIFICATION_UNAVAILABLE"
+    assert "unknown is never ended" in seen[name[unknown]]["reason"]
+    assert seen[legacy]["action"] == "kept" and seen[legacy]["run_id"] is None
+    assert secret_of(w, final) is None
+    assert secret_of(w, running) == {"NPA_TEST_CANARY": CANARY}
+    assert secret_of(w, unknown) == {"NPA_TEST_CANARY": CANARY}
+    text = run_npa(*sweep[:-1], env=w["env"]).stdout
+    assert f"kept secret/{name[running]} (run {running} RUNNING)" in text
+    # Repeat-safe: the next sweep keeps the same ones and finds nothing more to remove.
+    again = run_npa(*sweep, env=w["env"])
+    assert again.code == 0
+    ours = {s["name"]: s["action"] for s in again.json()["secrets"] if s["name"] in
+            (*name.values(), legacy)}  # fmt: skip
+    assert ours == {name[running]: "kept", name[unknown]: "kept", legacy: "kept"}
+
+
+def test_cancel_reports_its_outcome_and_a_refused_removal_then_finishes_it(
+    world: dict[str, Any],
+) -> None:
+    running_unwatched(world)
+    good = unanswered(world)
+    cancel = ("workbench", "workflow", "cancel", world["run_id"], "--project", "team", "--json")
+    env = {**world["env"], "NPA_CANCEL_SETTLE_SECONDS": "2"}
+    first = run_npa(*cancel, env=env)
+    body = first.json()
+    assert first.code == 4, first.stdout + first.stderr
+    assert body["outcome"] == "cancelled" and body["released"] == []
+    assert world["secret"] in body["release_error"]
+    assert any("auth can-i delete secrets" in n for n in body["next"])
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    Path(world["kubeconfig"]).write_text(good)
+    second = run_npa(*cancel, env=env)
+    assert second.code == 0, second.stdout + second.stderr
+    assert second.json()["outcome"] == "already_final"
+    assert second.json()["released"] == [f"secret/{world['secret']}"]
+    assert held(world) is None

@@ -10,7 +10,10 @@ and the pods take them as environment variables (``envFrom``) through SkyPilot's
 A run whose stages declare ``secrets`` gets a Secret of its own beside it
 (:func:`run_secret_name`): ``submit`` fills it from the submitting shell's variables
 (:func:`write_run_secret`), the stage's pods take each value by name and key, and it is deleted
-when the run ends or is cancelled (:func:`delete_run_secret`).
+when nothing of the run can use it any more (:func:`delete_run_secret`, through
+:func:`npa.backends.base.release_ended_run`). Each carries the run it belongs to
+(:data:`RUN_ANNOTATION`, :data:`WORKFLOW_ANNOTATION`), so the project's sweep
+(:func:`run_secrets`) can ask each one's run for its state.
 """
 
 from __future__ import annotations
@@ -26,10 +29,14 @@ from typing import Any
 from npa.adapters.kube.client import REQUEST_TIMEOUT, core_api
 
 SECRET_NAME = "npa-store"
+RUN_SECRET_PREFIX = "npa-secrets-"
 # Which credential source the Secret was filled from (a source name, never a value).
 SOURCE_ANNOTATION = "npa.io/credential-source"
-# The run a run's Secret belongs to (its id, never a value).
+# The run a run's Secret belongs to (its id, never a value): a label where the id is a label
+# value, and always the annotations, which hold any id and the run's workflow.
 RUN_LABEL = "npa.io/run-id"
+RUN_ANNOTATION = "npa.io/run"
+WORKFLOW_ANNOTATION = "npa.io/workflow"
 _MANAGED = {"app.kubernetes.io/managed-by": "npa"}
 # A Kubernetes object name (DNS-1123 subdomain) and a label value.
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -41,11 +48,11 @@ def run_secret_name(workflow: str, run_id: str) -> str:
     ``npa-secrets-<workflow>-<run id>``, or, when that is no Kubernetes name, the same prefix
     and a digest of both. The one rule: the task files reference it, ``submit`` writes it, the
     run's end and ``cancel`` delete it."""
-    name = f"npa-secrets-{workflow}-{run_id}"
+    name = f"{RUN_SECRET_PREFIX}{workflow}-{run_id}"
     if _OBJECT_NAME.fullmatch(name):
         return name
     digest = hashlib.sha256(f"{workflow}/{run_id}".encode()).hexdigest()[:20]
-    return f"npa-secrets-{digest}"
+    return f"{RUN_SECRET_PREFIX}{digest}"
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,7 @@ def write_run_secret(
     values: Mapping[str, str],
     *,
     run_id: str,
+    workflow: str,
 ) -> str:
     """Create or replace the run's Secret ``name`` so it holds exactly ``values`` (key -> value),
     in one request each way, so no Secret is ever half written. Returns created | updated."""
@@ -168,8 +176,11 @@ def write_run_secret(
     labels = dict(_MANAGED)
     if _LABEL_VALUE.fullmatch(run_id):
         labels[RUN_LABEL] = run_id
+    annotations = {RUN_ANNOTATION: run_id, WORKFLOW_ANNOTATION: workflow}
     body = client.V1Secret(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace, labels=labels),
+        metadata=client.V1ObjectMeta(
+            name=name, namespace=namespace, labels=labels, annotations=annotations
+        ),
         type="Opaque",
         data=_encoded(values),
     )
@@ -182,6 +193,35 @@ def write_run_secret(
         api.replace_namespaced_secret(name, namespace, body, _request_timeout=REQUEST_TIMEOUT)
         return "updated"
     return "created"
+
+
+@dataclass(frozen=True)
+class RunSecret:
+    """A run's Secret as the API server lists it: its name and the run it names (None for a
+    Secret written before the annotations, whose id was no label value)."""
+
+    name: str
+    run_id: str | None
+    workflow: str | None
+
+
+def run_secrets(kubeconfig: Path, context: str, namespace: str) -> list[RunSecret]:
+    """Every run's Secret npa wrote in ``namespace`` (never the store Secret), by name."""
+    api = core_api(kubeconfig, context)
+    listed: Any = api.list_namespaced_secret(
+        namespace,
+        label_selector=",".join(f"{k}={v}" for k, v in _MANAGED.items()),
+        _request_timeout=REQUEST_TIMEOUT,
+    )
+    out = []
+    for item in listed.items:
+        meta = item.metadata
+        if not meta.name.startswith(RUN_SECRET_PREFIX):
+            continue
+        notes, labels = meta.annotations or {}, meta.labels or {}
+        run_id = notes.get(RUN_ANNOTATION) or labels.get(RUN_LABEL)
+        out.append(RunSecret(meta.name, run_id, notes.get(WORKFLOW_ANNOTATION)))
+    return sorted(out, key=lambda r: r.name)
 
 
 def delete_run_secret(kubeconfig: Path, context: str, namespace: str, name: str) -> bool:

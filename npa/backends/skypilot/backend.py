@@ -371,6 +371,7 @@ class SkyPilotBackend(
                 name,
                 values,
                 run_id=submission.run_id,
+                workflow=submission.workflow,
             )
         except Exception as exc:
             raise self._secret_unavailable(
