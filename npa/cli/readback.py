@@ -347,7 +347,7 @@ def release(
     """Remove the Secrets of the project's ended runs on a cluster; keep those of runs still
     going or whose state npa cannot tell. Repeat-safe; exit 4 when a removal was refused."""
 
-    def produce() -> Result:
+    def produce() -> Printable:
         from npa.services.release import release as service
 
         chosen = chosen_context(context, ["npa", "workbench", "workflow", "release"],
