@@ -148,7 +148,11 @@ def render(
         ),
     ] = "auto",
     context: Annotated[
-        str | None, typer.Option("--context", help="Kube context (default: the spec's).")
+        str | None,
+        typer.Option(
+            "--context",
+            help="Kube context (default: the spec's, else the project's, else current-context).",
+        ),
     ] = None,
     project: ProjectOpt = None,
     store_uri: Annotated[

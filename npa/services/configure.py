@@ -360,12 +360,17 @@ def choose_context(
     spec_context: str | None = None,
     kubeconfig: Path | None = None,
     paths: NpaPaths | None = None,
+    use_current: bool = True,
 ) -> ChosenContext | None:
     """The one order every command picks a kube context in: ``--context``, then the spec's
     ``infrastructure.context`` (for commands that read a spec), then the project's configured
     context (``NPA_CONTEXT``, then ``npa configure --context``), then the kubeconfig's
     ``current-context`` (``--kubeconfig``, else ``$KUBECONFIG``, else ~/.kube/config). None
-    when none of them names one. Every choice is checked by the one context-name rule."""
+    when none of them names one. Every choice is checked by the one context-name rule.
+
+    ``use_current=False`` stops before the current-context: teardown destroys what was
+    provisioned, so it acts only on a context someone named, never on whichever one the
+    kubeconfig happens to point at."""
     from npa.adapters.kube import kubeconfig as kube
 
     chosen: ChosenContext | None = None
@@ -378,7 +383,7 @@ def choose_context(
         if setting.value is not None and setting.source != "default":
             where = setting.origin if setting.source == "env" else f"project {project or 'default'}"
             chosen = ChosenContext(name=setting.value, source=str(where))
-    if chosen is None:
+    if chosen is None and use_current:
         # A kubeconfig that cannot be read is that file's error, not "no current-context".
         current = kube.merge(kube.source_files(kubeconfig)).current_context
         if current:

@@ -128,16 +128,24 @@ class PreflightResult(Result):
         return lines
 
 
-class _Settings(BaseModel):
-    registry: str | None
-    context: str | None
-
-
-def _settings(project: str | None, registry: str | None, context: str | None) -> _Settings:
+def _registry(project: str | None, registry: str | None) -> str | None:
     from npa.services.configure import resolve_project
 
-    resolved = resolve_project(project, {"registry": registry, "context": context})
-    return _Settings(registry=resolved.value("registry"), context=resolved.value("context"))
+    return resolve_project(project, {"registry": registry}).value("registry")
+
+
+def _probe_context(
+    context: str | None, project: str | None, spec_context: str | None, paths: NpaPaths
+) -> str | None:
+    """The context unattested images are probed in, in the one order (``choose_context``),
+    stopping before the kubeconfig's current-context: a probe starts a pod, so it runs only
+    on a context someone named (the flag, the spec or the project)."""
+    from npa.services.configure import choose_context
+
+    chosen = choose_context(
+        context, project=project, spec_context=spec_context, paths=paths, use_current=False
+    )
+    return chosen.name if chosen else None
 
 
 def preflight(
@@ -172,9 +180,9 @@ def preflight(
 
         workflow = load_workflow(spec_path)
         tools, spec_context = workflow.tools, workflow.infrastructure.context
-    settings = _settings(project, registry, context)
-    default_registry = parse_registry(settings.registry) if settings.registry else None
-    selected_context = settings.context or spec_context
+    registry = _registry(project, registry)
+    default_registry = parse_registry(registry) if registry else None
+    selected_context = _probe_context(context, project, spec_context, paths)
 
     overrides = parse_overrides(image_overrides, tools)
     chosen = choose_images({k: t.image for k, t in tools.items()}, overrides, image)

@@ -29,7 +29,7 @@ from npa.core.paths import NpaPaths
 from npa.core.text import clipped
 from npa.plan.quota import ExistingCheck, QuotaAssessment
 from npa.runs.journal import OperationJournal
-from npa.services.configure import redact, resolve_project
+from npa.services.configure import choose_context, redact, resolve_project
 from npa.services.stackops import (
     Confirm,
     StackReport,
@@ -50,6 +50,7 @@ from npa.targets import layout, target_for
 from npa.targets.base import (
     ChecksReachability,
     CopiesKubeconfig,
+    ExistingCluster,
     Layout,
     LayoutAsk,
     MeasuresLocalDisk,
@@ -173,10 +174,13 @@ def provision_if_absent(
     project = settings.project
     target = target_for(req.target, project=project)
     infra = target.infrastructure(req.spec)
+    context = req.context
+    if isinstance(target, ExistingCluster):
+        chosen = choose_context(context, project=project, kubeconfig=req.kubeconfig, paths=paths)
+        context = chosen.name if chosen else None
     ask = LayoutAsk(
-        context=req.context,
+        context=context,
         kubeconfig=req.kubeconfig,
-        configured_context=settings.value("context"),
         infra=infra,
         nebius_project=req.nebius_project,
         nebius_region=req.nebius_region,

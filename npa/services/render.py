@@ -228,6 +228,34 @@ class RenderOptions:
     image: str | None = None
 
 
+def _infra(options: RenderOptions, workflow: Workflow, paths: NpaPaths) -> str:
+    """The backend to render for: ``--infra``, else SkyPilot on the context every command
+    chooses (``choose_context``: ``--context``, the spec's, the project's, current-context);
+    an error without a fix when there is none: the caller names the command."""
+    if options.infra is not None:
+        if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
+            raise InvalidInput(
+                f"--context {options.kube_context} and --infra {options.infra} disagree",
+                fix=f"--infra k8s/{options.kube_context}",
+            )
+        return options.infra
+    from npa.services.configure import choose_context
+
+    chosen = choose_context(
+        options.kube_context,
+        project=options.project,
+        spec_context=workflow.infrastructure.context,
+        paths=paths,
+    )
+    if chosen is None:
+        raise InvalidInput(
+            "cannot render: no kube context: set infrastructure.context, pass --context, "
+            "configure one (npa configure --context), set a current-context, or render for "
+            "this machine with --infra local",
+        )
+    return f"k8s/{chosen.name}"
+
+
 def _accelerators(
     backend: ExecutionBackend, workflow: Workflow, notes: list[str]
 ) -> dict[str, str]:
@@ -325,7 +353,6 @@ def render_spec(
         chosen_workflow,
         load_digests,
         pinned_images,
-        render_infra,
         render_run,
     )
     from npa.services.runs import run_store
@@ -349,9 +376,10 @@ def render_spec(
     infra = options.infra
     store = options.store_uri
     try:
-        infra = render_infra(workflow, options.infra, options.kube_context)
+        given = infra_context(options.infra) if options.infra else options.kube_context
         # As given: the store's normal form would hide what is wrong with it.
-        check_names(infra_context(infra), options.store_uri)
+        check_names(given, options.store_uri)
+        infra = _infra(options, workflow, paths)
         where = run_store(
             name,
             run_id,

@@ -18,7 +18,7 @@ from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.core.text import plural
 from npa.runs.journal import OperationJournal
-from npa.services.configure import redact, resolve_project
+from npa.services.configure import choose_context, redact, resolve_project
 from npa.services.stackops import (
     Confirm,
     StackReport,
@@ -173,17 +173,13 @@ def teardown(
     project = settings.project
     target = target_for(req.target, project=project)
     argv = ["teardown", "--project", project, "--target", req.target]
-    if isinstance(target, ExistingCluster) and not (req.context or settings.value("context")):
-        raise target.no_context(paths, argv)
-    lay = layout(
-        paths,
-        project,
-        req.target,
-        context=req.context,
-        kubeconfig=None,
-        configured_context=settings.value("context"),
-        need_source=False,
-    )
+    context = req.context
+    if isinstance(target, ExistingCluster):
+        chosen = choose_context(context, project=project, paths=paths, use_current=False)
+        if chosen is None:
+            raise target.no_context(paths, argv)
+        context = chosen.name
+    lay = layout(paths, project, req.target, context=context, kubeconfig=None, need_source=False)
     argv += target.resume_args(lay)
     backend = state_backend(paths, req.backend_url, settings, create=False, argv=argv)
     resume = _teardown_resume(argv, backend)

@@ -43,7 +43,6 @@ def layout(
     *,
     context: str | None,
     kubeconfig: Path | None,
-    configured_context: str | None,
     infra: Infrastructure | None = None,
     nebius_project: str | None = None,
     nebius_region: str | None = None,
@@ -53,7 +52,6 @@ def layout(
     ask = LayoutAsk(
         context=context,
         kubeconfig=kubeconfig,
-        configured_context=configured_context,
         infra=infra,
         nebius_project=nebius_project,
         nebius_region=nebius_region,

@@ -113,9 +113,8 @@ class Layout:
 class LayoutAsk:
     """What a layout is built from: the command's flags and the project's settings."""
 
-    context: str | None
+    context: str | None  # chosen in the one order (services.configure.choose_context)
     kubeconfig: Path | None
-    configured_context: str | None
     infra: Infrastructure | None = None
     nebius_project: str | None = None
     nebius_region: str | None = None

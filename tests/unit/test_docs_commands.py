@@ -1,7 +1,8 @@
 """The docs cannot drift from the CLI: every ``npa ...`` command line in README.md, docs/ and the
 runbooks under skills/ (in a fenced code block or an inline code span) names a command that
 exists, with flags that command has. The runbooks' index lists every runbook, and each has the
-front matter an agent reads (name, description)."""
+front matter an agent reads (name, description). Every row of docs/conventions.md states its rule
+once and links tests that exist (a ``file.py::test_name`` link names a test that file defines)."""
 
 from __future__ import annotations
 
@@ -208,3 +209,58 @@ def test_every_runbook_is_indexed_and_described() -> None:
         names.add(meta["name"])
         assert any(line for _, line in command_lines(runbook.read_text("utf-8"))), runbook
     assert len(names) == len(runbooks)
+
+
+_LINK = re.compile(r"`(tests/[\w/]+\.py)(?:::(\w+))?`")
+
+
+def _convention_rows() -> list[tuple[int, str, str]]:
+    """(line number, the row's convention, its "proved by" cell) of docs/conventions.md."""
+    rows = []
+    text = (ROOT / "docs" / "conventions.md").read_text("utf-8")
+    for number, line in enumerate(text.splitlines(), 1):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and len(cells) == 4 and cells[0] not in ("area", "---"):
+            rows.append((number, cells[1], cells[3]))
+    return rows
+
+
+def _defined_tests(path: Path) -> set[str]:
+    import ast
+
+    tree = ast.parse(path.read_text("utf-8"))
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    }
+
+
+def test_every_convention_links_tests_that_exist() -> None:
+    rows = _convention_rows()
+    assert len(rows) >= 30
+    for number, convention, proved_by in rows:
+        links = _LINK.findall(proved_by)
+        assert links, f"docs/conventions.md:{number}: {convention!r} links no test"
+        for file, node in links:
+            path = ROOT / file
+            assert path.is_file(), f"docs/conventions.md:{number}: {file} does not exist"
+            if node:
+                assert node in _defined_tests(path), (
+                    f"docs/conventions.md:{number}: {file} defines no {node}"
+                )
+
+
+def test_each_convention_is_stated_once() -> None:
+    conventions = [convention for _, convention, _ in _convention_rows()]
+    assert len(conventions) == len(set(conventions))
+
+
+def test_the_link_checker_finds_a_missing_node() -> None:
+    here = Path(__file__)
+    assert "test_the_link_checker_finds_a_missing_node" in _defined_tests(here)
+    assert "test_no_such_node" not in _defined_tests(here)
+    assert _LINK.findall("`tests/unit/x.py::test_y` (why), `tests/a.py`") == [
+        ("tests/unit/x.py", "test_y"),
+        ("tests/a.py", ""),
+    ]

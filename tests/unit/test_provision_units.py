@@ -153,14 +153,14 @@ def test_names() -> None:
 
 def test_layout_of_each_target(tmp_path: Path) -> None:
     paths = NpaPaths(tmp_path / ".npa")
-    local = layout(paths, "p", "local", context=None, kubeconfig=None, configured_context=None)
+    local = layout(paths, "p", "local", context=None, kubeconfig=None)
     assert [s.name for s in local.stacks] == ["p.local"]
     assert local.stacks[0].config["npa:storeDir"] == str(paths.local_store)
-    nebius = layout(paths, "p", "nebius", context=None, kubeconfig=None, configured_context=None)
+    nebius = layout(paths, "p", "nebius", context=None, kubeconfig=None)
     assert [s.name for s in nebius.stacks] == ["p.nebius", "p.kubernetes.nebius-p"]
     assert nebius.stacks[0].config["npa:gpuDiskGib"] == "1023"
     with pytest.raises(InvalidInput) as bad:
-        layout(paths, "p", "aws", context=None, kubeconfig=None, configured_context=None)
+        layout(paths, "p", "aws", context=None, kubeconfig=None)
     assert bad.value.fix is not None
 
 
@@ -173,15 +173,14 @@ def test_kubernetes_layout_checks_the_context(tmp_path: Path) -> None:
         "contexts: [{name: a, context: {cluster: c, user: u}}]\n"
     )
     paths = NpaPaths(tmp_path / ".npa")
-    lay = layout(
-        paths, "p", "kubernetes", context=None, kubeconfig=kubeconfig, configured_context=None
-    )
+    # The layout takes the context its caller chose (choose_context): it guesses none itself.
+    with pytest.raises(InvalidInput, match="needs a kube context"):
+        layout(paths, "p", "kubernetes", context=None, kubeconfig=kubeconfig)
+    lay = layout(paths, "p", "kubernetes", context="a", kubeconfig=kubeconfig)
     assert lay.context == "a"
     assert lay.stacks[0].config["npa:kubeconfigPath"] == str(paths.cluster_kubeconfig("a"))
     with pytest.raises(InvalidInput, match="no context 'b'"):
-        layout(
-            paths, "p", "kubernetes", context="b", kubeconfig=kubeconfig, configured_context=None
-        )
+        layout(paths, "p", "kubernetes", context="b", kubeconfig=kubeconfig)
 
 
 def test_minimal_kubeconfig_keeps_one_context(tmp_path: Path) -> None:

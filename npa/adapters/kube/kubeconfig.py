@@ -56,8 +56,11 @@ def split_list(value: str) -> list[Path]:
 
 
 def source_files(explicit: Path | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
-    """The files kubectl would read: ``--kubeconfig``, else ``$KUBECONFIG``, else ~/.kube/config."""
+    """The files kubectl would read: ``--kubeconfig``, else ``$KUBECONFIG``, else ~/.kube/config.
+    npa's ``--kubeconfig`` may also be a list like ``$KUBECONFIG``."""
     env = os.environ if env is None else env
+    if explicit is not None and os.pathsep in str(explicit):
+        return [p.absolute() for p in split_list(str(explicit))]
     if explicit is not None:
         return [explicit.expanduser().absolute()]
     listed = env.get("KUBECONFIG")

@@ -6,7 +6,6 @@ cluster first."""
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -67,20 +66,10 @@ def kubeconfig_source(paths: NpaPaths, explicit: Path | None, context: str | Non
     placed kubeconfig for the context: copying that file onto itself would say nothing."""
     from npa.adapters.kube import kubeconfig
 
-    if explicit is not None and os.pathsep in str(explicit):
-        files = [p.absolute() for p in kubeconfig.split_list(str(explicit))]
-    else:
-        files = kubeconfig.source_files(explicit)
+    files = kubeconfig.source_files(explicit)
     placed = paths.cluster_kubeconfig(context).absolute() if context else None
     kept = [f for f in files if placed is None or f != placed]
     return KubeSource(kubeconfig.join_list(kept), explicit is not None, len(kept) < len(files))
-
-
-def _current_context(source: str) -> str | None:
-    from npa.adapters.kube import kubeconfig
-
-    # A kubeconfig that cannot be read is its own error, never "no current context".
-    return kubeconfig.merge(kubeconfig.split_list(source)).current_context
 
 
 def _command(*argv: str) -> str:
@@ -101,9 +90,8 @@ class KubernetesTarget(Target, ExistingCluster, CopiesKubeconfig, ChecksReachabi
     plugins = (K8S_PLUGIN,)
 
     def layout(self, paths: NpaPaths, project: str, ask: LayoutAsk) -> Layout:
-        ctx = ask.context or ask.configured_context
-        if ctx is None and ask.need_source:
-            ctx = _current_context(kubeconfig_source(paths, ask.kubeconfig, None).value)
+        # Chosen by the caller in the one order (services.configure.choose_context).
+        ctx = ask.context
         if ctx is None:
             raise self._no_current_context(paths, project, ask.kubeconfig)
         check_context_name(ctx)
