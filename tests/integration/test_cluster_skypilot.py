@@ -1040,7 +1040,7 @@ def test_a_store_outage_while_a_pod_uploads_its_output_is_ridden_out(
     assert jobs[final["job_id"]] == "SUCCEEDED", jobs
 
 
-@pytest.mark.opt_in  # 546 s (2026-12-04): the pod's 120 s of patience, then a relaunch; make test-all
+@pytest.mark.opt_in  # 546 s (2026-12-04): 120 s of patience, then a relaunch; make test-all
 def test_a_store_outage_past_the_pods_patience_is_relaunched_as_infrastructure(
     sky_cluster: SkyCluster, tmp_path: Path
 ) -> None:
