@@ -1031,13 +1031,18 @@ def test_a_store_outage_while_a_pod_uploads_its_output_is_ridden_out(
         jobs = one_job_left(world, workflow, run_id, final["job_id"])
     if fault == "500s":
         assert "asking again" in logs.stdout + logs.stderr, logs.stdout + logs.stderr
+    assert output_and_starts(world, workflow, run_id) == ("done", "1")
+    assert jobs[final["job_id"]] == "SUCCEEDED", jobs
+
+
+def output_and_starts(world: SkyCluster, workflow: str, run_id: str) -> tuple[str, str]:
+    """What stage ``works`` of an outage test stored in ``done.txt``, and how many times its
+    one shard started (its count in the store)."""
     prefix = f"runs/{workflow}/{run_id}/npa-workflow/stages/works"
     s3 = world.s3.client()
     done = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/outputs/done.txt")
-    assert done["Body"].read().decode().strip() == "done"
     starts = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/attempts/wave-0-shard-0")
-    assert starts["Body"].read().decode().strip() == "1"
-    assert jobs[final["job_id"]] == "SUCCEEDED", jobs
+    return done["Body"].read().decode().strip(), starts["Body"].read().decode().strip()
 
 
 @pytest.mark.opt_in  # 546 s (2026-12-04): 120 s of patience, then a relaunch; make test-all
@@ -1083,12 +1088,7 @@ def test_a_store_outage_past_the_pods_patience_is_relaunched_as_infrastructure(
     assert attempt["classification"] == "transient_infrastructure", attempt
     assert "exit code 75" in attempt["detail"], attempt
     assert final["job_id"] != first_job and jobs[final["job_id"]] == "SUCCEEDED", jobs
-    prefix = f"runs/{workflow}/{run_id}/npa-workflow/stages/works"
-    s3 = world.s3.client()
-    done = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/outputs/done.txt")
-    assert done["Body"].read().decode().strip() == "done"
-    starts = s3.get_object(Bucket=world.bucket, Key=f"{prefix}/attempts/wave-0-shard-0")
-    assert starts["Body"].read().decode().strip() == "2"
+    assert output_and_starts(world, workflow, run_id) == ("done", "2")
     records = phase_records(world, workflow, run_id, "works")
     assert [(r.attempt, r.exit_code, r.uploaded_at is None) for r in records] == [
         (1, 0, True), (2, 0, False)], records  # fmt: skip
