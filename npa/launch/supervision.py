@@ -78,9 +78,9 @@ class Verdict:
 # Exit codes of a shell that mean "the command itself cannot run as written".
 _NOT_RUNNABLE = {126: "command found but not executable", 127: "command not found"}
 # Exit 75 (EX_TEMPFAIL in sysexits.h): a temporary failure, to be tried again. npa's stage
-# library ends a SkyPilot node with it when the store stopped answering past its patience
-# (templates/skypilot-stage.sh), and a command may say the same of itself: on every backend it
-# is transient infrastructure, recovered under --max-infrastructure-recoveries.
+# library (npa/templates/skypilot-stage.sh) ends a SkyPilot node with it when the store stopped
+# answering past its patience, and a command may say the same of itself: on every backend it is
+# transient infrastructure, recovered under --max-infrastructure-recoveries.
 TEMPORARY_FAILURE = 75
 # Signals that mean the process was taken away from under the payload.
 _INFRA_SIGNALS = {signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGBUS}
