@@ -6,8 +6,10 @@ kube-controller-manager, kube-scheduler and the kubelet are the upstream compone
 layout built once per set of inputs) and are served by a registry of the cluster's own, which
 the node (containerd on this host) pulls from over loopback.
 
-Pods live on a bridge of the cluster's own (``npabr<id>``, a free /24). Pods cannot reach the
-host's 127.0.0.1, so everything a pod must reach listens on the bridge's gateway address, never
+Pods live on a bridge of the cluster's own (``npabr<id>``); each node has its own /24 of a free
+block and its own address on the bridge, and the host routes between the nodes' ranges. Pods
+cannot reach the host's 127.0.0.1, so everything a pod must reach listens on the first node's
+address, the cluster's gateway, never
 on an external interface: the API server (pods reach it through the ``kubernetes`` Service
 address, which a DNAT rule of the cluster's own chain maps to the gateway), the moto S3 server
 of the run store, and the endpoint that answers SkyPilot's network check. There is no
@@ -32,6 +34,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -41,7 +44,7 @@ from typing import IO, Any
 
 import yaml
 
-from tests.harness.cluster_host import CGROUP_FS, SHARED, HostRecord, run
+from tests.harness.cluster_host import CGROUP_FS, SHARED, HostRecord, postrouting_chain, run
 from tests.harness.procs import ManagedProcess, http_status, pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,21 +91,23 @@ class Cluster:
     node: str
     kubeconfig: Path  # admin (system:masters), server on the gateway address
     gateway: str
-    subnet: str
+    subnet: str  # the pods' range: every node's range in one block
     registry: str  # host:port in image references; the node pulls from it
     images: dict[str, str]  # tag -> reference pinned by digest
     workdir: Path
     tools: ClusterTools
     processes: list[ManagedProcess] = field(default_factory=list)
     nodes: list[str] = field(default_factory=list)  # every node's name, ``node`` first
+    pod_cidrs: dict[str, str] = field(default_factory=dict)  # node -> its own pods' range
     record: HostRecord | None = None  # where a restarted process's pid is recorded for undo
+    keeper: Keeper | None = None  # what starts the scheduler and controller-manager again
 
     @contextlib.contextmanager
     def down(self, name: str) -> Iterator[None]:
         """The cluster's process ``name`` (``kube-apiserver``, ``kubelet``, ...) stopped for the
         body of the ``with``, as a crash or a restart of that component does; then started again
         with the same command line, and the ``with`` ends when it answers again (the API
-        server's ``/readyz``; for the kubelet, the node Ready)."""
+        server's ``/readyz``; for a kubelet, its node Ready and its own health endpoint)."""
         [proc] = [p for p in self.processes if p.name == name]
         proc.stop(STOP_GRACE)
         try:
@@ -112,13 +117,18 @@ class Cluster:
             if self.record is not None:
                 self.record.started(proc.pid)
 
+        kubelets = {self.kubelet_of(node): node for node in self.nodes}
+
         def answers() -> bool:
             asked = self.kubectl("get", "--raw", "/readyz", timeout=10)
-            if asked.returncode != 0 or name != "kubelet":
+            if asked.returncode != 0 or name not in kubelets:
                 return asked.returncode == 0
-            node = self.kubectl("get", "node", self.node, "-o", "json", timeout=10)
+            node = self.kubectl("get", "node", kubelets[name], "-o", "json", timeout=10)
             conditions = json.loads(node.stdout)["status"]["conditions"]
-            return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            ready = any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+            # A node stays Ready in the API for a while after its kubelet stops: the kubelet's
+            # own health endpoint says it is serving again.
+            return ready and http_status(f"http://127.0.0.1:{proc.ports[1]}/healthz") == 200
 
         proc.wait_until(answers, 180, "answering again after it was stopped")
 
@@ -174,25 +184,34 @@ def _routes() -> list[ipaddress.IPv4Network]:
     return nets
 
 
-def pick_subnet() -> ipaddress.IPv4Network:
-    """A /24 in 10.0.0.0/8 that no route on this host overlaps (nor the Service range)."""
+def pick_pod_network(nodes: int = 1) -> ipaddress.IPv4Network:
+    """The cluster's pod range: a /24 for each of ``nodes`` nodes, in one aligned block of
+    10.100.0.0-10.199.255.255 that no route on this host overlaps (nor the Service range)."""
+    prefix = 24 - (nodes - 1).bit_length()
     used = [*_routes(), ipaddress.ip_network(SERVICE_CIDR)]
     for _ in range(200):
         candidate = ipaddress.ip_network(
             f"10.{random.randint(100, 199)}.{random.randint(0, 255)}.0/24"
-        )
+        ).supernet(new_prefix=prefix)
         if not any(candidate.overlaps(u) for u in used):
             return candidate
-    raise RuntimeError("no free /24 in 10.100.0.0-10.199.255.0 for the test cluster's pods")
+    raise RuntimeError(f"no free /{prefix} in 10.100.0.0-10.199.255.0 for the test cluster's pods")
+
+
+def node_pod_cidrs(network: ipaddress.IPv4Network, nodes: int) -> list[ipaddress.IPv4Network]:
+    """Each node's own /24 of the cluster's pod range, in node order."""
+    return list(network.subnets(new_prefix=24))[:nodes]
 
 
 # --- PKI --------------------------------------------------------------------------------------
 
 
-def _write_pki(pki: Path, *, gateway: str, node: str) -> dict[str, Path]:
+def _write_pki(
+    pki: Path, *, gateway: str, nodes: list[str], addresses: list[str]
+) -> dict[str, Path]:
     """A CA, the API server's serving certificate (loopback, gateway and Service addresses), the
-    kubelet's serving certificate, the API server's client certificate for the kubelet, and the
-    service-account key pair."""
+    kubelets' serving certificate (every node's name and address), the API server's client
+    certificate for the kubelets, and the service-account key pair."""
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec, rsa
@@ -258,7 +277,11 @@ def _write_pki(pki: Path, *, gateway: str, node: str) -> dict[str, Path]:
             x509.IPAddress(ip(KUBERNETES_SERVICE_IP)),
         ],
     )
-    kubelet_crt, kubelet_key = issue(node, None, [x509.DNSName(node), x509.IPAddress(ip(gateway))])
+    kubelet_crt, kubelet_key = issue(
+        nodes[0],
+        None,
+        [*(x509.DNSName(n) for n in nodes), *(x509.IPAddress(ip(a)) for a in addresses)],
+    )
     client_crt, client_key = issue("kube-apiserver-kubelet-client", "system:masters", [])
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     files = {
@@ -409,6 +432,11 @@ def _registry_hosts(work: Path, registry: str) -> None:
 def _cni_config(
     network_dir: Path, work: Path, name: str, bridge: str, subnet: str, gw: str
 ) -> None:
+    """One node's CNI network: the cluster's bridge, the node's own pod range and address
+    allocator, and the node's address on the bridge as the pods' gateway. The harness puts
+    every node's address on the bridge itself (the bridge plugin refuses a second IPv4 address
+    on a bridge it manages), so the plugin is told not to be the gateway; the pods' default
+    route still goes through ``gw``, and the host routes between the nodes' ranges."""
     network_dir.mkdir(parents=True, exist_ok=True)
     conf = {
         "cniVersion": "0.4.0",
@@ -417,7 +445,7 @@ def _cni_config(
             {
                 "type": "bridge",
                 "bridge": bridge,
-                "isGateway": True,
+                "isGateway": False,
                 "ipMasq": True,
                 "hairpinMode": True,
                 "ipam": {
@@ -436,6 +464,7 @@ def _kubelet_config(
     work: Path,
     pki: dict[str, Path],
     *,
+    address: str,
     gateway: str,
     port: int,
     healthz: int,
@@ -445,7 +474,7 @@ def _kubelet_config(
     config = {
         "apiVersion": "kubelet.config.k8s.io/v1beta1",
         "kind": "KubeletConfiguration",
-        "address": gateway,
+        "address": address,
         "port": port,
         "readOnlyPort": 0,
         "healthzBindAddress": "127.0.0.1",
@@ -582,6 +611,40 @@ def _cgroup(root: str, shares: int | None = None) -> None:
             (target / "cpu.shares").write_text(f"{shares}\n")
 
 
+class Keeper:
+    """Starts the cluster's controllers again when one exits, as the kubelet does for the
+    static pods of a real control plane. The scheduler exits by design when its cache
+    contradicts the API server (``Pod updated on a different node than previously added to``),
+    which an API server restart can cause; a cluster whose scheduler stays down schedules
+    nothing more, which no real cluster does. Every restart is written in the process's own log
+    and counted in :attr:`restarts`."""
+
+    def __init__(self, record: HostRecord, procs: list[ManagedProcess]) -> None:
+        self.record = record
+        self.procs = procs
+        self.restarts: dict[str, int] = {}
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._keep, name="cluster-keeper", daemon=True)
+        self._thread.start()
+
+    def _keep(self) -> None:
+        while not self._stopping.wait(1.0):
+            for proc in self.procs:
+                code = proc.popen.poll() if proc.popen is not None else None
+                if code is None or self._stopping.is_set():
+                    continue
+                proc.stop(0)  # its log closed and any child of its group ended
+                with open(proc.log_path, "a") as log:
+                    log.write(f"--- the harness starts {proc.name} again: it exited {code}\n")
+                proc.start()
+                self.record.started(proc.pid)
+                self.restarts[proc.name] = self.restarts.get(proc.name, 0) + 1
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+
 def _record_process(record: HostRecord, proc: ManagedProcess) -> None:
     record.started(proc.pid)
 
@@ -693,18 +756,23 @@ def _start_node(
     place: NodePlace,
     pki: dict[str, Path],
     kubeconfig: Path,
+    address: str,
+    pod_cidr: str,
     gateway: str,
-    network_dir: Path,
     registry: str,
     images: dict[str, str],
     logs: Path,
 ) -> list[ManagedProcess]:
     """One node: its containerd (images and the pods' layers in a tmpfs of its own, the images
-    pulled in advance) and its kubelet, registered as ``node``. Every node shares the cluster's
-    bridge and address range (one CNI network, one address allocator), so pods of different
-    nodes reach each other as pods of one node do. ``start`` starts a process for the cluster's
-    life. Returns the node's processes."""
+    pulled in advance) and its kubelet, registered as ``node`` with ``address`` (on the
+    cluster's bridge) as its own. Its pods get addresses from ``pod_cidr`` through an address
+    allocator of its own, with ``address`` as their gateway; the host routes between the
+    nodes' ranges, so pods of different nodes reach each other by their own addresses. The
+    cluster's DNS is on ``gateway``. ``start`` starts a process for the cluster's life. Returns
+    the node's processes."""
     work = place.work
+    network_dir = work / "cni"
+    _cni_config(network_dir, work, record.network, record.bridge, pod_cidr, address)
     # containerd's images and the pods' layers live in memory: unpacking the runtime image is
     # then quick, and tearing it down is one unmount instead of deleting tens of thousands of
     # files (minutes on a busy host).
@@ -727,9 +795,9 @@ def _start_node(
     )
     containerd.wait_until(socket.exists, 30, "listening")
     pull_images(socket, work / "containerd" / "certs.d", images, logs / f"pull{place.suffix}.log")
-    port, healthz = free_port_on(gateway), free_port_on("127.0.0.1")
+    port, healthz = free_port_on(address), free_port_on("127.0.0.1")
     config = _kubelet_config(
-        work, pki, gateway=gateway, port=port, healthz=healthz,
+        work, pki, address=address, gateway=gateway, port=port, healthz=healthz,
         cgroup_root=place.cgroup_root, socket=socket,
     )  # fmt: skip
     record.did("kubelet")
@@ -742,7 +810,7 @@ def _start_node(
                 f"--kubeconfig={kubeconfig}",
                 f"--root-dir={place.rundir / 'kubelet'}",
                 f"--hostname-override={node}",
-                f"--node-ip={gateway}",
+                f"--node-ip={address}",
                 "--v=1",
             ],
             log_path=logs / f"kubelet{place.suffix}.log",
@@ -760,8 +828,12 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
     if os.geteuid() != 0:
         raise PermissionError("the test cluster needs root (network namespaces, cgroups, mounts)")
     cluster_id = secrets.token_hex(3)
-    subnet = pick_subnet()
-    gateway = str(next(subnet.hosts()))
+    network = pick_pod_network(nodes)
+    pod_cidrs = node_pod_cidrs(network, nodes)
+    # Each node's address on the bridge is the first of its range, its pods' gateway; the
+    # first node's is the cluster's gateway, where everything a pod must reach listens.
+    addresses = [str(next(cidr.hosts())) for cidr in pod_cidrs]
+    gateway = addresses[0]
     work = workdir
     work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o700)
@@ -773,7 +845,7 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
         cluster_id=cluster_id,
         workdir=str(work),
         bridge=f"npabr{cluster_id}",
-        subnet=str(subnet),
+        subnet=str(network),
         gateway=gateway,
         network=f"npa-{cluster_id}",
         chain=f"NPA-{cluster_id.upper()}",
@@ -807,12 +879,14 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
         Path("/proc/sys/net/ipv4/ip_forward").write_text("1\n")
         record.did("bridge")
         run("ip", "link", "add", record.bridge, "type", "bridge", check=True)
-        run("ip", "addr", "add", f"{gateway}/{subnet.prefixlen}", "dev", record.bridge, check=True)
+        for address, cidr in zip(addresses, pod_cidrs, strict=True):
+            run("ip", "addr", "add", f"{address}/{cidr.prefixlen}", "dev", record.bridge,
+                check=True)  # fmt: skip
         run("ip", "link", "set", record.bridge, "up", check=True)
         record.did("cgroups")
         _cgroup(record.cgroup_root, shares=POD_CPU_SHARES)
 
-        pki = _write_pki(work / "pki", gateway=gateway, node=node)
+        pki = _write_pki(work / "pki", gateway=gateway, nodes=names, addresses=addresses)
         users = {
             "admin": ("npa-cluster-admin", "system:masters"),
             "scheduler": ("system:kube-scheduler", ""),
@@ -948,7 +1022,7 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
         dns.wait_until(lambda: "cluster DNS on" in dns.log_tail(5), 30, "listening")
 
         # --- controllers -----------------------------------------------------------------
-        start(
+        controllers = [start(
             ManagedProcess(
                 name="kube-controller-manager",
                 argv=[
@@ -959,14 +1033,15 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
                     "--use-service-account-credentials=false",
                     f"--service-account-private-key-file={pki['sa.key']}",
                     f"--root-ca-file={pki['ca.crt']}",
+                    # Each node's pod range is the harness's choice (its CNI configuration
+                    # is written before the node registers); it is set in the node's spec.
                     "--allocate-node-cidrs=false",
                     "--v=1",
                 ],
                 log_path=logs / "kube-controller-manager.log",
             ),
             stack,
-        )
-        start(
+        ), start(
             ManagedProcess(
                 name="kube-scheduler",
                 argv=[
@@ -979,7 +1054,9 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
                 log_path=logs / "kube-scheduler.log",
             ),
             stack,
-        )
+        )]  # fmt: skip
+        keeper = Keeper(record, controllers)
+        stack.callback(keeper.stop)  # before the controllers are stopped at teardown
 
         # --- the registry and its images -------------------------------------------------
         reg_port = free_port_on("127.0.0.1")
@@ -1012,8 +1089,6 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
         images = push_images(tools, registry, logs / "skopeo.log")
 
         # --- the nodes: a containerd and a kubelet each ------------------------------------
-        network_dir = work / "cni"
-        _cni_config(network_dir, work, record.network, record.bridge, str(subnet), gateway)
         cluster = Cluster(
             cluster_id=cluster_id,
             context=context,
@@ -1021,13 +1096,15 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
             nodes=names,
             kubeconfig=admin,
             gateway=gateway,
-            subnet=str(subnet),
+            subnet=str(network),
+            pod_cidrs={name: str(cidr) for name, cidr in zip(names, pod_cidrs, strict=True)},
             registry=registry,
             images=images,
             workdir=work,
             tools=tools,
             processes=procs,
             record=record,
+            keeper=keeper,
         )
         node_procs: list[ManagedProcess] = []
         for index, name in enumerate(names):
@@ -1036,8 +1113,9 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
             socket = place.socket
             node_procs += _start_node(
                 lambda proc: start(proc, stack), record, tools, node=name, place=place, pki=pki,
-                kubeconfig=kubeconfigs / f"kubelet-{name}", gateway=gateway,
-                network_dir=network_dir, registry=registry, images=images, logs=logs,
+                kubeconfig=kubeconfigs / f"kubelet-{name}", address=addresses[index],
+                pod_cidr=str(pod_cidrs[index]), gateway=gateway, registry=registry,
+                images=images, logs=logs,
             )  # fmt: skip
             # Pods go away first at teardown, while the kubelets can still tear them down cleanly.
             stack.callback(teardown_mark, f"drained {name}")
@@ -1080,7 +1158,13 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
                 f"{gateway}:{netcheck_port}",
                 check=True,
             )
-        run(*nat, "-I", "PREROUTING", "-s", str(subnet), "-j", record.chain, check=True)
+        run(*nat, "-I", "PREROUTING", "-s", str(network), "-j", record.chain, check=True)
+        # Pods reach pods of every node by their own addresses: the CNI plugin masquerades what
+        # leaves a pod's own range, so traffic between the nodes' ranges is exempted first.
+        unmasked = postrouting_chain(record)
+        run(*nat, "-N", unmasked, check=True)
+        run(*nat, "-A", unmasked, "-d", str(network), "-j", "ACCEPT", check=True)
+        run(*nat, "-I", "POSTROUTING", "-s", str(network), "-j", unmasked, check=True)
 
         def node_ready(name: str) -> bool:
             got = cluster.kubectl("get", "node", name, "-o", "json", timeout=10)
@@ -1095,6 +1179,13 @@ def pod_cluster(tools: ClusterTools, workdir: Path, nodes: int = 2) -> Iterator[
 
         _wait("every node Ready and untainted", lambda: all(node_ready(n) for n in names),
               READY_TIMEOUT, node_procs)  # fmt: skip
+        for name in names:  # what each node's CNI configuration allocates from, as its spec says
+            own = cluster.pod_cidrs[name]
+            spec = {"spec": {"podCIDR": own, "podCIDRs": [own]}}
+            patched = cluster.kubectl("patch", "node", name, "--type=merge", "-p",
+                                      json.dumps(spec), timeout=30)  # fmt: skip
+            if patched.returncode != 0:
+                raise RuntimeError(f"node {name}'s pod range not set: {patched.stderr}")
         advertise_gpus(cluster, cluster.node, NODE_GPUS[1])
         _wait("the first node's GPUs allocatable",
               lambda: node_gpus(cluster, cluster.node) == NODE_GPUS[1], READY_TIMEOUT,

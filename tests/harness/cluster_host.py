@@ -267,6 +267,12 @@ def _unmount_under(path: Path) -> int:
     return len(points)
 
 
+def postrouting_chain(record: HostRecord) -> str:
+    """The cluster's own nat chain that POSTROUTING jumps to (traffic between pods left
+    unmasqueraded); :attr:`HostRecord.chain` is the one PREROUTING jumps to."""
+    return f"{record.chain}-P"
+
+
 def _nat_rules() -> list[str]:
     return run("iptables", "-w", "-t", "nat", "-S").stdout.splitlines()
 
@@ -281,14 +287,16 @@ def _remove_iptables(record: HostRecord) -> list[str]:
         if not rule.startswith("-A "):
             continue
         target = re.search(r" -j (\S+)", rule)
-        ours = f"-j {record.chain}" in rule or marker in rule or f'name: "{record.network}"' in rule
+        jumps = (f"-j {record.chain}", f"-j {postrouting_chain(record)}")
+        jumped = any(rule.endswith(jump) or f"{jump} " in rule for jump in jumps)
+        ours = jumped or marker in rule or f'name: "{record.network}"' in rule
         if ours:
             args = ["iptables", "-w", "-t", "nat", "-D", *_split_rule(rule[3:])]
             if run(*args).returncode == 0:
                 done.append(f"deleted nat rule: {rule}")
             if target and target.group(1).startswith("CNI-"):
                 chains.add(target.group(1))
-    chains.add(record.chain)
+    chains.update((record.chain, postrouting_chain(record)))
     existing = {r.split()[1] for r in _nat_rules() if r.startswith("-N ")}
     for chain in sorted(chains & existing):
         run("iptables", "-w", "-t", "nat", "-F", chain)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -581,6 +582,12 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         # Read from the pods themselves while they live: a status poll on a busy machine can
         # miss the wave's whole RUNNING time.
         assert sorted(gpu_pods_placed(world, 2)) == sorted((name, "1") for name in nodes)
+        # Each node gives its pods addresses from its own range, as its spec states; the two
+        # pods are in different ranges, and the wave's Ray still joins them (SUCCEEDED below).
+        ranges = {node: ipaddress.ip_network(cidr) for node, cidr in node_pod_ranges(world)}
+        assert ranges == {n: ipaddress.ip_network(world.cluster.pod_cidrs[n]) for n in nodes}
+        placed = [(node, ip) for node, ip in running_pod_addresses(world) if node in ranges]
+        assert all(ipaddress.ip_address(ip) in ranges[node] for node, ip in placed), placed
         final, _ = follow(world, run_id, terminal, timeout=900)
         assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
         prefix = f"runs/e2e-spread/{run_id}/npa-workflow/stages/split/outputs/parts"
@@ -613,6 +620,25 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
         final, _ = follow(world, run_id, terminal, timeout=600)
         assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
+
+
+def node_pod_ranges(world: SkyCluster) -> list[tuple[str, str]]:
+    """(node, pod range) as each node's spec states it."""
+    listed = world.cluster.kubectl("get", "nodes", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return [(n["metadata"]["name"], n["spec"].get("podCIDR", "")) for n in
+            json.loads(listed.stdout)["items"]]  # fmt: skip
+
+
+def running_pod_addresses(world: SkyCluster) -> list[tuple[str, str]]:
+    """(node, pod address) of every running pod in the project's namespace."""
+    listed = world.cluster.kubectl("get", "pods", "-n", world.namespace, "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return [
+        (pod["spec"]["nodeName"], pod["status"]["podIP"])
+        for pod in json.loads(listed.stdout)["items"]
+        if pod["status"].get("phase") == "Running" and pod["status"].get("podIP")
+    ]
 
 
 def autoscaled_config(world: SkyCluster, tmp_path: Path) -> Path:
@@ -988,6 +1014,60 @@ def test_the_control_plane_and_the_kubelet_stopped_under_a_running_job(
     assert final["job_id"] == int(job) and supervisor.get("relaunches", 0) == 0, final
 
 
+def test_the_kubelet_of_the_task_pods_own_node_stopped_for_30_s_under_a_running_job(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """The task pod works on the node the jobs controller is not on (the only node with a GPU
+    free, and the stage asks for one); that node's kubelet stops for 30 s and starts again, as
+    a node restart does. The pod's processes work on under their containerd. Status, asked
+    while the kubelet is down, is never an end; once the kubelet is back the run ends
+    SUCCEEDED with its output, whatever SkyPilot made of the fault, and the shard's output was
+    written once."""
+    world = sky_cluster
+    controller = controller_node(world, tmp_path)
+    [task_node] = [n for n in world.cluster.nodes if n != controller]
+    workflow = "e2e-nodedown"
+    with gpus_per_node(world.cluster, {controller: 0, task_node: 1}):
+        run_id, job = running_run_with_one_output(
+            world, tmp_path, workflow, seconds=120, accelerators=f"{NODE_GPUS[0]}:1"
+        )
+        assert [node for node, _ in gpu_pods_placed(world, 1)] == [task_node]
+        with world.cluster.down(world.cluster.kubelet_of(task_node)):
+            stopped = time.monotonic()
+            during = status(world, run_id)
+            time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))  # the fault lasts 30 s
+        assert not terminal(during), json.dumps(during, indent=1)
+        assert during["last_known_state"] in ("RUNNING", "RECOVERING"), during
+        final, states = follow(world, run_id, terminal, timeout=1200)
+    assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    assert not {"FAILED", "CANCELLED"} & set(states), states
+    done, starts = output_and_starts(world, workflow, run_id)
+    assert done == "done", done
+    supervisor = final["supervisor"] or {}
+    print(
+        f"kubelet of {task_node} down: status said {during['state']}; states {states}; "
+        f"job {job} -> {final['job_id']}; shard starts {starts}; supervisor {supervisor}"
+    )
+
+
+def controller_node(world: SkyCluster, tmp_path: Path) -> str:
+    """The node of the project's jobs controller pod; a short run starts the controller first
+    when no earlier test did."""
+
+    def named() -> list[str]:
+        return project_pods(world, lambda meta: meta["name"].startswith("sky-jobs-controller-"))
+
+    if not named():
+        run_id, _ = running_run_with_one_output(world, tmp_path, "e2e-warm", seconds=1)
+        final, _ = follow(world, run_id, terminal, timeout=900)
+        assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
+    [pod] = named()
+    got = world.cluster.kubectl("get", "pod", "-n", world.namespace, pod, "-o", "json")
+    assert got.returncode == 0, got.stderr
+    node: str = json.loads(got.stdout)["spec"]["nodeName"]
+    return node
+
+
 @pytest.mark.parametrize("fault", ["500s", "silence"])
 def test_a_store_outage_while_a_pod_uploads_its_output_is_ridden_out(
     sky_cluster: SkyCluster, tmp_path: Path, fault: str
@@ -1095,16 +1175,18 @@ def test_a_store_outage_past_the_pods_patience_is_relaunched_as_infrastructure(
 
 
 def running_run_with_one_output(
-    world: SkyCluster, tmp_path: Path, workflow: str, *, seconds: int
+    world: SkyCluster, tmp_path: Path, workflow: str, *, seconds: int, accelerators: str = ""
 ) -> tuple[str, str]:
     """A one-stage run that works for ``seconds`` then writes its output ``done``, submitted
     and followed until RUNNING; returns its run id and its job id."""
     out = {"name": "done", "path": "done.txt", "kind": "file"}
     # Under the stage contract an output is a local path; npa uploads it once the command ends.
     command = f'set -e; echo working; sleep {seconds}; echo done > "$NPA_OUTPUT_DONE"'
+    works = stage("works", command, outputs=[out])
+    if accelerators:
+        works["resources"]["accelerators"] = accelerators
     spec = write_spec(tmp_path / "wf" / f"{workflow}.yaml", workflow,
-                      world.cluster.images["sky-runtime"],
-                      [stage("works", command, outputs=[out])])  # fmt: skip
+                      world.cluster.images["sky-runtime"], [works])  # fmt: skip
     run_id = prepare(world, spec)
     submitted = submit(world, spec, run_id)
     assert submitted.code == 0, submitted.stdout + submitted.stderr
