@@ -393,6 +393,7 @@ class SkyPilotBackend(
                 values,
                 run_id=submission.run_id,
                 workflow=submission.workflow,
+                generation=submission.generation,
             )
         except Exception as exc:
             raise self._secret_unavailable(
@@ -421,9 +422,10 @@ class SkyPilotBackend(
             + "  # then rerun the same command",
         )
 
-    def release_run(self, project: str, workflow: str, run_id: str) -> list[str]:
-        """Delete the run's Secret (its declared secrets' values); the project's store Secret
-        stays, for its other runs."""
+    def release_run(self, project: str, workflow: str, run_id: str, generation: int) -> list[str]:
+        """Delete the run's Secret (its declared secrets' values) unless a launch after
+        ``generation`` wrote it (:func:`~npa.adapters.kube.secrets.delete_run_secret`); the
+        project's store Secret stays, for its other runs."""
         from npa.adapters.kube.secrets import delete_run_secret, run_secret_name
 
         if self.kubeconfig is None or self.context is None:
@@ -432,7 +434,9 @@ class SkyPilotBackend(
         namespace = project_namespace(project)
         name = run_secret_name(workflow, run_id)
         try:
-            gone = delete_run_secret(self.kubeconfig_path, self.context, namespace, name)
+            gone = delete_run_secret(
+                self.kubeconfig_path, self.context, namespace, name, generation
+            )
         except Exception as exc:
             raise self._secret_unavailable(
                 exc, f"delete the run's Secret {name}", namespace, "delete"
