@@ -192,6 +192,9 @@ class JobSubmission(BaseModel):
     # Resume: work an earlier job finished and submit validated; it is not run again.
     adopted_stages: list[str] = Field(default_factory=list)
     adopted_waves: dict[str, list[int]] = Field(default_factory=dict)
+    # Which launch of the run this is (npa.runs.manifest.launch_generation): what it puts in
+    # place for the run is marked with it.
+    generation: int = 0
 
 
 # --- what a backend runs: one task per stage ---------------------------------------------------
@@ -451,12 +454,14 @@ class PreparesLaunch(abc.ABC):
         """Make ``submission`` launchable; raises an NpaError with its fix when it cannot."""
 
     @abc.abstractmethod
-    def release_run(self, project: str, workflow: str, run_id: str) -> list[str]:
+    def release_run(self, project: str, workflow: str, run_id: str, generation: int) -> list[str]:
         """Remove what :meth:`prepare_launch` put in place for this run alone (not what the
         project's runs share), once the run has ended or is cancelled: the run's watcher calls
-        it at its final verdict, ``cancel`` after the cancel. Repeat-safe. Returns what it
-        removed, by name; raises an NpaError with its fix when it could not ask. Callers go
-        through :func:`release_ended_run`, the one rule for when and how."""
+        it at its final verdict, ``cancel`` after the cancel. ``generation`` is the launch the
+        caller saw end (:attr:`JobSubmission.generation`): what a later launch (a resume that
+        raced the caller) put in place is kept. Repeat-safe. Returns what it removed, by name;
+        raises an NpaError with its fix when it could not ask. Callers go through
+        :func:`release_ended_run`, the one rule for when and how."""
 
 
 class Released(BaseModel):
@@ -476,19 +481,24 @@ class Released(BaseModel):
 
 
 def release_ended_run(
-    backend: ExecutionBackend | None, project: str, workflow: str | None, run_id: str
+    backend: ExecutionBackend | None,
+    project: str,
+    workflow: str | None,
+    run_id: str,
+    generation: int,
 ) -> Released:
     """Remove what the launch put in place for this run alone (:meth:`PreparesLaunch.
     release_run`: the SkyPilot backend's run Secret) once nothing of the run can use it any
     more: the run has a final state, or its job was cancelled. Every path that learns that
     calls this (the watcher at its verdict, ``cancel``, ``status`` and ``--watch``, the
-    project's ``release`` sweep). Repeat-safe (a Secret already gone is no error); a refusal
-    comes back as ``error`` with the command to check, never raised, so the caller's own
-    answer (the run's state) stands as it is."""
+    project's ``release`` sweep), with the launch ``generation`` whose end it saw: what a later
+    launch of the run (a resume racing the caller) put in place is never removed. Repeat-safe
+    (a Secret already gone is no error); a refusal comes back as ``error`` with the command to
+    check, never raised, so the caller's own answer (the run's state) stands as it is."""
     if not isinstance(backend, PreparesLaunch) or workflow is None:
         return Released()
     try:
-        return Released(released=backend.release_run(project, workflow, run_id))
+        return Released(released=backend.release_run(project, workflow, run_id, generation))
     except NpaError as error:
         return Released(error=error.message, fix=error.fix)
 

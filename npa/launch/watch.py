@@ -354,7 +354,7 @@ class Watcher:
             return
         s = self.submission
         for ask in range(RELEASE_ASKS):
-            done = release_ended_run(self.backend, s.project, s.workflow, s.run_id)
+            done = release_ended_run(self.backend, s.project, s.workflow, s.run_id, s.generation)
             if done.error is None:
                 gone = done.released
                 self.log(f"released {', '.join(gone)}" if gone else "nothing of the run to release")

@@ -140,6 +140,15 @@ class RunManifest(_Model):
     resumes: list[ResumeRecord] = Field(default_factory=list)
 
 
+def launch_generation(manifest: RunManifest | None) -> int:
+    """Which of the run's launches the manifest's current job is: 0 for the first submit, N
+    after the N-th resume (a watcher's relaunch stays in its launch's generation). The run's
+    Secret records the generation it was written for, so a release decided on this manifest
+    removes no Secret a later resume wrote (:func:`npa.adapters.kube.secrets.delete_run_secret`).
+    A run without a manifest counts as 0: nothing written by a resume is older than it."""
+    return len(manifest.resumes) if manifest is not None else 0
+
+
 def base_job_name(manifest: RunManifest) -> str:
     """The name of the run's current job before any watcher relaunch: the last resume's job
     name, else the run's own. A relaunch's name is this plus ``-a<N>``."""

@@ -31,7 +31,7 @@ from npa.core.layout import manifest_lock
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
 from npa.launch.strays import end_strays, record_strays
-from npa.runs.manifest import StrayJob, update_manifest
+from npa.runs.manifest import StrayJob, launch_generation, update_manifest
 from npa.services.locate import Located, SourceAnswer, locate
 from npa.services.status import open_located_backend
 
@@ -136,7 +136,8 @@ def cancel(
     backend = open_located_backend(located, paths)
     outcome = _cancel_job(located, backend, result)
     outcome.strays = _end_strays(located, backend, paths, keep=outcome.job_id)
-    done = release_ended_run(backend, located.project, located.workflow, located.run_id)
+    generation = launch_generation(located.manifest)
+    done = release_ended_run(backend, located.project, located.workflow, located.run_id, generation)
     outcome.released, outcome.release_error = done.released, done.error
     if done.error is not None:
         # The job's outcome stands as seen; what was left is said, with how to finish it.

@@ -52,6 +52,7 @@ from npa.runs.manifest import (
     StageRecord,
     base_job_name,
     job_stages,
+    launch_generation,
     read_plan,
 )
 from npa.runs.reading import (
@@ -816,7 +817,8 @@ def _release_if_final(
     pending (the supervisor that records it may relaunch, and a relaunch reads the Secret)."""
     if cached or state not in TERMINAL:
         return Released()
-    return release_ended_run(backend, located.project, located.workflow, located.run_id)
+    generation = launch_generation(located.manifest)
+    return release_ended_run(backend, located.project, located.workflow, located.run_id, generation)
 
 
 def _verdict_pending(m: RunManifest | None, record: JobRecord | None, state: str) -> bool:

@@ -86,6 +86,7 @@ from npa.runs.manifest import (
     ResumeRecord,
     RunManifest,
     base_job_name,
+    launch_generation,
     read_manifest,
     update_manifest,
     write_manifest,
@@ -529,6 +530,7 @@ def _submission(run: _Run, manifest: RunManifest) -> JobSubmission:
         kube_context=context,
         adopted_stages=last_resume.adopted_stages if last_resume else [],
         adopted_waves=last_resume.adopted_waves if last_resume else {},
+        generation=launch_generation(manifest),
     )
 
 
@@ -824,8 +826,10 @@ def _record_and_launch(
     before = _Before.capture(run)
     transaction: list[Transaction] = []
     prepared: PreparesLaunch | None = None
+    generation = 0  # the launch this submit makes (its manifest says which, once recorded)
     try:
         manifest, resume = _record(run)
+        generation = launch_generation(manifest)
         receipt = _receipt(run, manifest)
         receipt_path = write_receipt(paths, receipt)
         # Each resume is its own launch (its own job name and journal), so rerunning the same
@@ -852,7 +856,7 @@ def _record_and_launch(
     except NpaError as error:
         if not transaction or not transaction[0].requested:
             before.restore(run, error)
-            before.unprepare(run, prepared, error)
+            before.unprepare(run, prepared, error, generation)
         raise
     job_id = record.job_id
     assert job_id is not None
@@ -1024,7 +1028,9 @@ class _Before:
         error.details["rolled_back"] = True
         error.message += "; no job was launched and the run's records are as they were"
 
-    def unprepare(self, run: _Run, backend: PreparesLaunch | None, error: NpaError) -> None:
+    def unprepare(
+        self, run: _Run, backend: PreparesLaunch | None, error: NpaError, generation: int
+    ) -> None:
         """Remove what :meth:`PreparesLaunch.prepare_launch` put in place for this run (the
         run's Secret) when no job of the run can be using it: the run had never launched, or
         its last job had ended. A live run's (a rerun of its submit) stays."""
@@ -1032,7 +1038,7 @@ class _Before:
         if backend is None or (self.manifest is not None and self.manifest.state not in ended):
             return
         try:
-            backend.release_run(run.project, run.workflow.metadata.name, run.run_id)
+            backend.release_run(run.project, run.workflow.metadata.name, run.run_id, generation)
         except NpaError as undo:
             error.message += (
                 f"; what this submit put in place for the run could not be removed "

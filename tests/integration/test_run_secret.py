@@ -172,16 +172,154 @@ def test_the_run_secret_is_written_whole_and_deleted_once(kube: KubeCluster) -> 
     ensure_namespace(kube, "npa-secret-adapter")
     args = (kube.kubeconfig, kube.context, "npa-secret-adapter")
     name = run_secret_name("wf", "20260101-000000-abcdef")
-    assert (
-        write_run_secret(*args, name, {"A": "1", "B": "2"}, run_id="r", workflow="wf") == "created"
-    )
+    first = write_run_secret(*args, name, {"A": "1", "B": "2"}, run_id="r", workflow="wf",
+                             generation=0)  # fmt: skip
+    assert first == "created"
     # A resumed run's submit writes it again: it holds exactly the new values.
-    assert write_run_secret(*args, name, {"B": "3"}, run_id="r", workflow="wf") == "updated"
+    again = write_run_secret(*args, name, {"B": "3"}, run_id="r", workflow="wf", generation=1)
+    assert again == "updated"
     secret = kube.core().read_namespaced_secret(name, "npa-secret-adapter")
     assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {"B": "3"}
     assert secret.metadata.labels["app.kubernetes.io/managed-by"] == "npa"
-    assert delete_run_secret(*args, name) is True
-    assert delete_run_secret(*args, name) is False
+    assert delete_run_secret(*args, name, 1) is True
+    assert delete_run_secret(*args, name, 1) is False
+
+
+# --- a release racing a resume ------------------------------------------------------------------
+# A ``status`` that read the run final (launch 0) releases its Secret while a ``submit
+# --resume-run`` (launch 1) writes it. Each order of their requests is planted by running the
+# other side's real request against the API server at the planted point, no sleeps.
+
+RACE_NS = "npa-secret-race"
+RESUMED = {"TOKEN": "resumed-value"}
+
+
+class Planted:
+    """The real API client, with ``action`` run (once) just before its first ``method`` call:
+    the other npa's request landing between this one's."""
+
+    def __init__(self, api: Any, method: str, action: Any) -> None:
+        self._api, self._method, self._action = api, method, action
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._api, name)
+        if name != self._method or self._action is None:
+            return real
+        action, self._action = self._action, None
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            action()
+            return real(*args, **kwargs)
+
+        return call
+
+
+def plant(monkeypatch: pytest.MonkeyPatch, method: str, action: Any) -> None:
+    """The next npa request to the API server gets a :class:`Planted` client; the planted
+    action's own requests get plain ones."""
+    import npa.adapters.kube.secrets as secrets
+
+    real = secrets.core_api
+    calls = iter([lambda *a: Planted(real(*a), method, action)])
+    monkeypatch.setattr(secrets, "core_api", lambda *a: next(calls, real)(*a))
+
+
+def held_in(kube: KubeCluster, name: str) -> tuple[dict[str, str], str] | None:
+    """The Secret's values and the launch it was written for; None when there is none."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        secret = kube.core().read_namespaced_secret(name, RACE_NS)
+    except ApiException as exc:
+        assert exc.status == 404
+        return None
+    values = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+    return values, secret.metadata.annotations["npa.io/launch-generation"]
+
+
+@pytest.mark.parametrize("order", ["resume_first", "resume_between", "release_between",
+                                   "release_first"])  # fmt: skip
+def test_a_release_decided_on_an_ended_launch_never_removes_a_resumes_secret(
+    kube: KubeCluster, monkeypatch: pytest.MonkeyPatch, order: str
+) -> None:
+    """Launch 0's Secret is there and the run is final; a release decided on launch 0 and the
+    resume's write (launch 1) meet in each order their requests can take. Whatever the order,
+    the resume's Secret is there at the end, holding its values."""
+    from tests.integration.skypilot_world import ensure_namespace
+
+    ensure_namespace(kube, RACE_NS)
+    args = (kube.kubeconfig, kube.context, RACE_NS)
+    name = run_secret_name("wf", f"20260101-000000-{order[:6].replace('_', '0')}")
+    write_run_secret(*args, name, {"TOKEN": "ended"}, run_id="r", workflow="wf", generation=0)
+
+    def resume() -> str:
+        return write_run_secret(*args, name, RESUMED, run_id="r", workflow="wf", generation=1)
+
+    def release() -> bool:
+        return delete_run_secret(*args, name, 0)
+
+    if order == "resume_first":  # the resume wrote before the release read the Secret
+        assert resume() == "updated"
+        assert release() is False
+    elif order == "resume_between":  # ... after the release read it, before its delete
+        plant(monkeypatch, "delete_namespaced_secret", resume)
+        assert release() is False  # the delete was refused (409) and decided again: kept
+    elif order == "release_between":  # the release deleted between the resume's two writes
+        plant(monkeypatch, "replace_namespaced_secret", lambda: release() or pytest.fail("kept"))
+        assert resume() == "created"  # its replace found none (404): created again
+    else:  # the release deleted before the resume wrote
+        assert release() is True
+        assert resume() == "created"
+    assert held_in(kube, name) == (RESUMED, "1")
+    # The resumed launch's own end removes it.
+    assert delete_run_secret(*args, name, 1) is True
+    assert held_in(kube, name) is None
+
+
+def test_a_status_that_saw_the_ended_launch_keeps_the_resumes_secret(
+    world: dict[str, Any],
+) -> None:
+    """Through the real submit: launch 0 fails and its watcher releases its Secret; a status
+    read the run final then (its manifest); a ``--resume-run`` writes the Secret for launch 1;
+    the release that status decided on what it read removes nothing, and the resumed launch's
+    own end removes it."""
+    from npa.backends.base import release_ended_run
+    from npa.backends.skypilot.backend import SkyPilotBackend
+    from npa.core.paths import NpaPaths
+    from npa.runs.manifest import RunManifest, launch_generation
+    from tests.integration.skypilot_world import manifest
+
+    with locked_state(world["state"]) as state:
+        state["outcomes"] = ["RUNNING", "RUNNING"]
+    first = submit_run(world, world["run_id"])
+    wait_for(world, lambda m: m["state"] == "RUNNING")
+    set_status(world, first, "FAILED")
+    wait_for(world, lambda m: m["state"] == "FAILED")
+    assert supervisors.wait_gone(world["home"], "team", world["run_id"])
+    assert held(world) is None
+    seen = RunManifest.model_validate(manifest(world))  # what the racing status read: final
+    assert launch_generation(seen) == 0
+
+    resumed = run_npa(
+        *("workbench", "workflow", "submit", str(world["spec"]), "--project", "team"),
+        *("--resume-run", world["run_id"], "--infra", f"k8s/{world['context']}"),
+        "--no-preflight-images", "--json", env=world["env"],
+    )  # fmt: skip
+    assert resumed.code == 0, resumed.stdout + resumed.stderr
+    secret = world["kube"].core().read_namespaced_secret(world["secret"], NAMESPACE)
+    assert secret.metadata.annotations["npa.io/launch-generation"] == "1"
+
+    backend = SkyPilotBackend(NpaPaths(world["home"]), context=world["context"])
+    stale = release_ended_run(backend, "team", "tiny-local", world["run_id"],
+                              launch_generation(seen))  # fmt: skip
+    assert stale.released == [] and stale.error is None
+    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+
+    second = wait_for(world, lambda m: m.get("job_id") not in (None, first))["job_id"]
+    set_status(world, second, "SUCCEEDED")
+    wait_for(world, lambda m: m["state"] == "SUCCEEDED")
+    assert supervisors.wait_gone(world["home"], "team", world["run_id"])
+    assert held(world) is None
 
 
 # --- the pod's run script -----------------------------------------------------------------------
@@ -306,7 +444,7 @@ def ended_unreleased(w: dict[str, Any], run_id: str) -> None:
     name = run_secret_name("tiny-local", run_id)
     write_run_secret(
         w["kubeconfig"], w["context"], NAMESPACE, name, {"NPA_TEST_CANARY": CANARY},
-        run_id=run_id, workflow="tiny-local",
+        run_id=run_id, workflow="tiny-local", generation=0,
     )  # fmt: skip
     assert secret_of(w, run_id) == {"NPA_TEST_CANARY": CANARY}
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.harness.cli import run_npa
 from tests.harness.images import busybox_rootfs
@@ -42,7 +43,13 @@ CANARIES = {
     "AWS_SECRET_ACCESS_KEY": "canaryAWSsecret0123456789abcdef",
     "AWS_ACCESS_KEY_ID": "AKIACANARY0123456789",
     "GITHUB_TOKEN": "ghp_canary0123456789abcdefghij",
+    # Proxies in both spellings: a stage sees one only when its spec declares it.
     "HTTPS_PROXY": "http://canary-proxy.invalid:3128",
+    "https_proxy": "http://canary-proxy-lower.invalid:3128",
+    "HTTP_PROXY": "http://canary-http-proxy.invalid:3128",
+    "http_proxy": "http://canary-http-proxy-lower.invalid:3128",
+    "NO_PROXY": "canary-no-proxy.invalid",
+    "no_proxy": "canary-no-proxy-lower.invalid",
 }
 # The documented base every stage gets, on every backend and runtime.
 BASE = {"PATH", "HOME", "LANG", "TZ"}
@@ -70,7 +77,7 @@ stages:
       touch "$HOME/written" &&
       {secret_check}
     env:
-      GREETING: hello
+      GREETING: hello{extra_env}
     {secrets}
     outputs:
       - name: seen
@@ -93,7 +100,15 @@ def contract_names(secrets: set[str]) -> set[str]:
     }  # fmt: skip
 
 
-def write_spec(folder: Path, image: str, *, secret: bool) -> Path:
+# Proxies a spec declares: two written in its env, one from the submitter's shell as a secret (a
+# proxy URL can carry a password).
+DECLARED_PROXY_ENV = {"HTTP_PROXY": "http://declared-proxy.invalid:8080", "no_proxy": ".internal"}
+DECLARED_PROXY_SECRET = "http://robot:proxy-pw-3e8d@declared-secret-proxy.invalid:3128"
+
+
+def write_spec(folder: Path, image: str, *, secret: bool, proxies: bool = False) -> Path:
+    """The probe spec; with ``proxies`` it declares :data:`DECLARED_PROXY_ENV` in its env and
+    ``HTTPS_PROXY`` as a secret read from the submitter's ``PROBE_PROXY``."""
     folder.mkdir()
     spec = folder / "env-probe.yaml"
     # The stage compares the secret's digest, so neither the spec nor an output holds it.
@@ -101,8 +116,18 @@ def write_spec(folder: Path, image: str, *, secret: bool) -> Path:
     check = (
         f'[ "$(printf %s "$API_TOKEN" | sha256sum | cut -c1-64)" = {digest} ]' if secret else "true"
     )
-    secrets = "secrets:\n      API_TOKEN: env:PROBE_API_TOKEN" if secret else ""
-    spec.write_text(SPEC.format(image=image, secret_check=check, secrets=secrets))
+    declared = {"API_TOKEN": "env:PROBE_API_TOKEN"} if secret else {}
+    declared |= {"HTTPS_PROXY": "env:PROBE_PROXY"} if proxies else {}
+    secrets = "".join(f"\n      {k}: {v}" for k, v in declared.items())
+    extra = "".join(f"\n      {k}: {v}" for k, v in DECLARED_PROXY_ENV.items()) if proxies else ""
+    spec.write_text(
+        SPEC.format(
+            image=image,
+            secret_check=check,
+            secrets=f"secrets:{secrets}" if secrets else "",
+            extra_env=extra,
+        )
+    )
     return spec
 
 
@@ -150,9 +175,10 @@ def seen_envs(npa_home: Path, run_id: str) -> list[dict[str, str]]:
     return found
 
 
-def assert_no_canary(env: dict[str, str]) -> None:
+def assert_no_canary(env: dict[str, str], declared: frozenset[str] = frozenset()) -> None:
+    """No canary in ``env`` by value, nor by name unless the spec ``declared`` that name."""
     for name, value in CANARIES.items():
-        assert name not in env, f"the stage saw {name}"
+        assert name in declared or name not in env, f"the stage saw {name}"
         assert all(value not in v for v in env.values()), f"the stage saw the value of {name}"
     # The submitter's own variables npa itself runs with: none reaches the stage either.
     for name in ("PYTHONPATH", "NPA_HOME", "VIRTUAL_ENV"):
@@ -167,6 +193,7 @@ def submitter(npa_home: Path) -> dict[str, str]:
         "HOME": str(npa_home.parent),
         **CANARIES,
         "PROBE_API_TOKEN": SECRET_VALUE,
+        "PROBE_PROXY": DECLARED_PROXY_SECRET,
         "VIRTUAL_ENV": "/canary/venv",
     }
 
@@ -219,6 +246,64 @@ def test_a_missing_secret_source_is_refused_before_launch(
     said = submitted.stdout + submitted.stderr
     assert "PROBE_API_TOKEN" in said and "API_TOKEN" in said, said
     assert not (npa_home / "local-jobs").exists() or not any((npa_home / "local-jobs").iterdir())
+
+
+def test_proxies_reach_a_stage_only_when_its_spec_declares_them(
+    tmp_path: Path, npa_home: Path, submitter: dict[str, str]
+) -> None:
+    """The submitter holds every proxy variable in both spellings; the stage sees the ones its
+    spec declares (written in its env, or a secret read from a named variable), with the
+    declared values, and none of the others."""
+    spec = write_spec(tmp_path / "workflow", "registry.example.com/shell:1", secret=False,
+                      proxies=True)  # fmt: skip
+    run_id = run_probe(spec, submitter, npa_home, "process")
+    declared = frozenset({*DECLARED_PROXY_ENV, "HTTPS_PROXY"})
+    for env in seen_envs(npa_home, run_id):
+        assert_no_canary(env, declared)
+        assert set(env) - SHELL_ADDS == contract_names(set()) | declared, sorted(env)
+        assert {k: env[k] for k in DECLARED_PROXY_ENV} == DECLARED_PROXY_ENV
+        assert env["HTTPS_PROXY"] == DECLARED_PROXY_SECRET
+
+
+def test_a_skypilot_task_carries_only_the_declared_proxies(
+    tmp_path: Path, npa_home: Path, submitter: dict[str, str]
+) -> None:
+    """The tasks ``render`` writes for SkyPilot (byte for byte what ``submit`` launches): the
+    declared proxies in the envs, the secret one by reference to the run's Secret, and nothing
+    of the submitter's proxies, by name or by value, anywhere in the files."""
+    from npa.backends.skypilot.tasks import SECRET_PREFIX
+
+    pinned = "registry.example.com/shell@sha256:" + "ab" * 32
+    spec = write_spec(tmp_path / "workflow", pinned, secret=False, proxies=True)
+    prepared = run_npa(
+        "workbench", "workflow", "prepare-run", str(spec), "--project", "demo", env=submitter
+    )  # fmt: skip
+    assert prepared.code == 0, prepared.stderr
+    out = tmp_path / "sky"
+    rendered = run_npa(
+        "workbench", "workflow", "render", str(spec), "--run-id", prepared.stdout.strip(),
+        "--out", str(out), "--project", "review-only", "--context", "kind-npa",
+        "--store-uri", "s3://npa-env/workflows", "--json", env=submitter,
+    )  # fmt: skip
+    assert rendered.code == 0, rendered.stdout + rendered.stderr
+    files = sorted(out.rglob("*.yaml"))
+    tasks = 0
+    for path in files:
+        text = path.read_text()
+        for name, value in CANARIES.items():
+            assert value not in text, f"{path} holds the submitter's {name}"
+        assert DECLARED_PROXY_SECRET not in text, path  # the secret travels by reference
+        for task in yaml.safe_load_all(text):
+            if not task or "envs" not in task:
+                continue
+            envs = task["envs"]
+            proxies = {k: v for k, v in envs.items() if k.lower().endswith("_proxy")}
+            assert proxies == DECLARED_PROXY_ENV, envs
+            pod = task["config"]["kubernetes"]["pod_config"]["spec"]["containers"][0]
+            carried = {v["name"]: v["valueFrom"]["secretKeyRef"]["key"] for v in pod.get("env", [])}
+            assert carried == {f"{SECRET_PREFIX}HTTPS_PROXY": "PROBE_PROXY"}, pod
+            tasks += 1
+    assert tasks == 1, files  # the probe's one wave task was read
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ naming rule, and its log stream's per-task selection) at the SDK boundary."""
 
 from __future__ import annotations
 
+import base64
 import inspect
 import re
 from collections.abc import Callable, Iterator
@@ -15,7 +16,15 @@ from typing import Any
 import pytest
 
 from npa.core.layout import wave_task_name
-from tests.fakes.managed_jobs import STATE_ENV, FakeManagedJobs, read_state, set_tasks, write_state
+from tests.fakes.managed_jobs import (
+    STATE_ENV,
+    FakeManagedJobs,
+    job_tasks,
+    locked_state,
+    read_state,
+    set_tasks,
+    write_state,
+)
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
@@ -267,6 +276,102 @@ def test_skypilot_not_found_answers_in_the_log_stream_are_not_log_lines(
     with pytest.raises(NotFound, match="Job 9 not found"):
         list(backend.logs(9))
     assert "a says hi" in list(backend.logs(4))  # a real line is never taken for absence
+
+
+# Credentials as SkyPilot's logs and records can carry them (a pod's echo, a launch error that
+# quotes a URL or a header): held-out forms, none a value this machine holds, and one that is.
+KEY_ID = "AKIAQ7CANARYZ4K9W2XB"
+AWS_SECRET = "q7Canary9wJalrXUtnFEMIK7MDENGbPxRfiCYzZ4k"
+BEARER = "c4n4ryB34r3rT0k3n-9f2e1d"
+TOKEN = "tok-canary-7e1b9c3a5d"
+PASSWORD = "pw-canary-2b8f6e4d"
+DOCKER_AUTH = base64.b64encode(b"robot:dock-canary-8c1e5a").decode()
+HELD = "held-canary-5e9a1c7b3f"  # a value the reading shell holds
+SKY_CANARIES = (KEY_ID, AWS_SECRET, BEARER, TOKEN, PASSWORD, DOCKER_AUTH, "dock-canary-8c1e5a",
+                HELD)  # fmt: skip
+SKY_SAYS = [
+    f"aws configure set aws_access_key_id {KEY_ID}",
+    f"found credentials: {AWS_SECRET}",
+    f"curl -H 'Authorization: Bearer {BEARER}' https://api.example.com",
+    f"export HF_TOKEN={TOKEN}",
+    f"DB_PASSWORD={PASSWORD} psql -h db",
+    f'{{"auths": {{"registry.example.com": {{"auth": "{DOCKER_AUTH}"}}}}}}',
+    f"registry login with {HELD}",
+    "pulled ghcr.io/o/i@sha256:" + "0123456789abcdef" * 4,
+]
+
+
+def test_what_skypilot_says_is_redacted_before_npa_shows_or_keeps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's task logs, its failure reasons and details, and the jobs controller's log, with
+    credentials in them as the double serves them: every text the backend hands on has them
+    taken out by the one redaction rule, and ordinary text (an image digest) kept."""
+    from npa.backends.skypilot.backend import SkyPilotBackend
+    from npa.core.paths import NpaPaths
+
+    monkeypatch.setenv(STATE_ENV, str(tmp_path / "jobs.json"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SUBMITTER_REGISTRY_SECRET", HELD)
+    fake = FakeManagedJobs(kubeconfig=None)
+    state = read_state(fake.path)
+    reason = "; ".join(SKY_SAYS)
+    state["jobs"] = [{"job_id": 5, "job_name": "npa-x", "status": "FAILED",
+                      "tasks": [{"name": "a", "logs": SKY_SAYS, "status": "FAILED",
+                                 "failure_reason": reason}],
+                      "submitted_at": 1.0, "launch_failures": SKY_SAYS}]  # fmt: skip
+    write_state(fake.path, state)
+    assert any(KEY_ID in line for line in fake.tail_logs(5, False, 0))  # the double says them
+
+    backend = SkyPilotBackend(NpaPaths(tmp_path / ".npa"), context=None, service=fake)
+    lines = list(backend.logs(5))
+    record = backend.job(5)
+    failures = backend.launch_failures(record)
+    said = [*lines, record.failure_reason or "", *(t.failure_reason or "" for t in record.tasks),
+            *(f.error for f in failures)]  # fmt: skip
+    assert len(failures) == len(SKY_SAYS) and record.failure_reason
+    for text in said:
+        for canary in SKY_CANARIES:
+            assert canary not in text, (canary, text)
+    shown = "\n".join(lines)
+    assert "[REDACTED:env:SUBMITTER_REGISTRY_SECRET]" in shown, shown
+    assert "export HF_TOKEN=[REDACTED:" in shown and "DB_PASSWORD=[REDACTED:" in shown, shown
+    assert "sha256:" + "0123456789abcdef" * 4 in shown  # ordinary text kept
+
+
+def test_no_command_shows_or_keeps_a_credential_skypilot_said(
+    world: dict[str, Any], tmp_path: Path
+) -> None:
+    """The whole read-back of a SkyPilot run whose failed task logged credentials and whose
+    failure reason quotes them: ``logs``, ``status``, what the watcher keeps in the run's
+    prefix, and an insights database ingested from it hold none of them."""
+    out = submit(world)
+    job = out["job_id"]
+    with locked_state(world["state"]) as state:
+        record = next(j for j in state["jobs"] if j["job_id"] == job)
+        tasks = job_tasks(record)
+        tasks[0] |= {"status": "FAILED", "logs": SKY_SAYS, "failure_reason": "; ".join(SKY_SAYS)}
+        for later in tasks[1:]:  # as SkyPilot ends a pipeline whose task failed
+            later["status"] = "CANCELLED"
+        record["tasks"] = tasks
+    wait_for(world, stage_state("generate", "FAILED"))
+    shown = [logs(world, "generate"), status(world)]
+    assert "[REDACTED:" in shown[0].stdout and "[REDACTED:" in shown[1].stdout, shown
+    db = tmp_path / "insights.db"
+    prefix = world["key"].removesuffix("/manifest.json")
+    ingest = run_npa("workbench", "insights", "ingest-run", "--input-path",
+                     f"s3://{BUCKET}/{prefix}", "--output-path", str(db), "--json",
+                     env=world["env"])  # fmt: skip
+    assert ingest.code == 0, ingest.stdout + ingest.stderr
+    client = world["s3"].client()
+    kept = [client.get_object(Bucket=BUCKET, Key=o["Key"])["Body"].read().decode(errors="replace")
+            for o in client.list_objects_v2(Bucket=BUCKET, Prefix=prefix)["Contents"]]  # fmt: skip
+    assert any("[REDACTED:" in text for text in kept)  # the failure reason was kept, redacted
+    texts = [r.stdout + r.stderr for r in (*shown, ingest)] + kept + [db.read_bytes().decode(
+        errors="replace")]  # fmt: skip
+    for text in texts:
+        for canary in SKY_CANARIES[:-1]:  # the held value is not in this shell
+            assert canary not in text, canary
 
 
 def test_a_relaunch_after_a_rerun_submit_runs_only_what_the_resume_left(

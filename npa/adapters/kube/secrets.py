@@ -13,7 +13,16 @@ A run whose stages declare ``secrets`` gets a Secret of its own beside it
 when nothing of the run can use it any more (:func:`delete_run_secret`, through
 :func:`npa.backends.base.release_ended_run`). Each carries the run it belongs to
 (:data:`RUN_ANNOTATION`, :data:`WORKFLOW_ANNOTATION`), so the project's sweep
-(:func:`run_secrets`) can ask each one's run for its state.
+(:func:`run_secrets`) can ask each one's run for its state, and the launch it was written for
+(:data:`GENERATION_ANNOTATION`: 0 for the first submit, N for the N-th resume).
+
+A ``status`` that saw the run final and a ``submit --resume-run`` of the same run may act at
+once. The deletion is decided on the Secret as read and made conditional on it
+(:func:`delete_run_secret`): a Secret a later launch wrote is kept, and a delete whose Secret
+changed after it was read (uid or resourceVersion) is refused by the API server and decided
+again on the new one. The write, for its part, creates the Secret again when a release
+removed it between its two requests (:func:`write_run_secret`). Whatever the order of the
+requests, the Secret a resume wrote survives every release decided on an earlier launch.
 """
 
 from __future__ import annotations
@@ -37,6 +46,10 @@ SOURCE_ANNOTATION = "npa.io/credential-source"
 RUN_LABEL = "npa.io/run-id"
 RUN_ANNOTATION = "npa.io/run"
 WORKFLOW_ANNOTATION = "npa.io/workflow"
+GENERATION_ANNOTATION = "npa.io/launch-generation"
+# A write or delete whose Secret another npa changed between its requests decides again, on
+# what it finds then; each change is another launch's, so a few rounds settle it.
+_ROUNDS = 5
 _MANAGED = {"app.kubernetes.io/managed-by": "npa"}
 # A Kubernetes object name (DNS-1123 subdomain) and a label value.
 _OBJECT_NAME = re.compile(r"[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?")
@@ -167,16 +180,23 @@ def write_run_secret(
     *,
     run_id: str,
     workflow: str,
+    generation: int,
 ) -> str:
     """Create or replace the run's Secret ``name`` so it holds exactly ``values`` (key -> value),
-    in one request each way, so no Secret is ever half written. Returns created | updated."""
+    marked with the launch ``generation`` it is written for, in one request each way, so no
+    Secret is ever half written; created again when a release deleted it between the two.
+    Returns created | updated."""
     from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     labels = dict(_MANAGED)
     if _LABEL_VALUE.fullmatch(run_id):
         labels[RUN_LABEL] = run_id
-    annotations = {RUN_ANNOTATION: run_id, WORKFLOW_ANNOTATION: workflow}
+    annotations = {
+        RUN_ANNOTATION: run_id,
+        WORKFLOW_ANNOTATION: workflow,
+        GENERATION_ANNOTATION: str(generation),
+    }
     body = client.V1Secret(
         metadata=client.V1ObjectMeta(
             name=name, namespace=namespace, labels=labels, annotations=annotations
@@ -185,14 +205,20 @@ def write_run_secret(
         data=_encoded(values),
     )
     api = core_api(kubeconfig, context)
-    try:
-        api.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-        api.replace_namespaced_secret(name, namespace, body, _request_timeout=REQUEST_TIMEOUT)
-        return "updated"
-    return "created"
+    for _ in range(_ROUNDS):
+        try:
+            api.create_namespaced_secret(namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            return "created"
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        try:
+            api.replace_namespaced_secret(name, namespace, body, _request_timeout=REQUEST_TIMEOUT)
+            return "updated"
+        except ApiException as exc:
+            if exc.status != 404:  # deleted since the create found it: create it again
+                raise
+    raise RuntimeError(f"secret {name} was deleted and created again {_ROUNDS} times meanwhile")
 
 
 @dataclass(frozen=True)
@@ -224,16 +250,41 @@ def run_secrets(kubeconfig: Path, context: str, namespace: str) -> list[RunSecre
     return sorted(out, key=lambda r: r.name)
 
 
-def delete_run_secret(kubeconfig: Path, context: str, namespace: str, name: str) -> bool:
-    """Delete the run's Secret ``name``; True when it existed, False when it was already gone
-    (deleting twice is no error)."""
+def secret_generation(annotations: Mapping[str, str] | None) -> int:
+    """The launch a run's Secret was written for; 0 for one written before npa recorded it."""
+    value = (annotations or {}).get(GENERATION_ANNOTATION, "0")
+    return int(value) if value.isdigit() else 0
+
+
+def delete_run_secret(
+    kubeconfig: Path, context: str, namespace: str, name: str, generation: int
+) -> bool:
+    """Delete the run's Secret ``name`` if it was written for launch ``generation`` or an earlier
+    one, exactly as read (preconditions on its uid and resourceVersion: one a later launch
+    wrote meanwhile is decided again, and kept). True when it was deleted; False when it was
+    already gone (deleting twice is no error) or belongs to a later launch."""
+    from kubernetes import client
     from kubernetes.client.rest import ApiException
 
     api = core_api(kubeconfig, context)
-    try:
-        api.delete_namespaced_secret(name, namespace, _request_timeout=REQUEST_TIMEOUT)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-        return False
-    return True
+    for _ in range(_ROUNDS):
+        try:
+            meta = api.read_namespaced_secret(
+                name, namespace, _request_timeout=REQUEST_TIMEOUT
+            ).metadata
+            if secret_generation(meta.annotations) > generation:
+                return False  # a later launch's: it may be in use
+            exactly = client.V1Preconditions(uid=meta.uid, resource_version=meta.resource_version)
+            api.delete_namespaced_secret(
+                name,
+                namespace,
+                body=client.V1DeleteOptions(preconditions=exactly),
+                _request_timeout=REQUEST_TIMEOUT,
+            )
+            return True
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            if exc.status != 409:  # 409: changed since it was read; decide on the new one
+                raise
+    raise RuntimeError(f"secret {name} changed {_ROUNDS} times while npa decided on it")

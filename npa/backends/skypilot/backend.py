@@ -5,6 +5,10 @@ Answers of the managed-jobs service are translated here, once: SkyPilot's except
 transient refusals, rejections or "could not ask" (:class:`BackendUnavailable`), and its
 ``ManagedJobRecord``/``ManagedJobStatus`` become npa's :class:`JobRecord`/:class:`JobState`.
 
+Everything SkyPilot says that npa shows or keeps (a log line, a job's or task's failure reason
+and details, the jobs controller's log, an exception's words) passes through :meth:`redact`
+first, npa's one redaction rule (:mod:`npa.core.redaction`), whoever reads it.
+
 Capabilities: stages run in digest-pinned images, one task per wave (a resume starts a stage at
 any wave); the context's kubeconfig and the SkyPilot SDK are prerequisites; the API must be
 stable before a launch; accelerators are renamed to the cluster's node labels; a waiting job's
@@ -64,6 +68,7 @@ from npa.core.errors import (
 )
 from npa.core.layout import wave_of_task
 from npa.core.paths import NpaPaths
+from npa.core.redaction import KnownSecrets, known_secrets
 
 if TYPE_CHECKING:
     from sky.schemas.api.responses import ManagedJobRecord
@@ -226,6 +231,22 @@ class SkyPilotBackend(
         self.kubeconfig = str(self.kubeconfig_path) if placed else None
         self._service = service
         self._observe = observe
+        self._npa_home = paths.root
+        self._secrets: KnownSecrets | None = None
+
+    def redact(self, text: str) -> str:
+        """What SkyPilot said, without a credential: the values this machine holds (read once
+        per backend) and every credential-shaped value (:meth:`KnownSecrets.redact`)."""
+        if self._secrets is None:
+            self._secrets = known_secrets(npa_home=self._npa_home)
+        return self._secrets.redact(text)
+
+    def _redacted(self, text: str | None) -> str | None:
+        return self.redact(text) if text else text
+
+    def _words(self, exc: BaseException) -> str:
+        """An exception SkyPilot raised, as npa words it (its class and message), redacted."""
+        return self.redact(f"{type(exc).__name__}: {exc}")
 
     @property
     def service(self) -> ManagedJobsService:
@@ -372,6 +393,7 @@ class SkyPilotBackend(
                 values,
                 run_id=submission.run_id,
                 workflow=submission.workflow,
+                generation=submission.generation,
             )
         except Exception as exc:
             raise self._secret_unavailable(
@@ -400,9 +422,10 @@ class SkyPilotBackend(
             + "  # then rerun the same command",
         )
 
-    def release_run(self, project: str, workflow: str, run_id: str) -> list[str]:
-        """Delete the run's Secret (its declared secrets' values); the project's store Secret
-        stays, for its other runs."""
+    def release_run(self, project: str, workflow: str, run_id: str, generation: int) -> list[str]:
+        """Delete the run's Secret (its declared secrets' values) unless a launch after
+        ``generation`` wrote it (:func:`~npa.adapters.kube.secrets.delete_run_secret`); the
+        project's store Secret stays, for its other runs."""
         from npa.adapters.kube.secrets import delete_run_secret, run_secret_name
 
         if self.kubeconfig is None or self.context is None:
@@ -411,7 +434,9 @@ class SkyPilotBackend(
         namespace = project_namespace(project)
         name = run_secret_name(workflow, run_id)
         try:
-            gone = delete_run_secret(self.kubeconfig_path, self.context, namespace, name)
+            gone = delete_run_secret(
+                self.kubeconfig_path, self.context, namespace, name, generation
+            )
         except Exception as exc:
             raise self._secret_unavailable(
                 exc, f"delete the run's Secret {name}", namespace, "delete"
@@ -528,13 +553,13 @@ class SkyPilotBackend(
             lines = self.service.controller_log(record.job_id)
         except Exception as exc:
             if isinstance(exc, ApiServerDown):
-                raise BackendUnavailable(str(exc), fix=exc.fix) from None
+                raise BackendUnavailable(self.redact(str(exc)), fix=exc.fix) from None
             raise BackendUnavailable(
                 f"the jobs controller's log of job {record.job_id} did not answer: "
-                f"{type(exc).__name__}: {exc}",
+                f"{self._words(exc)}",
                 fix=self._queue_fix(),
             ) from None
-        return launch_failures_in(lines)
+        return launch_failures_in([self.redact(line) for line in lines])
 
     def launch_failures_source(self, record: JobRecord) -> tuple[str, str]:
         where = f"KUBECONFIG={shlex.quote(self.kubeconfig)} " if self.kubeconfig else ""
@@ -574,9 +599,9 @@ class SkyPilotBackend(
 
     def _translate(self, exc: Exception, doing: str) -> Exception:
         kinds = _kinds(exc)
-        message = f"{doing}: {type(exc).__name__}: {exc}"
+        message = f"{doing}: {self._words(exc)}"
         if isinstance(exc, ApiServerDown):
-            return BackendUnavailable(f"{doing}: {exc}", fix=exc.fix)
+            return BackendUnavailable(f"{doing}: {self.redact(str(exc))}", fix=exc.fix)
         if kinds & _TRANSIENT:
             return TransientRefusal(message, details={"signature": type(exc).__name__})
         if self.kubeconfig and _SERVER_CANNOT_SEE_CONTEXT in str(exc):
@@ -606,9 +631,9 @@ class SkyPilotBackend(
             if no_jobs_controller(exc):
                 return []  # no controller, so no job: SkyPilot's authoritative "none"
             if isinstance(exc, ApiServerDown):
-                raise BackendUnavailable(str(exc), fix=exc.fix) from None
+                raise BackendUnavailable(self.redact(str(exc)), fix=exc.fix) from None
             raise BackendUnavailable(
-                f"sky.jobs.queue_v2 did not answer: {type(exc).__name__}: {exc}",
+                f"sky.jobs.queue_v2 did not answer: {self._words(exc)}",
                 fix=self._queue_fix(),
             ) from None
 
@@ -635,19 +660,19 @@ class SkyPilotBackend(
             state=state,
             submitted_at=first.submitted_at,
             ended_at=rows[-1].end_at,
-            failure_reason=(failed.failure_reason if failed else None),
+            failure_reason=self._redacted(failed.failure_reason if failed else None),
             tasks=[
                 TaskRecord(
                     task_id=int(r.task_id or 0),
                     task_name=r.task_name,
                     state=job_state(r.status),
-                    failure_reason=r.failure_reason,
+                    failure_reason=self._redacted(r.failure_reason),
                     launched_at=r.submitted_at,
                     started_at=r.start_at,
                     ended_at=r.end_at,
                     recovery_count=r.recovery_count,
                     infra=r.infra,
-                    details=r.details,
+                    details=self._redacted(r.details),
                     waiting=in_backoff(r.schedule_state, r.details),
                 )
                 for r in rows
@@ -732,13 +757,13 @@ class SkyPilotBackend(
             for selector in selectors:
                 for line in self.service.tail_logs(job_id, follow, selector):
                     self._refuse_not_found(job_id, line)
-                    yield line
+                    yield self.redact(line)
         except NotFound:
             raise
         except ApiServerDown as exc:
-            raise BackendUnavailable(str(exc), fix=exc.fix) from None
+            raise BackendUnavailable(self.redact(str(exc)), fix=exc.fix) from None
         except Exception as exc:
-            raise BackendUnavailable(f"sky.jobs.tail_logs: {type(exc).__name__}: {exc}") from None
+            raise BackendUnavailable(f"sky.jobs.tail_logs: {self._words(exc)}") from None
 
     @staticmethod
     def _refuse_not_found(job_id: int, line: str) -> None:
