@@ -449,3 +449,48 @@ def test_a_wave_retry_starts_only_once_a_setsid_child_of_the_failed_attempt_is_g
             assert all(t.cgroup is None for t in trees), trees
     finally:
         leftovers.kill_recorded(folder)
+
+
+def cgroups_or_skip() -> None:
+    from npa.backends.local import cgroup
+
+    base, how = cgroup.place(f"test-{os.getpid()}")
+    if base is None:
+        pytest.skip(how)
+
+
+@pytest.mark.parametrize("ending", ["cancel", "a killed executor"])
+def test_a_setsid_child_that_ignores_sigterm_ends_with_its_run(
+    tmp_path: Path, npa_home: Path, ending: str
+) -> None:
+    """With a cgroup per shard, cancel and the executor's death end also the stage's child that
+    left its group with setsid and ignores SIGTERM, and remove the shard's cgroup."""
+    from npa.backends.local.executor import shard_trees
+    from npa.backends.local.jobs import LocalJobTable
+    from npa.core.paths import NpaPaths
+
+    cgroups_or_skip()
+    folder = tmp_path / "left"
+    folder.mkdir()
+    run = Run(tmp_path, npa_home, f"{leftovers.command(folder, 'work', setsid=True)}; "
+                                  "while :; do sleep 0.1; done")  # fmt: skip
+    try:
+        run.submit()
+        wait_until(lambda: leftovers.starts(folder, "work") != [], "the stage left its children")
+        assert len(leftovers.recorded_alive(folder)) == 3
+        if ending == "cancel":
+            r = run.npa(*WF, "cancel", run.run_id, "--project", "demo", "--json")
+            assert r.code == 0 and r.json()["outcome"] == "cancelled", r.stdout + r.stderr
+            # cancel returns once the job is seen stopped: checked at once.
+            assert leftovers.recorded_alive(folder) == []
+        else:
+            holder = LocalJobTable(NpaPaths(npa_home)).executor_holding(run.job_id)
+            assert holder is not None
+            os.kill(holder.pid, signal.SIGKILL)
+            wait_until(lambda: leftovers.recorded_alive(folder) == [],
+                       "the stage's children die with their executor")  # fmt: skip
+        trees = [tree for _, tree in shard_trees(run.job_dir)]
+        assert len(trees) == 1 and trees[0].cgroup is not None
+        wait_until(lambda: not trees[0].cgroup.exists(), "the shard's cgroup is removed")  # type: ignore[union-attr]
+    finally:
+        leftovers.kill_recorded(folder)
