@@ -133,12 +133,16 @@ def group_members(leader: ProcessIdentity) -> list[GroupMember]:
         if fields is None or len(fields) < 3 or fields[0] in ("Z", "X"):
             continue
         if int(fields[2]) == leader.pid:
-            try:
-                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
-            except OSError:
-                command = "?"
-            members.append(GroupMember(int(entry.name), command))
+            members.append(GroupMember(int(entry.name), command_of(int(entry.name))))
     return members
+
+
+def command_of(pid: int) -> str:
+    """``pid``'s command line, words joined by spaces ("?" when it cannot be read)."""
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+    except OSError:
+        return "?"
 
 
 def signal_group(leader: ProcessIdentity, sig: int = signal.SIGKILL) -> bool:

@@ -14,8 +14,12 @@ shard's start (``wave-start``), a shard running (``mid-stage``), a wave's output
   the run reads as continuable; the command status prints continues it.
 
 Every cell asserts: each shard ran to the end exactly once, each output object was written as
-often as in a run without fault (never twice), no process of the run is left, the run ends
-SUCCEEDED only with its outputs, and what the user had to run was printed by npa.
+often as in a run without fault (never twice), no process of an earlier attempt of a shard was
+alive when a later one started (each start of a shard leaves a background child and one that
+ignores SIGTERM, and checks those of the shard's earlier starts by pid and start time:
+:mod:`tests.harness.leftovers`; total's first attempt fails on purpose, so every cell has a
+later attempt to check, besides those a fault causes), no process of the run is left, the run
+ends SUCCEEDED only with its outputs, and what the user had to run was printed by npa.
 36 cells: 4 moments x 3 kinds x 3 lengths with ``NPA_FAULT_MATRIX=full``; by default the 12 of
 them that meet every pair of values (see :func:`matrix`).
 """
@@ -35,7 +39,8 @@ from typing import Any
 
 import pytest
 
-from tests.harness.procs import run_processes, wait_until
+from tests.harness.leftovers import kill_recorded, recorded_alive, starts, violations
+from tests.harness.procs import process_start, run_processes, wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
 from tests.integration.test_recovery import WF, World, local_jobs, no_traceback
@@ -119,13 +124,14 @@ def faulty(tmp_path: Path, npa_home: Path, s3: S3Server) -> Iterator[Faulty]:
         # Each request of a silent store is given up after 4 s (the executor then asks again);
         # 2 s left a healthy answer on a loaded machine too little time (connect after 0.5 s).
         env = {**s3.env, "AWS_ENDPOINT_URL_S3": endpoint, "NPA_STORE_TIMEOUT_SECONDS": "4"}
-        w = World(tmp_path, npa_home, **env)
+        w = World(tmp_path, npa_home, leftovers=tmp_path / "leftovers", **env)
         r = w.npa("configure", "--project", "demo", "--store", f"s3://{BUCKET}/npa")
         assert r.code == 0, r.stderr
         f = Faulty(w, proxy, s3)
         yield f
         f.end()
         w.release()
+        kill_recorded(tmp_path / "leftovers")
         for pid in run_processes(w.run_id):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
@@ -223,7 +229,43 @@ def test_a_store_outage_during_a_run_loses_nothing_and_repeats_nothing(
         assert not ran, ran  # ridden out, or recovered, by the run itself
     recoveries = final["supervisor"]["infrastructure_recoveries"]
     assert recoveries == (1 if length == "flap" else 0), final["supervisor"]
+    # No later start of a shard found a process of an earlier start alive; and the run read
+    # final only once nothing any start left lives.
+    leftovers = f.w.leftovers
+    assert leftovers is not None
+    assert violations(leftovers) == []
+    assert recorded_alive(leftovers) == []
+    # total's first attempt failed on purpose: its retry checked what the first one left.
+    assert len(starts(leftovers, "total-0-0")) == 2
     wait_until(lambda: not run_processes(f.w.run_id), "no process of the run is left")
+
+
+def test_the_leftover_check_catches_a_live_process_of_an_earlier_start(tmp_path: Path) -> None:
+    """The per-cell check can fail: a second start of a shard while the first one's children
+    live records them; once they are dead it records nothing, and a live process that merely
+    has a recorded pid (another start time: the pid was reused) is not taken for one."""
+    from tests.harness.leftovers import main
+
+    folder = tmp_path / "leftovers"
+    folder.mkdir()
+    try:
+        assert main([str(folder), "s"]) == 0 and violations(folder) == []
+        first = recorded_alive(folder)
+        assert len(first) == 2
+        assert main([str(folder), "s"]) == 0
+        caught = violations(folder)
+        assert len(caught) == 2, caught
+        for pid, tick in first:
+            assert any(f"pid {pid} (start tick {tick}) of start 1 is alive" in v for v in caught)
+        kill_recorded(folder)
+        wait_until(lambda: recorded_alive(folder) == [], "the recorded processes are dead")
+        me = process_start(os.getpid())
+        assert me is not None
+        (folder / "s.3").write_text(f"{os.getpid()} {me + 1}\n")  # this pid, another process
+        assert main([str(folder), "s"]) == 0
+        assert violations(folder) == caught  # nothing new
+    finally:
+        kill_recorded(folder)
 
 
 @pytest.mark.parametrize("kind", KINDS)

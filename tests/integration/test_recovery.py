@@ -28,6 +28,7 @@ import pytest
 
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.disks import bind, fill, read_only, tmpfs
+from tests.harness.leftovers import command as leftovers_command
 from tests.harness.procs import pid_alive, run_processes, wait_until
 from tests.harness.s3 import S3Server
 from tests.integration.store_proxy import ProxyState, store_proxy
@@ -40,14 +41,24 @@ WF = ("workbench", "workflow")
 SHARDS = ["generate-0-0", "square-0-0", "square-1-1", "total-0-0"]
 
 
-def write_spec(folder: Path, marks: Path, holds: Path) -> Path:
+def write_spec(folder: Path, marks: Path, holds: Path, leftovers: Path | None = None) -> Path:
     """tiny-local with square in two waves of one shard; each shard logs start/done to
-    ``marks/<stage>-<wave>-<shard>`` and waits while ``holds/<stage>-<wave>`` exists."""
+    ``marks/<stage>-<wave>-<shard>`` and waits while ``holds/<stage>-<wave>`` exists. With
+    ``leftovers``, each shard first checks no earlier start of it left a live process and
+    leaves background children of its own (:mod:`tests.harness.leftovers`), and total's first
+    attempt then fails (exit 3; total has one retry), so at least one later attempt checks."""
     text = (EXAMPLES / "tiny-local.yaml").read_text()
     text = text.replace("      parallel: 2", "      parallel: 1")
     name = "$NPA_STAGE-$NPA_WAVE-$NPA_SHARD"
+    check = ""
+    if leftovers is not None:
+        check = (
+            f"{leftovers_command(leftovers, name)} && "
+            'if [ "$NPA_STAGE-$NPA_ATTEMPT" = total-1 ]; then exit 3; fi && '
+        )
+        text = text.replace("\n  - name: total\n", "\n  - name: total\n    retries: 1\n")
     before = (
-        f"echo start >> {marks}/{name} && "
+        f"{check}echo start >> {marks}/{name} && "
         f"while [ -e {holds}/$NPA_STAGE-$NPA_WAVE ]; do sleep 0.05; done && "
     )
     after = f" && echo done >> {marks}/{name}"
@@ -72,13 +83,17 @@ def write_spec(folder: Path, marks: Path, holds: Path) -> Path:
 class World:
     """One NPA_HOME, the spec above, and what its shards did."""
 
-    def __init__(self, tmp_path: Path, npa_home: Path, **env: str) -> None:
+    def __init__(
+        self, tmp_path: Path, npa_home: Path, leftovers: Path | None = None, **env: str
+    ) -> None:
         self.home = npa_home
         self.marks = tmp_path / "marks"
         self.holds = tmp_path / "holds"
-        for d in (self.marks, self.holds, tmp_path / "workflow"):
-            d.mkdir(exist_ok=True)
-        self.spec = write_spec(tmp_path / "workflow", self.marks, self.holds)
+        for d in (self.marks, self.holds, tmp_path / "workflow", leftovers):
+            if d is not None:
+                d.mkdir(exist_ok=True)
+        self.leftovers = leftovers
+        self.spec = write_spec(tmp_path / "workflow", self.marks, self.holds, leftovers)
         self.env = {"NPA_HOME": str(npa_home), "HOME": str(npa_home.parent), **env}
         self.run_id = ""
 

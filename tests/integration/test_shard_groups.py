@@ -1,6 +1,8 @@
 """A shard owns its process tree until it is gone, tried with real processes on the local
 backend: stages that leave background children running (``sleep 300 &``, a writer that appends
-a line to a file every 0.1 s and ignores SIGTERM) and a shard wrapper killed with SIGKILL.
+a line to a file every 0.1 s and ignores SIGTERM, a child that calls ``setsid`` and ignores
+SIGTERM) and a shard wrapper killed with SIGKILL; with a cgroup per shard where this machine
+offers cgroup v2, and with process groups only.
 
 Every background child writes its pid to a file, so a test checks the very processes the stage
 started. The checks that matter are made the moment npa says a shard or run ended, without
@@ -13,6 +15,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from tests.harness import leftovers
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.procs import pid_alive, run_processes, wait_until
 
@@ -60,7 +64,9 @@ def marks(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
 # --- the wrapper and the executor's end of a shard, without a run -----------------------------
 
 
-def start(tmp_path: Path, command: str, exit_file: Path | None = None) -> Any:
+def start(
+    tmp_path: Path, command: str, exit_file: Path | None = None, tree_cgroup: Path | None = None
+) -> Any:
     """One shard under the real wrapper, as the executor starts it; its ShardProcess."""
     from npa.backends.local.executor import ShardProcess, spawn_shard
     from npa.core.procs import ProcessIdentity
@@ -69,9 +75,11 @@ def start(tmp_path: Path, command: str, exit_file: Path | None = None) -> Any:
     exit_file = exit_file or tmp_path / "s0.exit"
     with open(tmp_path / "shard.log", "ab") as log:
         popen = spawn_shard(["/bin/sh", "-c", command], cwd=tmp_path, env=dict(os.environ),
-                            log=log, exit_file=exit_file, death_fd=death_r)  # fmt: skip
+                            log=log, exit_file=exit_file, death_fd=death_r,
+                            tree_cgroup=tree_cgroup)  # fmt: skip
     os.close(death_r)
-    proc = ShardProcess("test shard", popen, ProcessIdentity.of(popen.pid), exit_file)
+    proc = ShardProcess("test shard", popen, ProcessIdentity.of(popen.pid), exit_file,
+                        cgroup=tree_cgroup)  # fmt: skip
     proc.death_w = death_w  # type: ignore[attr-defined]  # closed by the test: the executor is gone
     return proc
 
@@ -300,3 +308,189 @@ def test_a_killed_executor_ends_children_that_ignore_sigterm(
     os.kill(holder.pid, signal.SIGKILL)
     wait_until(lambda: alive(pids) == [], "the stage's children die with their executor")
     wait_until(lambda: run_processes(run.run_id) == [], "nothing of the run is left")
+
+
+# --- a cgroup per shard ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def shard_cgroup(tmp_path: Path) -> Iterator[Path]:
+    """A shard cgroup, as the executor makes one (skipped where this machine offers none); a
+    failing test leaves neither its processes nor the cgroup."""
+    from npa.backends.local import cgroup
+
+    base, how = cgroup.place(f"test-{os.getpid()}")
+    if base is None:
+        pytest.skip(how)
+    made = cgroup.create(base, f"test-{os.getpid()}-{tmp_path.name}")
+    yield made
+    cgroup.end(made, 10)
+    assert not made.exists()
+
+
+def escapee(folder: Path) -> str:
+    """Shell that starts, through :mod:`tests.harness.leftovers`, a ``sleep`` child, one that
+    ignores SIGTERM and one that calls setsid (out of the shard's process group) and ignores
+    SIGTERM, and waits until they are recorded."""
+    return leftovers.command(folder, "s", setsid=True)
+
+
+@pytest.mark.parametrize("ending", ["the command exits", "the wrapper is killed",
+                                    "the executor dies"])  # fmt: skip
+def test_a_shard_s_cgroup_ends_what_left_its_group_with_setsid(
+    tmp_path: Path, shard_cgroup: Path, ending: str
+) -> None:
+    folder = tmp_path / "left"
+    folder.mkdir()
+    proc = None
+    try:
+        tail = "exit 0" if ending == "the command exits" else "exec sleep 600"
+        proc = start(tmp_path, f"{escapee(folder)}; {tail}", tree_cgroup=shard_cgroup)
+        wait_until(lambda: leftovers.starts(folder, "s") != [], "the children are recorded")
+        started = leftovers.identities_in(leftovers.starts(folder, "s")[0])
+        assert len(started) == 3
+        setsid_pid = started[2][0]
+        assert os.getpgid(setsid_pid) == setsid_pid  # it left the shard's group...
+        if ending != "the command exits":
+            assert setsid_pid in cgroup_members(shard_cgroup)  # ...not the shard's cgroup
+        if ending == "the wrapper is killed":
+            os.kill(proc.popen.pid, signal.SIGKILL)
+        elif ending == "the executor dies":
+            os.close(proc.death_w)
+        wait_ended(proc)
+        if ending != "the wrapper is killed":
+            # The wrapper ended the cgroup itself, before it exited: nothing is left, and the
+            # cgroup is gone, without the executor's help.
+            assert leftovers.recorded_alive(folder) == []
+            assert not shard_cgroup.exists()
+        assert proc.end(30) == []
+        # end() returns once the cgroup is empty and removed: checked at once.
+        assert leftovers.recorded_alive(folder) == [] and not shard_cgroup.exists()
+    finally:
+        leftovers.kill_recorded(folder)
+        if proc is not None and ending != "the executor dies":
+            os.close(proc.death_w)
+
+
+def cgroup_members(path: Path) -> list[int]:
+    from npa.backends.local import cgroup
+
+    return cgroup.members(path)
+
+
+@pytest.mark.parametrize("kill_file", [True, False], ids=["cgroup.kill", "sigkill-each"])
+def test_ending_a_cgroup_kills_all_in_it_and_removes_it(
+    tmp_path: Path, shard_cgroup: Path, kill_file: bool
+) -> None:
+    """Both ways of killing (``cgroup.kill``, and SIGKILL to each pid as on a kernel without
+    it) end processes that ignore SIGTERM and left their group, and the cgroup is removed."""
+    from npa.backends.local import cgroup
+
+    folder = tmp_path / "left"
+    folder.mkdir()
+    shell = subprocess.Popen(["/bin/sh", "-c", f"echo $$ > {shard_cgroup}/cgroup.procs && "
+                              f"{escapee(folder)} && exec sleep 600"])  # fmt: skip
+    try:
+        wait_until(lambda: leftovers.starts(folder, "s") != [], "the children are recorded")
+        recorded = leftovers.identities_in(leftovers.starts(folder, "s")[0])
+        assert {shell.pid, *(pid for pid, _ in recorded)} <= set(cgroup.members(shard_cgroup))
+        began = time.monotonic()
+        assert cgroup.end(shard_cgroup, 10, kill_file=kill_file) == []
+        took = time.monotonic() - began
+        assert not shard_cgroup.exists() and leftovers.recorded_alive(folder) == []
+        shell.wait(10)
+        print(f"ending a cgroup ({'cgroup.kill' if kill_file else 'SIGKILL each'}): "
+              f"{took * 1000:.0f} ms")  # fmt: skip
+    finally:
+        leftovers.kill_recorded(folder)
+        shell.kill()
+        shell.wait()
+
+
+@pytest.mark.parametrize("cgroups", ["on", "off"])
+def test_a_wave_retry_starts_only_once_a_setsid_child_of_the_failed_attempt_is_gone(
+    tmp_path: Path, npa_home: Path, cgroups: str
+) -> None:
+    """With a cgroup per shard, attempt 2 finds nothing of attempt 1 alive, also the child that
+    left the group with setsid; with process groups only (``NPA_LOCAL_CGROUPS=0``) that child
+    is still alive when attempt 2 starts, which the same check catches. The supervisor log says
+    which one ran the shards, and no cgroup of the run is left."""
+    from npa.backends.local import cgroup
+    from npa.backends.local.executor import shard_trees
+
+    if cgroups == "on" and cgroup.place(f"test-{os.getpid()}")[0] is None:
+        pytest.skip(cgroup.place(f"test-{os.getpid()}")[1])
+    folder = tmp_path / "left"
+    folder.mkdir()
+    command = (
+        f"{leftovers.command(folder, 'work', setsid=True)}; "
+        '[ "$NPA_ATTEMPT" = 1 ] && exit 1; echo done > "$NPA_OUTPUT_OUT"'
+    )
+    run = Run(tmp_path, npa_home, command, retries=1)
+    if cgroups == "off":
+        run.env["NPA_LOCAL_CGROUPS"] = "0"
+    try:
+        run.submit()
+        final = run.final()
+        assert final["state"] == "SUCCEEDED", final
+        assert len(leftovers.starts(folder, "work")) == 2
+        text = run.supervisor_log()
+        trees = [tree for _, tree in shard_trees(run.job_dir)]
+        assert len(trees) == 2
+        if cgroups == "on":
+            assert leftovers.violations(folder) == []
+            assert leftovers.recorded_alive(folder) == []  # checked the moment it read final
+            assert "shards run in cgroups of their own under " in text, text
+            assert all(t.cgroup is not None and not t.cgroup.exists() for t in trees), trees
+        else:
+            caught = leftovers.violations(folder)
+            assert len(caught) == 1 and "of start 1 is alive" in caught[0], caught
+            assert "shards run in process groups (NPA_LOCAL_CGROUPS=0)" in text, text
+            assert all(t.cgroup is None for t in trees), trees
+    finally:
+        leftovers.kill_recorded(folder)
+
+
+def cgroups_or_skip() -> None:
+    from npa.backends.local import cgroup
+
+    base, how = cgroup.place(f"test-{os.getpid()}")
+    if base is None:
+        pytest.skip(how)
+
+
+@pytest.mark.parametrize("ending", ["cancel", "a killed executor"])
+def test_a_setsid_child_that_ignores_sigterm_ends_with_its_run(
+    tmp_path: Path, npa_home: Path, ending: str
+) -> None:
+    """With a cgroup per shard, cancel and the executor's death end also the stage's child that
+    left its group with setsid and ignores SIGTERM, and remove the shard's cgroup."""
+    from npa.backends.local.executor import shard_trees
+    from npa.backends.local.jobs import LocalJobTable
+    from npa.core.paths import NpaPaths
+
+    cgroups_or_skip()
+    folder = tmp_path / "left"
+    folder.mkdir()
+    run = Run(tmp_path, npa_home, f"{leftovers.command(folder, 'work', setsid=True)}; "
+                                  "while :; do sleep 0.1; done")  # fmt: skip
+    try:
+        run.submit()
+        wait_until(lambda: leftovers.starts(folder, "work") != [], "the stage left its children")
+        assert len(leftovers.recorded_alive(folder)) == 3
+        if ending == "cancel":
+            r = run.npa(*WF, "cancel", run.run_id, "--project", "demo", "--json")
+            assert r.code == 0 and r.json()["outcome"] == "cancelled", r.stdout + r.stderr
+            # cancel returns once the job is seen stopped: checked at once.
+            assert leftovers.recorded_alive(folder) == []
+        else:
+            holder = LocalJobTable(NpaPaths(npa_home)).executor_holding(run.job_id)
+            assert holder is not None
+            os.kill(holder.pid, signal.SIGKILL)
+            wait_until(lambda: leftovers.recorded_alive(folder) == [],
+                       "the stage's children die with their executor")  # fmt: skip
+        trees = [tree for _, tree in shard_trees(run.job_dir)]
+        assert len(trees) == 1 and trees[0].cgroup is not None
+        wait_until(lambda: not trees[0].cgroup.exists(), "the shard's cgroup is removed")  # type: ignore[union-attr]
+    finally:
+        leftovers.kill_recorded(folder)

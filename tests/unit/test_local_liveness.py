@@ -83,12 +83,33 @@ def test_the_next_writer_sweeps_temporary_files_killed_writers_left(tmp_path: Pa
 
 
 def test_a_group_that_outlives_sigkill_stops_the_run_naming_its_pids_and_the_kill() -> None:
-    from npa.backends.local.executor import group_outlived
+    from npa.backends.local.executor import ShardTree, group_outlived
     from npa.core.procs import GroupMember
 
     leader = ProcessIdentity(pid=4242, start=7)
     left = [GroupMember(4243, "sleep 300"), GroupMember(4250, "cat /mnt/hung")]
-    error = group_outlived("stage a wave 0 shard 1", leader, left, submission())
+    error = group_outlived("stage a wave 0 shard 1", ShardTree(leader), left, submission())
     assert error.message.startswith("stage a wave 0 shard 1: processes of its group are still")
     assert "(pids 4243, 4250)" in error.message
     assert error.fix == "kill -KILL -- -4242; npa workbench workflow status r --project demo"
+    # A shard with a cgroup: the fix ends the cgroup too, and removes it.
+    tree = ShardTree(leader, Path("/sys/fs/cgroup/npa-local-1-2-3"))
+    error = group_outlived("stage a wave 0 shard 1", tree, left, submission())
+    assert error.fix == (
+        "kill -KILL -- -4242; echo 1 > /sys/fs/cgroup/npa-local-1-2-3/cgroup.kill; "
+        "rmdir /sys/fs/cgroup/npa-local-1-2-3; npa workbench workflow status r --project demo"
+    )
+
+
+def test_a_shard_s_record_carries_its_cgroup_and_reads_back(tmp_path: Path) -> None:
+    from npa.backends.local.executor import ShardTree, shard_trees
+
+    folder = tmp_path / "shards" / "a" / "w0" / "a1"
+    folder.mkdir(parents=True)
+    trees = [
+        ShardTree(ProcessIdentity(pid=11, start=5), Path("/sys/fs/cgroup/npa-local-1-2-3")),
+        ShardTree(ProcessIdentity(pid=12, start=None)),
+    ]
+    for n, tree in enumerate(trees):
+        (folder / f"s{n}.pid").write_text(tree.record())
+    assert [tree for _, tree in shard_trees(tmp_path)] == trees

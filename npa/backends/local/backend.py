@@ -50,7 +50,7 @@ from npa.core.errors import (
     NpaError,
 )
 from npa.core.paths import NpaPaths
-from npa.core.procs import ProcessIdentity, group_members, signal_group
+from npa.core.procs import ProcessIdentity
 
 REQUEST_PREFIX = "local-"
 # How long cancel waits to see the job stop (its executor gives stages 10 s after SIGTERM).
@@ -154,7 +154,7 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
         """Stop what really runs: the live executor, by its proven identity (it stops its
         stages and records CANCELLED), else every stage process group an executor left; returns
         once the job is seen stopped (or raises BackendError saying what still runs)."""
-        from npa.backends.local.executor import shard_leaders
+        from npa.backends.local.executor import shard_trees
 
         job = self.table.update(job_id, cancel_requested=True)
         if job.state.terminal:
@@ -175,13 +175,14 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
                 return
         # No executor (it died, or never started): its stage processes are the job's, and so
         # are the containers its container shards started (they carry the run's label).
-        leaders = [leader for _, leader in shard_leaders(self.table.job_dir(job_id))]
-        for leader in leaders:
-            signal_group(leader, signal.SIGKILL)
-        while any(group_members(leader) for leader in leaders):
-            if time.monotonic() >= deadline:
-                raise BackendError(f"stage processes of local job {job_id} did not stop")
-            time.sleep(0.05)
+        trees = [tree for _, tree in shard_trees(self.table.job_dir(job_id))]
+        for tree in trees:
+            tree.signal(signal.SIGKILL)
+        for tree in trees:
+            if tree.end(max(0.0, deadline - time.monotonic())):
+                raise BackendError(
+                    f"stage processes of local job {job_id} did not stop", fix=tree.fix()
+                )
         self.remove_leftovers(job_id)
         self.table.update(job_id, state=JobState.CANCELLED, ended_at=time.time())
 

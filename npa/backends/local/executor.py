@@ -65,6 +65,7 @@ from npa.adapters.storage import ObjectAbsent, ObjectStore, open_store
 from npa.adapters.storage.patient import PatientStore, stop_waiting, store_patience
 from npa.backends import contract
 from npa.backends.base import JobState, JobSubmission, RunRecorder, StageProgress, WaveProgress
+from npa.backends.local import cgroup
 from npa.backends.local import tasks as local_tasks
 from npa.backends.local.jobs import LocalJobTable, ProcessRecord
 from npa.backends.local.tasks import LocalTask
@@ -84,6 +85,7 @@ from npa.core.paths import NpaPaths
 from npa.core.procs import (
     GroupMember,
     ProcessIdentity,
+    command_of,
     end_group,
     group_members,
     run_child,
@@ -137,12 +139,16 @@ def spawn_shard(
     exit_file: Path,
     death_fd: int,
     on_death: list[str] | None = None,
+    tree_cgroup: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     """Start one shard, tied to this executor's life: the leader of a new process group (the
-    wrapper), which runs ``argv`` and kills its group when ``death_fd`` reports this process
-    gone, after running ``on_death`` (what removes a shard's container). The one place a stage
-    process, or a stage's container, is started."""
+    wrapper), which moves itself into ``tree_cgroup`` (when given), runs ``argv`` and kills its
+    group and cgroup when ``death_fd`` reports this process gone, after running ``on_death``
+    (what removes a shard's container). The one place a stage process, or a stage's container,
+    is started."""
     cleanup = ["--on-death", json.dumps(on_death)] if on_death else []
+    if tree_cgroup is not None:
+        cleanup += ["--cgroup", str(tree_cgroup)]
     return subprocess.Popen(
         [sys.executable, "-I", "-S", str(SHARD_WRAPPER), str(death_fd), str(exit_file), *cleanup,
          "--", *argv],
@@ -154,6 +160,55 @@ def spawn_shard(
         start_new_session=True,
         pass_fds=(death_fd,),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ShardTree:
+    """Every process of one shard: the process group its wrapper leads and, where the machine
+    offers one, the shard's cgroup (which also holds what left the group with ``setsid``)."""
+
+    leader: ProcessIdentity
+    cgroup: Path | None = None
+
+    def members(self) -> list[GroupMember]:
+        found = {m.pid: m for m in group_members(self.leader)}
+        for pid in cgroup.members(self.cgroup) if self.cgroup is not None else []:
+            found.setdefault(pid, GroupMember(pid, command_of(pid)))
+        return sorted(found.values(), key=lambda m: m.pid)
+
+    def remains(self) -> bool:
+        """Whether anything of the tree is left: a live process, or the cgroup's folder."""
+        return bool(self.members()) or (self.cgroup is not None and self.cgroup.is_dir())
+
+    def signal(self, sig: int) -> None:
+        signal_group(self.leader, sig)
+        if self.cgroup is not None:
+            cgroup.signal_all(self.cgroup, sig)
+
+    def end(self, wait: float) -> list[GroupMember]:
+        """End this shard's tree: kill its cgroup until it is empty and removed, and its group
+        until none of it lives, within ``wait`` seconds; what still lives then ([]: all gone).
+        The one place a shard's processes are ended from the executor's side."""
+        deadline = time.monotonic() + wait
+        left = {}
+        if self.cgroup is not None:
+            for pid in cgroup.end(self.cgroup, wait):
+                left[pid] = GroupMember(pid, command_of(pid))
+        for member in end_group(self.leader, max(0.0, deadline - time.monotonic())):
+            left.setdefault(member.pid, member)
+        return sorted(left.values(), key=lambda m: m.pid)
+
+    def fix(self) -> str:
+        """The command that kills what is left of the tree by hand."""
+        kill = f"kill -KILL -- -{self.leader.pid}"
+        if self.cgroup is None:
+            return kill
+        return f"{kill}; echo 1 > {self.cgroup}/cgroup.kill; rmdir {self.cgroup}"
+
+    def record(self) -> str:
+        """The text of the shard's ``s<N>.pid`` record (read back by :func:`shard_trees`)."""
+        start = self.leader.start if self.leader.start is not None else ""
+        return f"{self.leader.pid} {start}\n" + (f"{self.cgroup}\n" if self.cgroup else "")
 
 
 @dataclass
@@ -170,6 +225,11 @@ class ShardProcess:
     leader: ProcessIdentity
     exit_file: Path
     remove: list[str] | None = None
+    cgroup: Path | None = None
+
+    @property
+    def tree(self) -> ShardTree:
+        return ShardTree(self.leader, self.cgroup)
 
     def ended(self) -> bool:
         """Whether the wrapper has exited (it stays unreaped: see the class)."""
@@ -184,18 +244,20 @@ class ShardProcess:
             return self.popen.poll() is not None
 
     def signal(self, sig: int) -> None:
-        """Send ``sig`` to the shard's whole group."""
+        """Send ``sig`` to the shard's whole group and cgroup."""
         if self.popen.returncode is not None:
-            signal_group(self.leader, sig)
+            self.tree.signal(sig)
             return
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.popen.pid, sig)
+        if self.cgroup is not None:
+            cgroup.signal_all(self.cgroup, sig)
 
     def end(self, wait: float) -> list[GroupMember]:
-        """Kill whatever is left of the group once the wrapper has exited, and wait (at most
-        ``wait`` seconds) until none of it lives, then reap the wrapper; [] then. Otherwise the
+        """End whatever is left of the shard's tree (:meth:`ShardTree.end`), waiting at most
+        ``wait`` seconds until none of it lives, then reap the wrapper; [] then. Otherwise the
         processes still alive at the deadline, the wrapper left unreaped (holding the id)."""
-        left = end_group(self.leader, wait)
+        left = self.tree.end(wait)
         if not left:
             self.popen.wait()
         return left
@@ -210,27 +272,30 @@ class ShardProcess:
 
 
 def group_outlived(
-    name: str, leader: ProcessIdentity, left: list[GroupMember], run: JobSubmission
+    name: str, tree: ShardTree, left: list[GroupMember], run: JobSubmission
 ) -> BackendError:
-    """What stops a run when a shard's group outlives :data:`REAP_WAIT` seconds of SIGKILL (a
+    """What stops a run when a shard's tree outlives :data:`REAP_WAIT` seconds of SIGKILL (a
     process stuck in the kernel: a hung network mount)."""
     return BackendError(
         f"{name}: processes of its group are still alive {REAP_WAIT:g}s after SIGKILL "
         f"(pids {', '.join(str(m.pid) for m in left)}); npa counts a shard as ended only once "
         "all of them are gone",
-        fix=f"kill -KILL -- -{leader.pid}; "
-        f"npa workbench workflow status {run.run_id} --project {run.project}",
+        fix=f"{tree.fix()}; npa workbench workflow status {run.run_id} --project {run.project}",
     )
 
 
-def shard_leaders(job_dir: Path) -> list[tuple[Path, ProcessIdentity]]:
-    """Every shard process a job's executors started (record file, identity)."""
+def shard_trees(job_dir: Path) -> list[tuple[Path, ShardTree]]:
+    """Every shard a job's executors started (record file, its tree), from the records
+    :meth:`ShardTree.record` wrote."""
     found = []
     for record in sorted((job_dir / "shards").glob("*/w*/a*/s*.pid")):
-        parts = record.read_text().split() if record.is_file() else []
+        lines = record.read_text().splitlines() if record.is_file() else []
+        parts = lines[0].split() if lines else []
         if parts and parts[0].isdigit():
             start = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
-            found.append((record, ProcessIdentity(pid=int(parts[0]), start=start)))
+            leader = ProcessIdentity(pid=int(parts[0]), start=start)
+            cgroup_dir = Path(lines[1]) if len(lines) > 1 and lines[1].strip() else None
+            found.append((record, ShardTree(leader, cgroup_dir)))
     return found
 
 
@@ -252,6 +317,9 @@ class Executor:
         self.lock_fd: int | None = None
         self.death_fd: int | None = None  # read end of the pipe shards watch (see shard.py)
         self.death_w: int | None = None  # its write end: open, never written, until we exit
+        # Where shards get cgroups of their own (None: process groups only), and how many so far.
+        self.cgroup_base: Path | None = None
+        self.cgroups_made = 0
         self.since = time.time()  # when the job was first taken
         self._secrets: KnownSecrets | None = None
         # Each running shard attempt's phases so far, by (stage, wave, shard); written to the
@@ -313,10 +381,10 @@ class Executor:
         remaining processes when its main process ends); its exit status. Raises BackendError
         naming what still lives after :data:`REAP_WAIT` seconds."""
         begun = time.monotonic()
-        members = group_members(child.leader)
+        members = child.tree.members()
         left = child.end(REAP_WAIT)
         if left:
-            raise group_outlived(child.name, child.leader, left, self.submission)
+            raise group_outlived(child.name, child.tree, left, self.submission)
         self.children.remove(child)
         code = child.code()
         if members:
@@ -347,10 +415,8 @@ class Executor:
             left = child.end(REAP_WAIT)
             if left:
                 pids = ", ".join(str(m.pid) for m in left)
-                self.log(
-                    f"{child.name}: still alive after SIGKILL: pids {pids} "
-                    f"(fix: kill -KILL -- -{child.leader.pid})"
-                )
+                self.log(f"{child.name}: still alive after SIGKILL: pids {pids} (fix: "
+                         f"{child.tree.fix()})")  # fmt: skip
             else:
                 self.children.remove(child)
 
@@ -406,6 +472,8 @@ class Executor:
         self.log(f"executor {me} took job {self.job_id}" + (
             f" (continuing it after {job.executors} earlier executor(s))" if job.executors else ""
         ))  # fmt: skip
+        self.cgroup_base, how = cgroup.place(f"{me.pid}-{me.start}")
+        self.log(how)
         if job.cancel_requested:
             self.reap_previous()
             self.finish(JobState.CANCELLED, "cancelled before it started")
@@ -593,7 +661,7 @@ class Executor:
         """Stop every shard process an earlier executor of this run left behind, and refuse to
         go on while one is alive or another executor of the run is at work."""
         s = self.submission
-        leftovers: list[ProcessIdentity] = []
+        leftovers: list[ShardTree] = []
         for job_id in self.jobs_of_this_run():
             if job_id != self.job_id:
                 holder = self.table.executor_holding(job_id)
@@ -603,21 +671,22 @@ class Executor:
                         "two executors never run one run",
                         fix=f"npa workbench workflow cancel {s.run_id} --project {s.project}",
                     )
-            for _, leader in shard_leaders(self.table.job_dir(job_id)):
-                if signal_group(leader, signal.SIGKILL):
-                    leftovers.append(leader)
+            for _, tree in shard_trees(self.table.job_dir(job_id)):
+                if tree.remains():
+                    tree.signal(signal.SIGKILL)
+                    leftovers.append(tree)
         if not leftovers:
             return
-        self.log(f"stopped {len(leftovers)} shard process group(s) an earlier executor left")
-        alive = [(leader, end_group(leader, REAP_WAIT)) for leader in leftovers]
-        alive = [(leader, members) for leader, members in alive if members]
+        self.log(f"stopped {len(leftovers)} shard process tree(s) an earlier executor left")
+        alive = [(tree, tree.end(REAP_WAIT)) for tree in leftovers]
+        alive = [(tree, members) for tree, members in alive if members]
         if alive:
             pids = ", ".join(str(m.pid) for _, members in alive for m in members)
-            groups = " ".join(f"-{leader.pid}" for leader, _ in alive)
+            fixes = "; ".join(tree.fix() for tree, _ in alive)
             raise BackendError(
                 f"processes of an earlier attempt of run {s.run_id} are still alive "
                 f"(pids {pids}); npa will not run a stage twice at once",
-                fix=f"kill -KILL -- {groups}  # then rerun the same submit",
+                fix=f"{fixes}  # then rerun the same submit",
             )
 
     def jobs_of_this_run(self) -> list[int]:
@@ -1038,11 +1107,7 @@ class Executor:
                 }  # fmt: skip
                 running[shard] = child
                 self.children.append(child)
-                leader = child.leader
-                atomic_write_text(
-                    records / f"s{shard}.pid",
-                    f"{leader.pid} {leader.start if leader.start is not None else ''}\n",
-                )
+                atomic_write_text(records / f"s{shard}.pid", child.tree.record())
             if self.cancelled and not running:
                 break
             if self.cancelled and time.monotonic() - self.cancelled_at > CANCEL_GRACE:
@@ -1090,15 +1155,37 @@ class Executor:
             )
             return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file, remove)
         cwd = contract.relocate(task.workdir, str(root))
-        popen = spawn_shard(
-            ["/bin/sh", "-c", task.command],
-            cwd=Path(cwd),
-            env={**contract.host_env(env, str(root)), "PWD": cwd},
-            log=log,
-            exit_file=exit_file,
-            death_fd=self.death_fd,
+        tree_cgroup = self.new_cgroup(what)
+        try:
+            popen = spawn_shard(
+                ["/bin/sh", "-c", task.command],
+                cwd=Path(cwd),
+                env={**contract.host_env(env, str(root)), "PWD": cwd},
+                log=log,
+                exit_file=exit_file,
+                death_fd=self.death_fd,
+                tree_cgroup=tree_cgroup,
+            )
+        except BaseException:
+            if tree_cgroup is not None:
+                cgroup.end(tree_cgroup, REAP_WAIT)
+            raise
+        return ShardProcess(
+            what, popen, ProcessIdentity.of(popen.pid), exit_file, cgroup=tree_cgroup
         )
-        return ShardProcess(what, popen, ProcessIdentity.of(popen.pid), exit_file)
+
+    def new_cgroup(self, what: str) -> Path | None:
+        """A cgroup of its own for the next shard, where this machine offers them (see
+        :mod:`npa.backends.local.cgroup`); None (its process group only) otherwise."""
+        if self.cgroup_base is None:
+            return None
+        self.cgroups_made += 1
+        me = ProcessIdentity.current()
+        try:
+            return cgroup.create(self.cgroup_base, f"{me.pid}-{me.start}-{self.cgroups_made}")
+        except OSError as exc:
+            self.log(f"{what}: runs in its process group only (no cgroup: {exc})")
+            return None
 
 
 def shard_variables(

@@ -1,5 +1,5 @@
-"""``python shard.py DEATH_FD EXIT_FILE [--on-death JSON] -- ARGV...``: run one shard so it dies
-with its executor.
+"""``python shard.py DEATH_FD EXIT_FILE [--on-death JSON] [--cgroup DIR] -- ARGV...``: run one
+shard so it dies with its executor.
 
 The executor starts this wrapper (by its file path, with ``-I -S``: it imports nothing but the
 standard library, so it starts in milliseconds) as the leader of a new process group, and the
@@ -20,16 +20,37 @@ died reads these files to know which shards already ran to the end. When the sta
 recorded (a full disk) the wrapper exits the way the child did and leaves the group to the
 executor. SIGTERM (a cancel, sent to the whole group) reaches the child; the wrapper itself
 waits for the child to end.
+
+With ``--cgroup DIR`` (a cgroup the executor made for this shard: ``cgroup.py``) the wrapper
+first moves itself into DIR, so everything the command starts is in it, also a process that
+leaves the group with ``setsid``. Wherever the wrapper ends its group it first moves itself
+back out and ends the cgroup (kills all in it, waits until it is empty, removes it).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import threading
+from types import ModuleType
+
+# The shard's cgroup and the module that handles it (loaded by path: this wrapper imports
+# nothing of npa), when the executor gave one.
+CGROUP: str | None = None
+_cgroups: ModuleType | None = None
+
+
+def _load_cgroups() -> ModuleType:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cgroup.py")
+    spec = importlib.util.spec_from_file_location("npa_shard_cgroup", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _watch_executor(fd: int, on_death: list[str]) -> None:
@@ -43,6 +64,7 @@ def _watch_executor(fd: int, on_death: list[str]) -> None:
             subprocess.run(on_death, stdin=subprocess.DEVNULL, timeout=60, check=False)
         except (OSError, subprocess.SubprocessError) as exc:
             sys.stderr.write(f"npa: {on_death[0]} could not clean up after the executor: {exc}\n")
+    _end_cgroup()
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
@@ -55,19 +77,36 @@ def _record(path: str, code: int) -> None:
     os.replace(tmp, path)
 
 
+def _end_cgroup() -> None:
+    """End the shard's cgroup, if it has one: out of it first (a cgroup is removed only once
+    empty), then :func:`cgroup.end`; what outlives 5 s is left to the executor."""
+    if CGROUP is None or _cgroups is None:
+        return
+    try:
+        _cgroups.leave(_cgroups.Path(CGROUP))
+        left = _cgroups.end(_cgroups.Path(CGROUP), 5.0)
+    except OSError as exc:
+        sys.stderr.write(f"npa: could not end the shard's cgroup {CGROUP}: {exc}\n")
+        return
+    if left:
+        sys.stderr.write(f"npa: still alive in {CGROUP} after SIGKILL: {left}\n")
+
+
 def _others_in_group() -> list[str]:
-    """``pid command`` of every other live process of this wrapper's group (from /proc)."""
+    """``pid command`` of every other live process of this wrapper's group or cgroup."""
     me, group = os.getpid(), os.getpgrp()
     found: list[str] = []
     try:
         pids = [int(name) for name in os.listdir("/proc") if name.isdigit()]
     except OSError:
         return found
+    ours = set(_cgroups.members(_cgroups.Path(CGROUP))) if CGROUP and _cgroups else set()
     for pid in pids:
         try:
             with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
                 fields = stat.read().rsplit(")", 1)[-1].split()
-            if pid == me or fields[0] in ("Z", "X") or int(fields[2]) != group:
+            theirs = int(fields[2]) != group and pid not in ours
+            if pid == me or fields[0] in ("Z", "X") or theirs:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
                 command = cmdline.read().replace(b"\0", b" ").decode(errors="replace").strip()
@@ -78,7 +117,8 @@ def _others_in_group() -> list[str]:
 
 
 def _end_group() -> None:
-    """Kill this wrapper's whole group, itself with it (only when it leads the group)."""
+    """Kill this wrapper's whole group and cgroup, itself with it (only when it leads the
+    group)."""
     if os.getpgrp() != os.getpid():
         return
     others = _others_in_group()
@@ -88,18 +128,35 @@ def _end_group() -> None:
             f"running: {'; '.join(others)}\n"
         )
         sys.stderr.flush()
+    _end_cgroup()
     os.killpg(os.getpgrp(), signal.SIGKILL)
 
 
 def main(argv: list[str]) -> int:
+    global CGROUP, _cgroups
     on_death: list[str] = []
     if len(argv) >= 4 and argv[2] == "--on-death":
         on_death = [str(word) for word in json.loads(argv[3])]
         argv = argv[:2] + argv[4:]
+    if len(argv) >= 4 and argv[2] == "--cgroup":
+        CGROUP = argv[3]
+        argv = argv[:2] + argv[4:]
     if len(argv) < 4 or argv[2] != "--":
-        sys.stderr.write("usage: shard.py DEATH_FD EXIT_FILE [--on-death JSON] -- ARGV...\n")
+        sys.stderr.write(
+            "usage: shard.py DEATH_FD EXIT_FILE [--on-death JSON] [--cgroup DIR] -- ARGV...\n"
+        )
         return 2
     death_fd, exit_file, command = int(argv[0]), argv[1], argv[3:]
+    if CGROUP is not None:
+        _cgroups = _load_cgroups()
+        try:
+            _cgroups.join(_cgroups.Path(CGROUP))
+        except OSError as exc:
+            sys.stderr.write(
+                f"npa: could not move the shard into its cgroup {CGROUP}: {exc} (to run shards "
+                "in process groups only: export NPA_LOCAL_CGROUPS=0, then submit again)\n"
+            )
+            return 2
     signal.signal(signal.SIGTERM, lambda signum, frame: None)
     threading.Thread(target=_watch_executor, args=(death_fd, on_death), daemon=True).start()
     child = subprocess.Popen(command, close_fds=True)
