@@ -18,6 +18,9 @@ from typing import Any
 
 from npa.core.errors import InvalidInput
 
+#: JSON's own string encoder (C), as ``json.dumps`` of a string calls it, without its frames.
+_json_string = json.encoder.encode_basestring_ascii
+
 
 def templates_dir() -> Path:
     """The folder of npa's templates: ``templates`` inside the installed ``npa`` package."""
@@ -31,7 +34,8 @@ def templates_dir() -> Path:
 # as a literal block, but only when :func:`literal_block_holds` proves the block reads back
 # exactly; otherwise it is the JSON string too.
 
-_LITERAL = frozenset(chr(c) for c in range(0x20, 0x7F)) | {"\n"}
+# What a literal block holds as it is: printable ASCII and newline.
+_LITERAL = bytes(range(0x20, 0x7F)) + b"\n"
 # json.dumps(ensure_ascii=True) writes a character beyond the BMP as a UTF-16 surrogate pair;
 # YAML's \u escapes do not pair up, so the pair is rewritten as one \U escape.
 _PAIR = re.compile(r"\\ud([89ab][0-9a-f]{2})\\ud([c-f][0-9a-f]{2})")
@@ -50,7 +54,8 @@ def yaml_flow(value: Any) -> str:
     """One YAML flow node for ``value`` (str, int, float, bool, None, mapping, sequence), in
     printable ASCII: strings are JSON strings, so every other character is an escape."""
     if isinstance(value, str):
-        return _PAIR.sub(_joined, json.dumps(value))
+        text = _json_string(value)
+        return _PAIR.sub(_joined, text) if "\\ud" in text else text
     if value is None or isinstance(value, bool | int):
         return json.dumps(value)
     if isinstance(value, float):
@@ -73,21 +78,24 @@ def literal_block_holds(text: str) -> bool:
     line separator), no line ending in a space (a reader could not see it), and at least one
     non-blank line. The hypothesis property in tests/unit/test_render.py parses the blocks
     this admits back through SkyPilot's loader."""
-    if not set(text) <= _LITERAL or not text.strip():
+    # Passes of C over the text (every stage's setup holds the whole stage library): ASCII,
+    # then nothing left once the admitted bytes are deleted.
+    if not text.isascii() or text.encode("ascii").translate(None, _LITERAL) or not text.strip():
         return False
-    return not any(line.endswith(" ") for line in text.split("\n"))
+    return " \n" not in text and not text.endswith(" ")
 
 
 def yaml_block(text: str, indent: int = 2) -> str:
-    """``text`` as a literal block indented by ``indent`` (for a top-level mapping value)."""
+    """``text`` as a literal block indented by ``indent`` (for a top-level mapping value):
+    every line but an empty one indented. ``text`` is one :func:`literal_block_holds` admits
+    (no line ends in a space), so a line that is only the indent after indenting every line
+    was empty."""
     body = text.rstrip("\n")
     trailing = len(text) - len(body)
     chomp = {0: "-", 1: ""}.get(trailing, "+")
     pad = " " * indent
-    out = [f"|{indent}{chomp}"]
-    out += [pad + line if line else "" for line in body.split("\n")]
-    out += [""] * (trailing - 1)
-    return "\n".join(out)
+    lines = (pad + body.replace("\n", "\n" + pad) + "\n").replace(pad + "\n", "\n")
+    return f"|{indent}{chomp}\n" + lines[:-1] + "\n" * (trailing - 1)
 
 
 def yaml_filter(value: Any, block: bool = False) -> YamlText:

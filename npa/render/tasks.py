@@ -16,6 +16,7 @@ import hashlib
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from npa.backends.base import (
@@ -41,7 +42,7 @@ class RenderedTask:
     filename: str
     text: str
 
-    @property
+    @cached_property  # read for the index, the result and submit's manifest: hashed once
     def sha256(self) -> str:
         return hashlib.sha256(self.text.encode("utf-8")).hexdigest()
 

@@ -14,8 +14,8 @@ import json
 import os
 import shlex
 import shutil
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -140,20 +140,15 @@ def unified_diff(
     return changed, "".join(c if c.endswith("\n") else c + "\n" for c in chunks)
 
 
-#: Files written (and held open) at once by a render: a cap, whatever the number of stages.
-WRITERS = 16
-
-
 def _write_new_file(directory: Path, name: str, text: str) -> None:
-    """Create one file (0600), write it whole and make it durable; its descriptor is closed
-    before this returns."""
+    """Create one file (0600) and write it whole; its descriptor is closed before this
+    returns (:func:`_make_durable` makes it durable)."""
     fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, FILE_MODE)
     try:
         os.fchmod(fd, FILE_MODE)
         view = memoryview(text.encode("utf-8"))
         while view:
             view = view[os.write(fd, view) :]
-        os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -162,15 +157,49 @@ def _write_new_files(directory: Path, files: dict[str, str]) -> None:
     """Create every file (0600) in a fresh directory and make them all durable.
 
     The directory is swapped in whole afterwards, so the files need no temp-and-rename of their
-    own. :data:`WRITERS` files are written and fsynced at a time, each closed when durable: the
-    descriptors held never exceed that, however many stages (holding one per file ran out at
-    ``ulimit -n``), and the fsyncs still overlap, which the filesystem commits together (200
-    files: ~0.06 s instead of ~0.9 s one by one).
+    own. One file is open at a time, however many stages (holding one per file ran out at
+    ``ulimit -n``), and all of them are made durable together (:func:`_make_durable`).
     """
-    with ThreadPoolExecutor(max_workers=WRITERS, thread_name_prefix="npa-render") as pool:
-        for _ in pool.map(lambda item: _write_new_file(directory, *item), files.items()):
-            pass
+    for name, text in files.items():
+        _write_new_file(directory, name, text)
+    _make_durable(directory, files)
+
+
+def _make_durable(directory: Path, names: Iterable[str]) -> None:
+    """Flush the written files to disk before the directory is swapped in: on Linux with one
+    ``syncfs`` of their filesystem, elsewhere with an ``fsync`` of each. An fsync per file
+    commits the journal once per file: about 0.1 ms of CPU each, 2 s of a 20,000-stage
+    render (a 16-thread pool of them overlapped the waiting, not that work)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd):
+            return
+    finally:
+        os.close(fd)
+    for name in names:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     _fsync_dir(directory)
+
+
+def _syncfs(fd: int) -> bool:
+    """``syncfs(2)`` on the filesystem holding ``fd`` (Linux: it reports the filesystem's
+    write-back errors since 5.8); False where there is none. It flushes what else is waiting
+    on that filesystem too: the wait, not the CPU, is then shared with other writers."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    syncfs = getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
+    if syncfs is None:  # a C library without it
+        return False
+    if syncfs(fd) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return True
 
 
 def _fsync_dir(path: Path) -> None:
