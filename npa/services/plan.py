@@ -182,7 +182,7 @@ def _refuse_cloud_quota(
         for flag, value in (
             ("--quota-file", options.quota_files),
             ("--existing", options.existing_file),
-            options.quota_api.flags()[0],
+            options.quota_api.flags()[0],  # the project: region and address alone ask nothing
         )
         if value
     ]
@@ -191,6 +191,25 @@ def _refuse_cloud_quota(
             target.cloud_evidence_refused(given),
             fix=plan_spec_command(path, run_id, target.name, options, evidence=False),
         )
+
+
+def _quota_api(
+    target: targets.Target, options: QuotaOptions, path: Path, run_id: str
+) -> AsksQuotaApi | None:
+    """The target as the quota API ``options`` ask, if it has one; a refusal when they name a
+    project to ask and it has none."""
+    if isinstance(target, AsksQuotaApi):
+        return target
+    if options.quota_api.project:
+        from dataclasses import replace
+
+        flag = options.quota_api.flags()[0][0]
+        without = replace(options, quota_api=QuotaApiAsk())
+        raise InvalidInput(
+            f"{flag} names a cloud quota API; the {target.name} target has none to ask",
+            fix=plan_spec_command(path, run_id, target.name, without),
+        )
+    return None
 
 
 def _evidence_fix(path: Path, run_id: str, target: targets.Target, options: QuotaOptions) -> str:
@@ -265,7 +284,7 @@ def plan_spec(
     infra = workflow.infrastructure
     asked = options.quota_api
     scope = chosen.plan_scope(infra, asked.region, asked.project)
-    api = chosen if isinstance(chosen, AsksQuotaApi) else None
+    api = _quota_api(chosen, options, path, run_id)
     store: str | None = None
     local = None
     if isinstance(chosen, MeasuresLocalDisk) or options.local:
