@@ -57,6 +57,7 @@ lint: setup lint-tools
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/python -m tests.import_graph
+	$(BIN)/python -m tests.names
 	$(BIN)/python -m tests.complexity
 	shellcheck -x $(shell find scripts -type f | sort) .ci/run
 

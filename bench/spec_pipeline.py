@@ -157,7 +157,7 @@ def main() -> None:
             f"validate + plan + render, three processes: median {statistics.median(totals):.3f} s"
         )
 
-        from npa.render.tasks import render_workflow
+        from npa.services.render import render_workflow
         from npa.spec.validate import load_workflow
 
         workflow = load_workflow(spec_path)

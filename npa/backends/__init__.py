@@ -55,6 +55,7 @@ __all__ = [
     "TransientRefusal",
     "backend_for_infra",
     "infra_context",
+    "infra_for_context",
     "open_backend",
     "use_backends",
 ]
@@ -129,6 +130,11 @@ def infra_context(infra: str) -> str | None:
     """The Kubernetes context an ``--infra`` value names (``k8s/<context>``), else None."""
     kind, _, context = infra.partition("/")
     return context if kind in ("k8s", "kubernetes") and context else None
+
+
+def infra_for_context(context: str) -> str:
+    """The ``--infra`` value that runs on the Kubernetes context ``context``."""
+    return f"k8s/{context}"
 
 
 def backend_for_infra(infra: str, paths: NpaPaths, *, runtime: str = "auto") -> ExecutionBackend:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from npa.adapters.kube.controller import ControllerReach
     from npa.adapters.kube.pods import PodReason
     from npa.adapters.storage import ObjectStore
+    from npa.core.output import Result
 
 
 class JobState(StrEnum):
@@ -525,6 +526,10 @@ class ResolvesAccelerators(abc.ABC):
     """The cluster names GPU types its own way (node labels); submit renames the spec's
     accelerators to the names the cluster uses."""
 
+    #: How the backend places a task's GPUs on nodes, as ``gpus`` explains a stage that fits
+    #: on no single node.
+    placement: ClassVar[str]
+
     @abc.abstractmethod
     def can_resolve_accelerators(self) -> bool:
         """False when the cluster cannot be asked (a prerequisite gate says why)."""
@@ -540,6 +545,10 @@ class ResolvesAccelerators(abc.ABC):
     @abc.abstractmethod
     def gpus_fix(self) -> str:
         """The npa command that lists the cluster's GPUs against the spec."""
+
+
+#: The source ``status`` reports a :class:`ReportsPodReasons` answer under.
+POD_REASONS_SOURCE = "kubernetes-pods"
 
 
 class ReportsPodReasons(abc.ABC):
@@ -590,6 +599,26 @@ class ChecksController(abc.ABC):
     @abc.abstractmethod
     def controller_node_fix(self, node: str) -> str:
         """The command that shows a person the state of ``node``."""
+
+
+class ChecksItsSide(abc.ABC):
+    """What the backend depends on outside npa (its API server, its controller, the cluster's
+    RBAC, the environment its client runs in) can be checked by npa's own commands, and that
+    environment created or repaired (``npa skypilot status / verify / bootstrap``). Each
+    result's exit code is 1 when a check failed, else 4 when one could not be asked, else 0."""
+
+    @abc.abstractmethod
+    def side_status(self, project: str) -> Result:
+        """Everything a submit of ``project`` to this backend's context depends on."""
+
+    @abc.abstractmethod
+    def side_verify(self, *, project: str | None, namespace: str | None) -> Result:
+        """Whether the backend can use its context's cluster (pods in the project's namespace,
+        or in ``namespace``)."""
+
+    @abc.abstractmethod
+    def side_bootstrap(self, venv: Path | None, *, repair: bool) -> Result:
+        """Create the environment the backend's client runs in, or (``repair``) fix it."""
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,7 @@ def provision_if_absent(
     def produce() -> Result:
         from npa.services.provision import ProvisionRequest
         from npa.services.provision import provision_if_absent as service
+        from npa.targets.base import QuotaApiAsk
 
         request = ProvisionRequest(
             project=project,
@@ -121,9 +122,7 @@ def provision_if_absent(
             yes=yes,
             spec=spec,
             quota_files=quota_file or [],
-            nebius_project=nebius_project,
-            nebius_region=nebius_region,
-            nebius_endpoint=nebius_endpoint,
+            quota_api=QuotaApiAsk(nebius_project, nebius_region, nebius_endpoint),
             progress=_progress,
         )
         interactive = _interactive() and not as_json

@@ -1,4 +1,8 @@
-"""``npa skypilot status / verify / bootstrap``: the SkyPilot side of a submit."""
+"""``npa skypilot status / verify / bootstrap``: the SkyPilot side of a submit.
+
+The checks are the SkyPilot backend's own (its :class:`~npa.backends.base.ChecksItsSide`
+capability); these commands open the backend through the registry and ask it.
+"""
 
 from __future__ import annotations
 
@@ -12,9 +16,21 @@ from npa.cli.apps import skypilot_app
 from npa.cli.common import ContextFlag, JsonFlag, chosen_context, finish
 
 if TYPE_CHECKING:
+    from npa.backends.base import ChecksItsSide
     from npa.core.output import Result
 
 Opt = typer.Option
+
+
+def _side(context: str | None) -> ChecksItsSide:
+    """The SkyPilot backend on ``context``, as the capability these commands use."""
+    from npa.backends import open_backend
+    from npa.backends.base import ChecksItsSide
+    from npa.core.paths import NpaPaths
+
+    backend = open_backend("skypilot", NpaPaths.from_env(), context=context)
+    assert isinstance(backend, ChecksItsSide)
+    return backend
 
 
 class OutputFormat(StrEnum):
@@ -31,10 +47,8 @@ def status(
     """API server, jobs controller, kube context, identity, namespace/RBAC and client version."""
 
     def produce() -> Result:
-        from npa.services.skypilot_health import skypilot_status
-
         chosen = chosen_context(context, ["npa", "skypilot", "status"], project=project)
-        return skypilot_status(project, chosen)
+        return _side(chosen).side_status(project)
 
     finish(as_json, produce)
 
@@ -56,10 +70,8 @@ def verify(
     """Can SkyPilot use this cluster? Nodes, GPUs, pod permissions and SkyPilot's own check."""
 
     def produce() -> Result:
-        from npa.services.skypilot_health import verify as service
-
         chosen = chosen_context(context, ["npa", "skypilot", "verify"], project=project)
-        return service(chosen, project=project, namespace=namespace)
+        return _side(chosen).side_verify(project=project, namespace=namespace)
 
     finish(as_json or output_format is OutputFormat.json, produce)
 
@@ -78,8 +90,6 @@ def bootstrap(
     """Create or repair SkyPilot's environment with a kubernetes client SkyPilot works with."""
 
     def produce() -> Result:
-        from npa.services.skypilot_health import bootstrap as service
-
-        return service(venv, repair=repair)
+        return _side(None).side_bootstrap(venv, repair=repair)
 
     finish(as_json, produce)

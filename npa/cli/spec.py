@@ -88,6 +88,7 @@ def plan_spec(
     from npa.core.targets import checked_target
     from npa.services.plan import QuotaOptions
     from npa.services.plan import plan_spec as run
+    from npa.targets.base import QuotaApiAsk
 
     def produce():  # type: ignore[no-untyped-def]
         chosen = checked_target(target, ["workbench", "workflow", "plan-spec"],
@@ -95,9 +96,7 @@ def plan_spec(
         options = QuotaOptions(
             quota_files=quota_file or [],
             existing_file=existing,
-            nebius_parent_id=nebius_project,
-            nebius_region=nebius_region,
-            nebius_endpoint=nebius_endpoint,
+            quota_api=QuotaApiAsk(nebius_project, nebius_region, nebius_endpoint),
             local=local_quota,
             skip=skip_quota,
             project=project,

@@ -12,6 +12,8 @@ from npa.core.suggest import closest, unknown
 
 Target = Literal["local", "kubernetes", "nebius"]
 TARGETS: tuple[Target, ...] = ("local", "kubernetes", "nebius")
+#: The target whose quota is the disk of this machine: what a run on this machine is planned on.
+MACHINE_TARGET: Target = "local"
 
 
 def checked_target(value: str, command: Sequence[str], args: Sequence[str] = ()) -> Target:

@@ -408,16 +408,16 @@ def load_existing(path: Path) -> list[ExistingDisk]:
 def quota_sources(
     files: Sequence[Path] = (),
     *,
-    nebius: tuple[str, str, str | None] | None = None,
+    api: QuotaSource | None = None,
     local: LocalStoreSource | None = None,
     extra: Sequence[QuotaSource] = (),
 ) -> list[QuotaSource]:
-    """Every source a quota check asks, in one order: reviewed files, the Nebius API
-    (``nebius``: parent id, region, endpoint), the local target's disks, then any given."""
+    """Every source a quota check asks, in one order: reviewed files, the target's cloud quota
+    API (``api``, e.g. a :class:`NebiusQuotaSource`), the local target's disks, then any
+    given."""
     sources: list[QuotaSource] = [FileQuotaSource(f) for f in files]
-    if nebius is not None:
-        parent, region, endpoint = nebius
-        sources.append(NebiusQuotaSource(parent, region, endpoint=endpoint))
+    if api is not None:
+        sources.append(api)
     if local is not None:
         sources.append(local)
     sources.extend(extra)

@@ -4,9 +4,8 @@
 :class:`StageTask` per stage (what each stage runs, reads and writes, and where); the backend
 the registry selects encodes those as its task files (:func:`render_run`, which ``render`` and
 ``submit`` both call, so what a person reviews is byte for byte what launches).
-:func:`render_workflow` renders a spec for the backend its kube context selects without any
-state of its own: it pins every image by digest (a tag can point at different bytes by the time
-the pod pulls it). No backend is named here: each is reached through the registry
+:func:`pinned_images` pins every image by digest (a tag can point at different bytes by the
+time the pod pulls it). No backend is named here: each is reached through the registry
 (:mod:`npa.backends`) and the interface (:mod:`npa.backends.base`).
 """
 
@@ -21,7 +20,6 @@ from pathlib import Path
 
 from npa.backends.base import (
     ExecutionBackend,
-    PullsPinnedImages,
     RunTasks,
     StageTask,
     TaskInput,
@@ -30,8 +28,8 @@ from npa.backends.base import (
 from npa.core.collector import collector_paused
 from npa.core.errors import InvalidInput
 from npa.core.layout import input_variable, output_key, output_variable, run_prefix, task_name
-from npa.core.paths import NpaPaths, context_problem
-from npa.plan.model import WorkflowPlan, build_plan
+from npa.core.paths import context_problem
+from npa.plan.model import WorkflowPlan
 from npa.spec.imageref import DIGEST, parse_image_ref
 from npa.spec.model import Tool, Workflow, store_uri_problem
 
@@ -338,26 +336,6 @@ def render_run(
     ]
 
 
-def render_infra(workflow: Workflow, infra: str | None, kube_context: str | None) -> str:
-    """The ``--infra`` a render is for: ``infra`` as given, else ``k8s/`` on ``kube_context`` or
-    the spec's context (an error without a fix when there is none: the caller names the
-    command)."""
-    if infra is not None:
-        if kube_context is not None and infra != f"k8s/{kube_context}":
-            raise InvalidInput(
-                f"--context {kube_context} and --infra {infra} disagree",
-                fix=f"--infra k8s/{kube_context}",
-            )
-        return infra
-    context = kube_context or workflow.infrastructure.context
-    if context is None:
-        raise InvalidInput(
-            "cannot render: no kube context: set infrastructure.context, pass --context, or "
-            "render for this machine with --infra local",
-        )
-    return f"k8s/{context}"
-
-
 def check_names(context: str | None, store: str | None) -> None:
     """A kube context and a store URI given to a render, checked as ``infrastructure.context``
     and ``storage.uri`` are: a name, never a path or several lines, and an object-store URI."""
@@ -371,36 +349,3 @@ def check_names(context: str | None, store: str | None) -> None:
             "cannot render:\n" + "\n".join(f"  - {p}" for p in problems),
             details={"problems": problems, "context": context, "store": store},
         )
-
-
-@collector_paused()  # as render_run
-def render_workflow(
-    workflow: Workflow,
-    run_id: str,
-    *,
-    kube_context: str | None,
-    digests: dict[str, str],
-    store_uri: str | None = None,
-    verified: dict[str, str] | None = None,
-    accelerators: dict[str, str] | None = None,
-    paths: NpaPaths | None = None,
-) -> list[RenderedTask]:
-    """Every stage's task file for the backend ``kube_context`` (else the spec's context)
-    selects, in plan order, through :func:`render_run` as ``render`` and ``submit`` do; the
-    store is ``store_uri``, else the spec's. Reads no reservation and asks no cluster.
-
-    ``verified``: pinned references preflight verified, used as they are (see
-    :func:`resolve_images`); ``accelerators``: GPU renames from the cluster's node labels;
-    ``paths``: where the backend looks for what provisioning placed (default: ``$NPA_HOME``).
-    """
-    from npa.backends import backend_for_infra, infra_context
-
-    infra = render_infra(workflow, None, kube_context)
-    check_names(infra_context(infra), store_uri)
-    store = store_uri or (workflow.storage.uri if workflow.storage else None)
-    backend = backend_for_infra(infra, paths or NpaPaths.from_env())
-    images: dict[str, str] = {}
-    if isinstance(backend, PullsPinnedImages):
-        images = resolve_images(workflow, digests, verified)
-    plan = build_plan(workflow, run_id, store_uri=store)
-    return render_run(workflow, plan, backend, images=images, accelerators=accelerators)

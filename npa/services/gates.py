@@ -26,8 +26,8 @@ from npa.adapters.storage import (
     BucketAbsent,
     ObjectStore,
     StoreUnavailable,
+    configured_store_uri,
     inspect_command,
-    normalize_store_uri,
     open_store,
 )
 from npa.backends.base import (
@@ -146,7 +146,7 @@ def run_gates(
     asked: GateInput, paths: NpaPaths, settings: ProjectSettings, backend: ExecutionBackend
 ) -> GateReport:
     """Run every gate in order; returns them with what later steps need."""
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+    store_uri = configured_store_uri(settings.value("store"), paths, settings.project)
     report = GateReport(Admission(store_uri=store_uri))
     spec_gate(report, asked.spec)
     run_gate(report, asked, paths, settings)
@@ -325,13 +325,14 @@ def quota_gate(
             "so there is no disk quota to check (provision-if-absent says not-checked too)",
         )
         return
+    from npa.core.targets import MACHINE_TARGET
     from npa.plan.infra import local_requirements
     from npa.plan.quota import assess
     from npa.plan.quota_sources import local_store_source, quota_sources
 
     # plan-spec only reads: any run id plans the same disk.
     fix = _cmd("workbench", "workflow", "plan-spec", str(spec), "--run-id", run_id or "preview")
-    fix += f" --target local --project {shlex.quote(project)}"
+    fix += f" --target {MACHINE_TARGET} --project {shlex.quote(project)}"
     # The disks the run's data goes to: the configured store's, and the executor's.
     local = local_store_source(facts.store_uri, paths.local_jobs)
     quota = assess(local_requirements(workflow), quota_sources(local=local))

@@ -118,7 +118,12 @@ def _row(n: NodeGpus) -> NodeRow:
 
 
 def _fit(
-    stage: str, requested: str, count: int, answer: AcceleratorRemap, rows: list[NodeRow]
+    stage: str,
+    requested: str,
+    count: int,
+    answer: AcceleratorRemap,
+    rows: list[NodeRow],
+    placement: str,
 ) -> StageFit:
     """Whether one stage's GPUs fit on one node of the cluster, now or once free."""
     target = answer.resolved or answer.requested
@@ -128,10 +133,7 @@ def _fit(
         detail = f"{plural(len(holders), 'node')} with {count} allocatable {target}"
     elif answer.resolved:
         most = max((r.allocatable for r in rows if r.gpu_label == target), default=0)
-        detail = (
-            f"no single node has {count} {target} GPUs (largest: {most}); SkyPilot places "
-            "all of a task's GPUs on one node"
-        )
+        detail = f"no single node has {count} {target} GPUs (largest: {most}); {placement}"
     else:
         detail = f"{answer.detail} for {answer.requested}"
     return StageFit(
@@ -144,6 +146,16 @@ def _fit(
         nodes=[r.node for r in holders],
         detail=detail,
     )
+
+
+def _placement(cluster: str, paths: NpaPaths) -> str:
+    """How the backend that runs on ``cluster`` places a task's GPUs on nodes."""
+    from npa.backends import backend_for_infra, infra_for_context
+    from npa.backends.base import ResolvesAccelerators
+
+    backend = backend_for_infra(infra_for_context(cluster), paths)
+    assert isinstance(backend, ResolvesAccelerators)
+    return backend.placement
 
 
 def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = None) -> GpusResult:
@@ -159,6 +171,7 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
     result = GpusResult(cluster=cluster, kubeconfig=read, nodes=rows, labels=names)
     if workflow is None:
         return result
+    placement = _placement(cluster, paths)
     for stage in workflow.stages:
         parsed = parse_accelerators(stage.resources.accelerators or "")
         if parsed is None:
@@ -170,5 +183,5 @@ def gpus(cluster: str, *, spec: Path | None = None, paths: NpaPaths | None = Non
         if answer not in result.remap_detail:
             result.remap_detail.append(answer)
         requested = stage.resources.accelerators or ""
-        result.stages.append(_fit(stage.name, requested, count, answer, rows))
+        result.stages.append(_fit(stage.name, requested, count, answer, rows, placement))
     return result

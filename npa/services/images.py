@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from npa.adapters.kube.client import project_namespace
-from npa.core.commands import kubectl_command
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, InvalidInput
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -390,10 +390,7 @@ class _Checker:
         row.detail = f"capability probe in context {self.context}: {outcome.detail}"
         row.fix = outcome.fix
         if outcome.namespace_missing and self.project and self.context:
-            row.fix = (
-                f"npa provision-if-absent --project {self.project} --target kubernetes "
-                f"--context {self.context}"
-            )
+            row.fix = provision_command(self.context, self.project)
 
     def _probe_fix(self) -> str:
         """What gets a probe going: the selected context's cluster answering, or (none selected)

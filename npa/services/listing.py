@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from npa.adapters.storage import ObjectStore, normalize_store_uri
+from npa.adapters.storage import ObjectStore, configured_store_uri
 from npa.core.emit import PlainResult
 from npa.core.errors import EXIT_UNAVAILABLE, NpaError
 from npa.core.layout import manifest_key, run_prefix
@@ -103,7 +103,7 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
 
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
-    store_uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+    store_uri = configured_store_uri(settings.value("store"), paths, settings.project)
     store = open_run_store(store_uri, settings, None, paths)
     reader = IndexReader(store, settings.project, page_size=limit + 2).open()
     repaired = None if reader.complete else repair(store, settings.project)

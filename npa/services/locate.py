@@ -23,6 +23,7 @@ from npa.adapters.storage import (
     BucketAbsent,
     ObjectStore,
     StoreUnavailable,
+    configured_store_uri,
     normalize_store_uri,
 )
 from npa.core.commands import cancel_command, status_command
@@ -465,7 +466,7 @@ def locate(
         ref.store_uri
         or (receipt.store if receipt else None)
         or (entry.store if entry else None)
-        or normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+        or configured_store_uri(settings.value("store"), paths, settings.project)
     )
     located.store_uri = store_uri
     store = open_run_store(store_uri, settings, receipt, paths)

@@ -29,7 +29,7 @@ from npa.plan.quota import (
 from npa.spec.validate import load_workflow
 from npa.targets import base as targets
 from npa.targets import target_for
-from npa.targets.base import ExistingCluster, MeasuresLocalDisk
+from npa.targets.base import AsksQuotaApi, ExistingCluster, MeasuresLocalDisk, QuotaApiAsk
 
 PLAN_COMMAND = ("workbench", "workflow", "plan-spec")
 
@@ -150,9 +150,7 @@ class QuotaOptions:
 
     quota_files: Sequence[Path] = ()
     existing_file: Path | None = None
-    nebius_parent_id: str | None = None
-    nebius_region: str | None = None
-    nebius_endpoint: str | None = None
+    quota_api: QuotaApiAsk = field(default_factory=QuotaApiAsk)
     local: bool = False
     skip: bool = False
     project: str | None = None  # the npa project whose store the local target measures
@@ -184,7 +182,7 @@ def _refuse_cloud_quota(
         for flag, value in (
             ("--quota-file", options.quota_files),
             ("--existing", options.existing_file),
-            ("--nebius-project", options.nebius_parent_id),
+            options.quota_api.flags()[0],  # the project: region and address alone ask nothing
         )
         if value
     ]
@@ -195,6 +193,25 @@ def _refuse_cloud_quota(
         )
 
 
+def _quota_api(
+    target: targets.Target, options: QuotaOptions, path: Path, run_id: str
+) -> AsksQuotaApi | None:
+    """The target as the quota API ``options`` ask, if it has one; a refusal when they name a
+    project to ask and it has none."""
+    if isinstance(target, AsksQuotaApi):
+        return target
+    if options.quota_api.project:
+        from dataclasses import replace
+
+        flag = options.quota_api.flags()[0][0]
+        without = replace(options, quota_api=QuotaApiAsk())
+        raise InvalidInput(
+            f"{flag} names a cloud quota API; the {target.name} target has none to ask",
+            fix=plan_spec_command(path, run_id, target.name, without),
+        )
+    return None
+
+
 def _evidence_fix(path: Path, run_id: str, target: targets.Target, options: QuotaOptions) -> str:
     """The plan again with the target's quota API as evidence (the project of its cloud CLI's
     profile), or where that project is written when the profile names none."""
@@ -203,7 +220,7 @@ def _evidence_fix(path: Path, run_id: str, target: targets.Target, options: Quot
     project = target.profile_project()
     if project is None:
         return f"{target.profile_hint} (offline: figures in a file, --quota-file)"
-    again = replace(options, nebius_parent_id=project)
+    again = replace(options, quota_api=replace(options.quota_api, project=project))
     return plan_spec_command(path, run_id, target.name, again)
 
 
@@ -217,11 +234,7 @@ def plan_spec_command(
     if evidence:
         argv += [a for f in options.quota_files for a in ("--quota-file", str(f))]
         argv += ["--existing", str(options.existing_file)] if options.existing_file else []
-        for flag, value in (
-            ("--nebius-project", options.nebius_parent_id),
-            ("--nebius-region", options.nebius_region),
-            ("--nebius-endpoint", options.nebius_endpoint),
-        ):
+        for flag, value in options.quota_api.flags():
             argv += [flag, value] if value else []
         argv += ["--local-quota"] if options.local else []
     argv += ["--project", options.project] if options.project else []
@@ -240,14 +253,9 @@ def plan_spec(
     """Plan a run and run the quota gate. Reads the spec and the evidence; writes nothing. The
     run prefix is the one ``prepare-run`` reserved the run under (what submit and status use),
     else the spec's ``storage.uri``."""
-    from npa.adapters.storage import normalize_store_uri
+    from npa.adapters.storage import configured_store_uri
     from npa.plan.evidence import check_existing
-    from npa.plan.quota_sources import (
-        NebiusDiskLookup,
-        load_existing,
-        local_store_source,
-        quota_sources,
-    )
+    from npa.plan.quota_sources import load_existing, local_store_source, quota_sources
     from npa.services.configure import resolve_project
     from npa.services.runs import run_store
 
@@ -274,26 +282,27 @@ def plan_spec(
     if claims and isinstance(chosen, MeasuresLocalDisk):
         raise InvalidInput(f"--existing describes cluster disks; the {target} target has none")
     infra = workflow.infrastructure
-    scope = chosen.plan_scope(infra, options.nebius_region, options.nebius_parent_id)
-    nebius = None
-    if options.nebius_parent_id:
-        assert scope.region is not None
-        nebius = (options.nebius_parent_id, scope.region, options.nebius_endpoint)
+    asked = options.quota_api
+    scope = chosen.plan_scope(infra, asked.region, asked.project)
+    api = _quota_api(chosen, options, path, run_id)
     store: str | None = None
     local = None
     if isinstance(chosen, MeasuresLocalDisk) or options.local:
         settings = resolve_project(options.project, paths=paths)
-        store = normalize_store_uri(settings.value("store") or "local", paths)
+        store = configured_store_uri(settings.value("store"), paths)
         local = local_store_source(store, paths.local_jobs)
     sources = quota_sources(
-        options.quota_files, nebius=nebius, local=local, extra=options.extra_sources
+        options.quota_files,
+        api=api.quota_api_source(asked, scope) if api else None,
+        local=local,
+        extra=options.extra_sources,
     )
 
     existing = check_existing(
         claims,
         scope,
         read_state=pulumi_state(paths),
-        read_disk=NebiusDiskLookup(endpoint=options.nebius_endpoint).get,
+        read_disk=api.disk_reader(asked) if api else None,
         origin=str(options.existing_file),
     )
     if options.skip or cluster is not None:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from npa.adapters.infra.runner import PROJECT, Backend, InfraRunner, plugin_installed
-from npa.adapters.storage import normalize_store_uri
+from npa.adapters.storage import configured_store_uri
 from npa.core.errors import EXIT_FAILURE, EXIT_UNAVAILABLE, NpaError, ToolMissing
 from npa.core.fsio import exclusive_lock
 from npa.core.output import Result
@@ -144,7 +144,7 @@ def quota_gate(
     store = None
     if isinstance(target, MeasuresLocalDisk):
         settings = resolve_project(req.project, paths=paths)
-        store = normalize_store_uri(settings.value("store") or "local", paths)
+        store = configured_store_uri(settings.value("store"), paths)
     return target.quota_gate(
         req, infra, store=store, local_jobs=paths.local_jobs, existing=existing
     )
@@ -182,8 +182,7 @@ def provision_if_absent(
         context=context,
         kubeconfig=req.kubeconfig,
         infra=infra,
-        nebius_project=req.nebius_project,
-        nebius_region=req.nebius_region,
+        quota_api=req.quota_api,
     )
     lay = target.layout(paths, project, ask)
     read_only = req.preview_only

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from npa.core.commands import kubectl_command, npa_command
+from npa.core.commands import kubectl_command, provision_command
 from npa.core.errors import EXIT_UNAVAILABLE, InvalidInput, NpaError, Unavailable
 from npa.core.output import Result
 from npa.core.paths import NpaPaths
@@ -78,9 +78,8 @@ def release(project: str | None, context: str, *, paths: NpaPaths | None = None)
         raise InvalidInput(
             f"npa placed no kubeconfig for context {context} ({kubeconfig}): it never "
             "launched a run there",
-            fix=npa_command("provision-if-absent", "--project", name, "--target", "kubernetes",
-                            "--context", context),
-        )  # fmt: skip
+            fix=provision_command(context, name),
+        )
     namespace = project_namespace(name)
     try:
         found = run_secrets(kubeconfig, context, namespace)

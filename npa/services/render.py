@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, Field
 
 from npa import __version__
+from npa.backends import LOCAL_INFRA, infra_for_context
 from npa.backends.base import ExecutionBackend, PullsPinnedImages, ResolvesAccelerators
 from npa.core.collector import collector_paused
 from npa.core.errors import EXIT_FAILURE, InvalidInput
@@ -34,6 +35,7 @@ from npa.core.userfiles import read_user_text
 from npa.spec.validate import load_workflow, read_spec_text
 
 if TYPE_CHECKING:
+    from npa.render.tasks import RenderedTask
     from npa.spec.model import Workflow
 
 INDEX = "render.json"
@@ -262,10 +264,13 @@ def _infra(options: RenderOptions, workflow: Workflow, paths: NpaPaths) -> str:
     chooses (``choose_context``: ``--context``, the spec's, the project's, current-context);
     an error without a fix when there is none: the caller names the command."""
     if options.infra is not None:
-        if options.kube_context is not None and options.infra != f"k8s/{options.kube_context}":
+        wanted = (
+            infra_for_context(options.kube_context) if options.kube_context is not None else None
+        )
+        if wanted is not None and options.infra != wanted:
             raise InvalidInput(
                 f"--context {options.kube_context} and --infra {options.infra} disagree",
-                fix=f"--infra k8s/{options.kube_context}",
+                fix=f"--infra {wanted}",
             )
         return options.infra
     from npa.services.configure import choose_context
@@ -280,9 +285,50 @@ def _infra(options: RenderOptions, workflow: Workflow, paths: NpaPaths) -> str:
         raise InvalidInput(
             "cannot render: no kube context: set infrastructure.context, pass --context, "
             "configure one (npa configure --context), set a current-context, or render for "
-            "this machine with --infra local",
+            f"this machine with --infra {LOCAL_INFRA}",
         )
-    return f"k8s/{chosen.name}"
+    return infra_for_context(chosen.name)
+
+
+@collector_paused()  # as render_run
+def render_workflow(
+    workflow: Workflow,
+    run_id: str,
+    *,
+    kube_context: str | None,
+    digests: dict[str, str],
+    store_uri: str | None = None,
+    verified: dict[str, str] | None = None,
+    accelerators: dict[str, str] | None = None,
+    project: str | None = None,
+    paths: NpaPaths | None = None,
+) -> list[RenderedTask]:
+    """Every stage's task file for the backend the context selects, in plan order, through
+    :func:`~npa.render.tasks.render_run` as ``render`` and ``submit`` do: the pure builder the
+    tests and ``bench/`` use. The context is chosen as every command chooses it
+    (``choose_context``: ``kube_context``, the spec's, ``project``'s, current-context); the
+    store is ``store_uri``, else the spec's. Reads no reservation and asks no cluster.
+
+    ``verified``: pinned references preflight verified, used as they are (see
+    :func:`~npa.render.tasks.resolve_images`); ``accelerators``: GPU renames from the cluster's
+    node labels; ``paths``: where the backend looks for what provisioning placed (default:
+    ``$NPA_HOME``).
+    """
+    from npa.backends import backend_for_infra
+    from npa.plan.model import build_plan
+    from npa.render.tasks import check_names, render_run, resolve_images
+
+    paths = paths or NpaPaths.from_env()
+    # As given, as render_spec checks them: the store's normal form would hide what is wrong.
+    check_names(kube_context, store_uri)
+    infra = _infra(RenderOptions(kube_context=kube_context, project=project), workflow, paths)
+    store = store_uri or (workflow.storage.uri if workflow.storage else None)
+    backend = backend_for_infra(infra, paths)
+    images: dict[str, str] = {}
+    if isinstance(backend, PullsPinnedImages):
+        images = resolve_images(workflow, digests, verified)
+    plan = build_plan(workflow, run_id, store_uri=store)
+    return render_run(workflow, plan, backend, images=images, accelerators=accelerators)
 
 
 def _accelerators(

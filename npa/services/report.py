@@ -23,6 +23,7 @@ from pathlib import Path
 from pydantic import Field
 
 from npa.adapters.kube.pods import IMAGE_REASONS
+from npa.backends.base import POD_REASONS_SOURCE
 from npa.backends.phases import ShardPhases, read_phases
 from npa.core.commands import logs_command, status_command
 from npa.core.errors import EXIT_UNAVAILABLE, NotFound, NpaError, Unavailable
@@ -102,7 +103,7 @@ def _standing(source: SourceAnswer, cached: bool) -> str:
         return "unavailable"
     if cached:
         return "cached"
-    if source.source in ("backend-job", "kubernetes-pods", "launch-attempts"):
+    if source.source in ("backend-job", POD_REASONS_SOURCE, "launch-attempts"):
         return "record" if source.answer in ("skipped", "not_applicable") else "live"
     return "record"
 

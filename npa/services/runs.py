@@ -9,7 +9,7 @@ from urllib.parse import unquote, urlparse
 
 from pydantic import Field
 
-from npa.adapters.storage import ObjectStore, normalize_store_uri, open_store
+from npa.adapters.storage import ObjectStore, configured_store_uri, normalize_store_uri, open_store
 from npa.core.errors import Interrupted, InvalidInput, NpaError, with_rerun
 from npa.core.fsio import exclusive_lock
 from npa.core.layout import run_prefix
@@ -61,7 +61,7 @@ def prepare_run(spec: Path, project: str | None, *, paths: NpaPaths | None = Non
     paths = paths or NpaPaths.from_env()
     settings = resolve_project(project, paths=paths)
     workflow, spec_sha256 = read_spec_identity(spec)
-    store = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+    store = configured_store_uri(settings.value("store"), paths, settings.project)
     warnings = [w for w in [legacy_run_id_warning(paths)] if w]
     entry = reserve_run(
         paths,
@@ -131,7 +131,7 @@ class StagedSource(Result):
 
 
 def _store_for(settings: ProjectSettings, paths: NpaPaths, jobs: int) -> tuple[str, ObjectStore]:
-    uri = normalize_store_uri(settings.value("store") or "local", paths, settings.project)
+    uri = configured_store_uri(settings.value("store"), paths, settings.project)
     store = open_store(
         uri,
         endpoint_url=settings.value("endpoint_url"),

@@ -27,6 +27,7 @@ from npa.adapters.kube.controller import ControllerReach
 from npa.adapters.kube.pods import IMAGE_REASONS, PodReason
 from npa.backends import LOCAL_INFRA
 from npa.backends.base import (
+    POD_REASONS_SOURCE,
     ChecksController,
     ExecutionBackend,
     JobRecord,
@@ -438,13 +439,13 @@ def ask_pods(
     where = pods.where
     if pods.missing is not None:
         return [], SourceAnswer(
-            source="kubernetes-pods", where=where, answer="not_applicable", detail=pods.missing
+            source=POD_REASONS_SOURCE, where=where, answer="not_applicable", detail=pods.missing
         )
     try:
         reasons = backend.pending_reasons(record, project)
     except Exception as exc:
         return [], SourceAnswer(
-            source="kubernetes-pods",
+            source=POD_REASONS_SOURCE,
             where=where,
             answer="unavailable",
             error=f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
@@ -455,7 +456,7 @@ def ask_pods(
         for r in reasons
     )
     return reasons, SourceAnswer(
-        source="kubernetes-pods",
+        source=POD_REASONS_SOURCE,
         where=where,
         answer="found" if reasons else "absent",
         detail=detail or "no waiting pod and no pod that failed to start",

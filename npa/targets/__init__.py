@@ -15,7 +15,7 @@ from pathlib import Path
 from npa.core.paths import NpaPaths
 from npa.core.targets import checked_target
 from npa.spec.model import Infrastructure
-from npa.targets.base import Layout, LayoutAsk, Target
+from npa.targets.base import Layout, LayoutAsk, QuotaApiAsk, Target
 from npa.targets.kubernetes.target import KubernetesTarget
 from npa.targets.local.target import LocalTarget
 from npa.targets.nebius.target import NebiusTarget
@@ -44,8 +44,7 @@ def layout(
     context: str | None,
     kubeconfig: Path | None,
     infra: Infrastructure | None = None,
-    nebius_project: str | None = None,
-    nebius_region: str | None = None,
+    quota_api: QuotaApiAsk | None = None,
     need_source: bool = True,
 ) -> Layout:
     """The stacks a target consists of, and the operation id of provisioning it."""
@@ -53,8 +52,7 @@ def layout(
         context=context,
         kubeconfig=kubeconfig,
         infra=infra,
-        nebius_project=nebius_project,
-        nebius_region=nebius_region,
+        quota_api=quota_api or QuotaApiAsk(),
         need_source=need_source,
     )
     return target_for(target, project=project).layout(paths, project, ask)

@@ -27,11 +27,31 @@ from npa.spec.model import Infrastructure
 
 if TYPE_CHECKING:
     from npa.adapters.infra.runner import InfraRunner, StackSpec
+    from npa.plan.evidence import DiskReader
     from npa.plan.infra import DiskNeed, QuotaRequirement
     from npa.spec.model import Workflow
 
 Plugin = tuple[str, str, str]  # a pulumi plugin: kind, name, version
 Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class QuotaApiAsk:
+    """The cloud quota API a command's flags point at: the project asked about, the region of
+    its quotas and an API address override. Only a target that declares :class:`AsksQuotaApi`
+    reads it; the flags are ``QUOTA_API_FLAGS``, in this order."""
+
+    project: str | None = None
+    region: str | None = None
+    endpoint: str | None = None
+
+    def flags(self) -> list[tuple[str, str | None]]:
+        """Each flag with its value (None when not given), in ``QUOTA_API_FLAGS`` order."""
+        return list(zip(QUOTA_API_FLAGS, (self.project, self.region, self.endpoint), strict=True))
+
+
+#: The flags of ``provision-if-absent`` and ``plan-spec`` that name the cloud quota API asked.
+QUOTA_API_FLAGS = ("--nebius-project", "--nebius-region", "--nebius-endpoint")
 
 
 @dataclass
@@ -47,9 +67,7 @@ class ProvisionRequest:
     yes: bool = False
     spec: Path | None = None
     quota_files: Sequence[Path] = ()
-    nebius_project: str | None = None
-    nebius_region: str | None = None
-    nebius_endpoint: str | None = None
+    quota_api: QuotaApiAsk = field(default_factory=QuotaApiAsk)
     extra_sources: list[QuotaSource] = field(default_factory=list)
     progress: Progress | None = None  # gets a line per resource step while a stack applies
 
@@ -61,11 +79,7 @@ def request_options(req: ProvisionRequest) -> list[str]:
         argv += ["--spec", str(req.spec.resolve())]
     for quota_file in req.quota_files:
         argv += ["--quota-file", str(Path(quota_file).resolve())]
-    for flag, value in (
-        ("--nebius-project", req.nebius_project),
-        ("--nebius-region", req.nebius_region),
-        ("--nebius-endpoint", req.nebius_endpoint),
-    ):
+    for flag, value in req.quota_api.flags():
         argv += [flag, value] if value else []
     return argv
 
@@ -116,8 +130,7 @@ class LayoutAsk:
     context: str | None  # chosen in the one order (services.configure.choose_context)
     kubeconfig: Path | None
     infra: Infrastructure | None = None
-    nebius_project: str | None = None
-    nebius_region: str | None = None
+    quota_api: QuotaApiAsk = field(default_factory=QuotaApiAsk)
     need_source: bool = True  # False for teardown: destroy runs from state
 
 
@@ -254,6 +267,20 @@ class ChecksReachability(abc.ABC):
     @abc.abstractmethod
     def unreachable(self, lay: Layout) -> tuple[str, str] | None:
         """Why the API server cannot be used and the command that shows it, or None."""
+
+
+class AsksQuotaApi(abc.ABC):
+    """Its cloud has a quota API (and a disk API) npa can ask: ``QUOTA_API_FLAGS`` name the
+    project, region and address; the plan and the quota gate ask it as one more source."""
+
+    @abc.abstractmethod
+    def quota_api_source(self, api: QuotaApiAsk, scope: QuotaScope) -> QuotaSource | None:
+        """The quota API as a source for ``scope`` (its region), when ``api`` names a project;
+        else None."""
+
+    @abc.abstractmethod
+    def disk_reader(self, api: QuotaApiAsk) -> DiskReader:
+        """What proves a disk a claim names exists, asked through ``api``'s address."""
 
 
 class ProvesExistingDisks(abc.ABC):

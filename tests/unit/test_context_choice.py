@@ -267,3 +267,34 @@ def test_preflight_images_probes_in_a_named_context_in_the_one_order(
     expected = _expected(case) if flag or case[1] else None
     assert _probe_context(flag, "p", None, paths) == expected
     assert _probe_context(flag, "p", "spec-ctx", paths) == (flag or "spec-ctx")
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=_corpus_id)
+def test_render_workflow_renders_for_the_context_the_one_order_picks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: tuple[bool, bool, str]
+) -> None:
+    # The pure builder the tests and bench/ use: before, it read only its argument and the
+    # spec's context, so a configured context or a current-context rendered nothing.
+    from npa.services.render import render_workflow
+    from npa.spec.model import Workflow
+    from tests.unit.specdata import DIGEST_A, base_spec
+
+    flag, paths = _in_corpus(tmp_path, monkeypatch, case)
+    spec = base_spec()
+    del spec["infrastructure"]["context"]
+    workflow = Workflow.model_validate(spec)
+
+    def render() -> str:
+        tasks = render_workflow(
+            workflow, "r1", kube_context=flag, digests={"cur": DIGEST_A}, project="p", paths=paths
+        )
+        return tasks[0].text
+
+    expected = _expected(case)
+    if expected is None or expected == "invalid":
+        with pytest.raises(InvalidInput) as refused:
+            render()
+        wanted = "no kube context" if expected is None else "is not a context name npa can use"
+        assert wanted in refused.value.message
+        return
+    assert f'infra: "k8s/{expected}"' in render()

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from npa.core.errors import InvalidInput
 from npa.core.layout import PHASES_SUFFIX
 from npa.core.templates import literal_block_holds, yaml_filter
-from npa.render.tasks import load_digests, render_workflow, resolve_images
-from npa.services.render import INDEX, render_spec
+from npa.render.tasks import load_digests, resolve_images
+from npa.services.render import INDEX, render_spec, render_workflow
 from npa.spec.model import Workflow
 from tests.unit.specdata import DIGEST_A, DIGEST_B, base_spec, dump
 

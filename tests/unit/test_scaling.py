@@ -94,7 +94,8 @@ def builders(spec: Path) -> dict[str, Callable[[], object]]:
     from npa.backends import backend_for_infra
     from npa.core.paths import NpaPaths
     from npa.plan.model import build_plan
-    from npa.render.tasks import render_run, render_workflow
+    from npa.render.tasks import render_run
+    from npa.services.render import render_workflow
     from npa.spec.validate import load_workflow
 
     workflow = load_workflow(spec)

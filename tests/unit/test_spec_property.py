@@ -18,7 +18,7 @@ from npa.core.errors import NpaError
 from npa.plan.infra import cluster_requirements, disk_needs
 from npa.plan.model import build_plan
 from npa.plan.quota import assess
-from npa.render.tasks import render_workflow
+from npa.services.render import render_workflow
 from npa.spec.loader import load_text
 from npa.spec.validate import validate_text
 from tests.tiers import examples

@@ -3,6 +3,8 @@ kubernetes target plans a cluster that exists (no disks, no cloud quota)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -90,4 +92,20 @@ def test_cloud_quota_evidence_is_refused_for_an_existing_cluster(extra: list[str
         assert flag in error["message"]
     assert error["fix"] == (
         f"npa workbench workflow plan-spec {PHYSAI} --run-id r-1 --target kubernetes --project team"
+    )
+
+
+def test_a_quota_api_project_for_a_target_without_one_is_refused(tmp_path: Path) -> None:
+    # Before, the local target took --nebius-project to the quota API with no region and
+    # stopped on an AssertionError; only a target that declares AsksQuotaApi asks one.
+    res = invoke_npa(*WF, "plan-spec", "examples/tiny-local.yaml", "--run-id", "r-1",
+                     "--target", "local", "--nebius-project", "project-e00x", "--json",
+                     env={"NPA_HOME": str(tmp_path)})  # fmt: skip
+    assert res.code == 2, res.stdout + res.stderr
+    error = res.json()["error"]
+    assert error["message"] == (
+        "--nebius-project names a cloud quota API; the local target has none to ask"
+    )
+    assert error["fix"] == (
+        "npa workbench workflow plan-spec examples/tiny-local.yaml --run-id r-1 --target local"
     )

@@ -58,6 +58,14 @@ def store_timeout() -> float:
     return max(1.0, seconds)
 
 
+def configured_store_uri(
+    value: str | None, paths: NpaPaths | None = None, project: str = "default"
+) -> str:
+    """The canonical store a project's ``store`` setting names (:func:`normalize_store_uri`);
+    the local store when the setting names none."""
+    return normalize_store_uri(value or LOCAL, paths, project)
+
+
 def normalize_store_uri(uri: str, paths: NpaPaths | None = None, project: str = "default") -> str:
     """Check a store URI and return its canonical form (``local`` becomes a ``file://`` URI).
 

@@ -33,6 +33,7 @@ from npa.backends import contract
 from npa.backends.base import (
     AdoptsPartialWaves,
     ChecksController,
+    ChecksItsSide,
     ExecutionBackend,
     HasPrerequisites,
     JobRecord,
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
 
     from npa.adapters.kube.controller import ControllerReach
     from npa.adapters.kube.pods import PodReason
+    from npa.core.output import Result
 
 POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
 WATCHER_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no watcher
@@ -210,8 +212,10 @@ class SkyPilotBackend(
     PolledByWatcher,
     PreparesLaunch,
     ChecksController,
+    ChecksItsSide,
 ):
     name = BACKEND
+    placement = "SkyPilot places all of a task's GPUs on one node"
     queue_source = "sky.jobs.queue_v2 (structured ManagedJobRecord)"
 
     def __init__(
@@ -225,6 +229,7 @@ class SkyPilotBackend(
         """``service``: the managed-jobs service (the real SDK when None); ``observe``: called
         at each step of a launch transaction (see :meth:`observer`)."""
         self.context = context
+        self._paths = paths
         # The file provisioning placed for the context: SkyPilot is pointed at exactly it.
         self.kubeconfig_path = paths.cluster_kubeconfig(context) if context else None
         placed = self.kubeconfig_path is not None and self.kubeconfig_path.is_file()
@@ -247,6 +252,23 @@ class SkyPilotBackend(
     def _words(self, exc: BaseException) -> str:
         """An exception SkyPilot raised, as npa words it (its class and message), redacted."""
         return self.redact(f"{type(exc).__name__}: {exc}")
+
+    def side_status(self, project: str) -> Result:
+        from npa.backends.skypilot import health
+
+        assert self.context is not None
+        return health.skypilot_status(project, self.context, paths=self._paths)
+
+    def side_verify(self, *, project: str | None, namespace: str | None) -> Result:
+        from npa.backends.skypilot import health
+
+        assert self.context is not None
+        return health.verify(self.context, project=project, namespace=namespace, paths=self._paths)
+
+    def side_bootstrap(self, venv: Path | None, *, repair: bool) -> Result:
+        from npa.backends.skypilot import health
+
+        return health.bootstrap(venv, repair=repair)
 
     @property
     def service(self) -> ManagedJobsService:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from npa.adapters.infra.runner import InfraRunner, StackSpec
 from npa.adapters.infra.sdk_plugins import sdk_plugin
@@ -18,14 +18,20 @@ from npa.plan.infra import disk_needs as infra_disk_needs
 from npa.plan.quota import ExistingCheck, ExistingDisk, QuotaAssessment, QuotaScope, assess
 from npa.spec.model import Infrastructure, Workflow
 from npa.targets.base import (
+    AsksQuotaApi,
     Layout,
     LayoutAsk,
     ProvesExistingDisks,
     ProvisionRequest,
+    QuotaApiAsk,
     StackInput,
     Target,
 )
 from npa.targets.kubernetes.target import K8S_PLUGIN, cluster_stack, prepare_cluster_destroy
+
+if TYPE_CHECKING:
+    from npa.plan.evidence import DiskReader
+    from npa.plan.quota import QuotaSource
 
 # The Nebius SDK is bridged from the Nebius Terraform provider through the terraform-provider
 # plugin; which version is read from the installed SDK (pulumi-nebius, pinned in pyproject.toml),
@@ -102,7 +108,7 @@ def nebius_profile_project(home: Path | None = None) -> str | None:
     return str(parent) if parent else None
 
 
-class NebiusTarget(Target, ProvesExistingDisks):
+class NebiusTarget(Target, ProvesExistingDisks, AsksQuotaApi):
     name = "nebius"
     plugins = (K8S_PLUGIN, *NEBIUS_PLUGINS)
     profile_hint = "cat ~/.nebius/config.yaml  # the parent-id of a profile is --nebius-project"
@@ -114,7 +120,8 @@ class NebiusTarget(Target, ProvesExistingDisks):
         infra = ask.infra or Infrastructure()
         ctx = ask.context or infra.context or f"nebius-{project}"
         check_context_name(ctx)
-        cloud_config = nebius_config(infra, project, ask.nebius_project, ask.nebius_region)
+        api = ask.quota_api
+        cloud_config = nebius_config(infra, project, api.project, api.region)
         cloud = StackSpec(f"{project}.nebius", "nebius", {**cloud_config, "npa:context": ctx})
         cluster = cluster_stack(
             paths, project, ctx, source=None, document="(from the nebius stack)"
@@ -158,12 +165,12 @@ class NebiusTarget(Target, ProvesExistingDisks):
     def _quota_fix(self, req: ProvisionRequest, infra: Infrastructure) -> str:
         """The same provisioning with the Nebius quota API as evidence: the project of the
         Nebius CLI's profile, the spec's region (or npa's default)."""
-        project = req.nebius_project or self.profile_project()
+        project = req.quota_api.project or self.profile_project()
         if project is None:
             return self.profile_hint
         argv = ["provision-if-absent", "--project", str(req.project or "default"), "--target"]
         argv += [self.name, "--nebius-project", project]
-        argv += ["--nebius-region", req.nebius_region or infra.region or "eu-north1"]
+        argv += ["--nebius-region", req.quota_api.region or infra.region or "eu-north1"]
         if req.spec is not None:
             argv += ["--spec", str(req.spec)]
         return npa_command(*argv)
@@ -180,12 +187,9 @@ class NebiusTarget(Target, ProvesExistingDisks):
         from npa.plan.quota_sources import quota_sources
 
         needs = infra_disk_needs(infra)
-        scope = self.plan_scope(infra, req.nebius_region, req.nebius_project)
-        nebius = None
-        if req.nebius_project:
-            assert scope.region is not None
-            nebius = (req.nebius_project, scope.region, req.nebius_endpoint)
-        sources = quota_sources(req.quota_files, nebius=nebius, extra=req.extra_sources)
+        scope = self.plan_scope(infra, req.quota_api.region, req.quota_api.project)
+        api = self.quota_api_source(req.quota_api, scope)
+        sources = quota_sources(req.quota_files, api=api, extra=req.extra_sources)
         if not sources:
             return QuotaAssessment(
                 verdict="blocked-unknown",
@@ -197,6 +201,19 @@ class NebiusTarget(Target, ProvesExistingDisks):
             )
         requirements = cluster_requirements(needs)
         return assess(requirements, sources, needs=needs, existing=existing, scope=scope)
+
+    def quota_api_source(self, api: QuotaApiAsk, scope: QuotaScope) -> QuotaSource | None:
+        from npa.plan.quota_sources import NebiusQuotaSource
+
+        if not api.project:
+            return None
+        assert scope.region is not None
+        return NebiusQuotaSource(api.project, scope.region, endpoint=api.endpoint)
+
+    def disk_reader(self, api: QuotaApiAsk) -> DiskReader:
+        from npa.plan.quota_sources import NebiusDiskLookup
+
+        return NebiusDiskLookup(endpoint=api.endpoint).get
 
     def plan_needs(self, infra: Infrastructure) -> list[DiskNeed]:
         return infra_disk_needs(infra)

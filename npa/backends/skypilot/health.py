@@ -1,4 +1,5 @@
 """``npa skypilot status / verify / bootstrap``: is the SkyPilot side of a submit healthy?
+The SkyPilot backend offers these through :class:`~npa.backends.base.ChecksItsSide`.
 
 Every check ends in one of three verdicts: ``ok``, ``failed`` (something answered and the
 answer is wrong; the check carries the command that fixes it) or ``unknown`` (the source could
@@ -348,12 +349,12 @@ def _server_checks() -> list[Check]:
 
 def skypilot_status(project: str, context: str, *, paths: NpaPaths | None = None) -> SkyPilotStatus:
     """One report of everything a submit to ``context`` for ``project`` depends on."""
+    from npa.adapters.kube.client import project_namespace
     from npa.adapters.skypilot import kubeaccess
-    from npa.services.provision import namespace_for
 
     paths = paths or NpaPaths.from_env()
     safe_component(project, "project")
-    ns = namespace_for(project)
+    ns = project_namespace(project)
     checks = _server_checks()
     path, resolved = _kubeconfig(paths, context, project)
     checks.append(resolved)
@@ -416,15 +417,15 @@ def verify(
     paths: NpaPaths | None = None,
 ) -> VerifyResult:
     """Can SkyPilot use the cluster whose kubeconfig npa placed for context ``cluster``?"""
+    from npa.adapters.kube.client import project_namespace
     from npa.adapters.skypilot import api, kubeaccess
-    from npa.services.provision import namespace_for
 
     paths = paths or NpaPaths.from_env()
     if project is not None and namespace is not None:
         raise InvalidInput("give --project or --namespace, not both")
     path, resolved = _kubeconfig(paths, cluster, project, honour_env=True)
     checks = [resolved]
-    ns = namespace or (namespace_for(project) if project else None)
+    ns = namespace or (project_namespace(project) if project else None)
     if resolved.verdict != "ok":
         return VerifyResult(
             cluster=cluster, kubeconfig=str(path), namespace=ns or "default", checks=checks
