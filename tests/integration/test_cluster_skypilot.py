@@ -1032,11 +1032,17 @@ def test_the_kubelet_of_the_task_pods_own_node_stopped_for_30_s_under_a_running_
             world, tmp_path, workflow, seconds=120, accelerators=f"{NODE_GPUS[0]}:1"
         )
         assert [node for node, _ in gpu_pods_placed(world, 1)] == [task_node]
+        # The fault starts once the run's record says RUNNING too, as in the control-plane test.
+        recorded, _ = follow(
+            world, run_id, lambda a: a["last_known_state"] == "RUNNING" or terminal(a)
+        )
+        assert recorded["last_known_state"] == "RUNNING", json.dumps(recorded, indent=1)
         with world.cluster.down(world.cluster.kubelet_of(task_node)):
             stopped = time.monotonic()
             during = status(world, run_id)
             time.sleep(max(0.0, 30 - (time.monotonic() - stopped)))  # the fault lasts 30 s
         assert not terminal(during), json.dumps(during, indent=1)
+        assert during["state"] in ("RUNNING", "RECOVERING", "VERIFICATION_UNAVAILABLE"), during
         assert during["last_known_state"] in ("RUNNING", "RECOVERING"), during
         final, states = follow(world, run_id, terminal, timeout=1200)
     assert final["state"] == "SUCCEEDED", json.dumps(final, indent=1)
