@@ -1049,11 +1049,15 @@ def test_the_kubelet_of_the_task_pods_own_node_stopped_for_30_s_under_a_running_
     assert not {"FAILED", "CANCELLED"} & set(states), states
     done, starts = output_and_starts(world, workflow, run_id)
     assert done == "done", done
+    # SkyPilot may take the fault for a lost task and start it again inside the same job (it
+    # did, 2026-12-04: RECOVERING, then RUNNING; the shard started twice); status said so, and
+    # npa relaunched nothing. Either way the output was uploaded by one attempt only.
+    assert starts in ("1", "2"), starts
+    assert starts == "1" or "RECOVERING" in states, states
     supervisor = final["supervisor"] or {}
-    print(
-        f"kubelet of {task_node} down: status said {during['state']}; states {states}; "
-        f"job {job} -> {final['job_id']}; shard starts {starts}; supervisor {supervisor}"
-    )
+    assert final["job_id"] == int(job) and supervisor.get("relaunches", 0) == 0, final
+    records = phase_records(world, workflow, run_id, "works")
+    assert len([r for r in records if r.uploaded_at is not None]) == 1, records
 
 
 def controller_node(world: SkyCluster, tmp_path: Path) -> str:
