@@ -311,9 +311,18 @@ def _split_rule(text: str) -> list[str]:
     return shlex.split(text)
 
 
-def undo(workdir: Path) -> dict[str, object]:
-    """Reverse every host change the cluster in ``workdir`` recorded. Idempotent."""
-    record = HostRecord.load(workdir)
+def undo(workdir: Path, held: HostRecord | None = None) -> dict[str, object]:
+    """Reverse every host change the cluster in ``workdir`` recorded. Idempotent. ``held`` is
+    the record as the guardian read it at its start, for a work directory that is gone by the
+    end (another pytest session's cleanup of numbered tmp folders can remove it once the
+    session that made it has exited): its names (bridge, chains, cgroup root, socket folder)
+    are all the undo needs; the processes die with the test run that started them."""
+    try:
+        record = HostRecord.load(workdir)
+    except FileNotFoundError:
+        if held is None:
+            raise
+        record = held
     report: dict[str, object] = {"cluster": record.cluster_id}
     report["killed_processes"] = _kill_recorded(record)
     shims = _shims(record.containerd_socket)
@@ -341,7 +350,8 @@ def undo(workdir: Path) -> dict[str, object]:
     _remove_cgroups(record.cgroup_root)
     shutil.rmtree(rundir, ignore_errors=True)
     report["shared"] = leave(record.cluster_id)
-    (workdir / UNDONE).write_text(json.dumps(report, indent=1))
+    with contextlib.suppress(FileNotFoundError):
+        (workdir / UNDONE).write_text(json.dumps(report, indent=1))
     return report
 
 
@@ -356,7 +366,7 @@ def guard(workdir: Path) -> int:
             pass
     finally:
         os.close(fd)  # release the membership before leave() looks at the others
-        undo(workdir)
+        undo(workdir, held=record)
     return 0
 
 
