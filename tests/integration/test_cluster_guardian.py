@@ -14,13 +14,15 @@ from pathlib import Path
 import pytest
 
 from tests.harness.cluster_host import SHARED, HostRecord, postrouting_chain, run
+from tests.harness.tools import missing
 from tests.integration.leftovers import ROOT
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a bridge and nat chains need root")
 def test_the_guardian_undoes_a_cluster_whose_work_directory_is_gone(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        missing("root (the guardian undoes a bridge and nat chains)")  # a failure under CI
     cluster_id = secrets.token_hex(3)
     work = tmp_path / "cluster"
     work.mkdir()

@@ -26,6 +26,7 @@ import pytest
 from tests.harness import leftovers
 from tests.harness.cli import CliResult, run_npa
 from tests.harness.procs import pid_alive, run_processes, wait_until
+from tests.harness.tools import in_ci
 
 pytestmark = pytest.mark.integration
 
@@ -315,14 +316,11 @@ def test_a_killed_executor_ends_children_that_ignore_sigterm(
 
 @pytest.fixture
 def shard_cgroup(tmp_path: Path) -> Iterator[Path]:
-    """A shard cgroup, as the executor makes one (skipped where this machine offers none); a
-    failing test leaves neither its processes nor the cgroup."""
+    """A shard cgroup, as the executor makes one (see :func:`cgroup_base`); a failing test
+    leaves neither its processes nor the cgroup."""
     from npa.backends.local import cgroup
 
-    base, how = cgroup.place(f"test-{os.getpid()}")
-    if base is None:
-        pytest.skip(how)
-    made = cgroup.create(base, f"test-{os.getpid()}-{tmp_path.name}")
+    made = cgroup.create(cgroup_base(), f"test-{os.getpid()}-{tmp_path.name}")
     yield made
     cgroup.end(made, 10)
     assert not made.exists()
@@ -415,11 +413,10 @@ def test_a_wave_retry_starts_only_once_a_setsid_child_of_the_failed_attempt_is_g
     left the group with setsid; with process groups only (``NPA_LOCAL_CGROUPS=0``) that child
     is still alive when attempt 2 starts, which the same check catches. The supervisor log says
     which one ran the shards, and no cgroup of the run is left."""
-    from npa.backends.local import cgroup
     from npa.backends.local.executor import shard_trees
 
-    if cgroups == "on" and cgroup.place(f"test-{os.getpid()}")[0] is None:
-        pytest.skip(cgroup.place(f"test-{os.getpid()}")[1])
+    if cgroups == "on":
+        cgroup_base()
     folder = tmp_path / "left"
     folder.mkdir()
     command = (
@@ -451,12 +448,19 @@ def test_a_wave_retry_starts_only_once_a_setsid_child_of_the_failed_attempt_is_g
         leftovers.kill_recorded(folder)
 
 
-def cgroups_or_skip() -> None:
+def cgroup_base() -> Path:
+    """Where this process may make shard cgroups. A machine without a writable cgroup v2 skips
+    the test on a developer's machine (the backend falls back to process groups there, which
+    the ``off`` cases cover), and fails it under CI=true: CI runs as root on a machine that has
+    one, so a skip there would hide a broken cgroup path."""
     from npa.backends.local import cgroup
 
     base, how = cgroup.place(f"test-{os.getpid()}")
     if base is None:
+        if in_ci():
+            pytest.fail(f"no shard cgroups under CI: {how}", pytrace=False)
         pytest.skip(how)
+    return base
 
 
 @pytest.mark.parametrize("ending", ["cancel", "a killed executor"])
@@ -469,7 +473,7 @@ def test_a_setsid_child_that_ignores_sigterm_ends_with_its_run(
     from npa.backends.local.jobs import LocalJobTable
     from npa.core.paths import NpaPaths
 
-    cgroups_or_skip()
+    cgroup_base()
     folder = tmp_path / "left"
     folder.mkdir()
     run = Run(tmp_path, npa_home, f"{leftovers.command(folder, 'work', setsid=True)}; "
