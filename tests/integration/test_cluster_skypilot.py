@@ -394,7 +394,6 @@ def test_a_stage_that_exits_0_without_its_outputs_fails(
     assert [o["status"] for o in generate["outputs"]] == ["missing"], generate
 
 
-@pytest.mark.opt_in  # 563 s in make test on 2026-12-03 (passed); make test-all
 def test_cancel_of_a_running_job(sky_cluster: SkyCluster, tmp_path: Path) -> None:
     world = sky_cluster
     spec = write_spec(tmp_path / "wf" / "long.yaml", "e2e-long",
