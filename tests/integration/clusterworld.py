@@ -4,6 +4,7 @@ cluster's runtime image, reserve and submit a run as a user would, and follow it
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -17,6 +18,7 @@ from npa.backends.phases import ShardPhases
 from npa.core.layout import attempts_folder
 from tests.harness.cli import CliResult
 from tests.harness.skypilot_cluster import SkyCluster
+from tests.integration.flagmatrix import Moved
 
 WF = ("workbench", "workflow")
 # The stage contract of docs/spec.md: inputs and outputs are local paths on every backend.
@@ -205,3 +207,78 @@ def in_order(record: ShardPhases) -> bool:
     marks += [record.command_ended_at, record.uploaded_at, record.ended_at]
     reached = [m for m in marks if m is not None]
     return reached == sorted(reached)
+
+
+OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+
+
+def moved_runtime(world: SkyCluster, roles: tuple[str, ...]) -> dict[str, Moved]:
+    """For each role, a repository of the cluster's registry whose tag v1 was pushed twice
+    (moved once): each push is the cluster's runtime image with one label more in its config,
+    its layers shared by a cross-repository mount, so both digests run as the runtime does and
+    differ only in that label. Role -> the repository and its old and current digests."""
+    import uuid
+
+    import requests
+
+    host, ref = world.cluster.registry, world.cluster.images["sky-runtime"]
+    source, digest = ref.removeprefix(f"{host}/").split("@")
+    base = f"http://{host}/v2"
+    out = {}
+    with requests.Session() as http:
+        got = http.get(
+            f"{base}/{source}/manifests/{digest}", headers={"Accept": OCI_MANIFEST}, timeout=30
+        )
+        got.raise_for_status()
+        manifest = got.json()
+        config = http.get(f"{base}/{source}/blobs/{manifest['config']['digest']}", timeout=60)
+        config.raise_for_status()
+        for role in roles:
+            repository = f"npa/flags-{role}-{uuid.uuid4().hex[:8]}"
+            for layer in manifest["layers"]:
+                mounted = http.post(
+                    f"{base}/{repository}/blobs/uploads/",
+                    params={"mount": layer["digest"], "from": source},
+                    timeout=60,
+                )
+                assert mounted.status_code == 201, (mounted.status_code, mounted.text)
+            old, current = (
+                _push_labelled(
+                    http, f"{base}/{repository}", manifest, config.json(), f"{role} {age}"
+                )
+                for age in ("old", "current")
+            )
+            out[role] = Moved(f"{host}/{repository}", old, current)
+    return out
+
+
+def _push_labelled(
+    http: Any, repo_url: str, manifest: dict[str, Any], image_config: dict[str, Any], age: str
+) -> str:
+    """Push ``manifest`` as tag v1 of ``repo_url`` with the label ``npa.test/age: age`` added
+    to its config; returns the digest the registry answers."""
+    labels = {**(image_config["config"].get("Labels") or {}), "npa.test/age": age}
+    body = json.dumps({**image_config, "config": {**image_config["config"], "Labels": labels}})
+    config_digest = "sha256:" + hashlib.sha256(body.encode()).hexdigest()
+    start = http.post(f"{repo_url}/blobs/uploads/", timeout=30)
+    start.raise_for_status()
+    location = start.headers["Location"]
+    if location.startswith("/"):
+        location = repo_url.split("/v2/")[0] + location
+    put = http.put(
+        location,
+        params={"digest": config_digest},
+        data=body.encode(),
+        headers={"Content-Type": "application/octet-stream"},
+        timeout=30,
+    )
+    put.raise_for_status()
+    config = {**manifest["config"], "digest": config_digest, "size": len(body.encode())}
+    pushed = http.put(
+        f"{repo_url}/manifests/v1",
+        data=json.dumps({**manifest, "config": config}).encode(),
+        headers={"Content-Type": OCI_MANIFEST},
+        timeout=30,
+    )
+    pushed.raise_for_status()
+    return str(pushed.headers["Docker-Content-Digest"])

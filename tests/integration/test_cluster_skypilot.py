@@ -40,6 +40,7 @@ from tests.integration.clusterworld import (
     follow,
     in_order,
     launched_tasks,
+    moved_runtime,
     numbers_stages,
     phase_records,
     prepare,
@@ -50,6 +51,7 @@ from tests.integration.clusterworld import (
     terminal,
     write_spec,
 )
+from tests.integration.flagmatrix import cells, chosen, image_flags
 from tests.integration.leftovers import (
     ROOT,
     assert_host_restored,
@@ -247,6 +249,71 @@ def first_pull_failure(world: SkyCluster, image: str) -> datetime:
     ]
     assert times, f"no pull failure event for {image}"
     return min(times)
+
+
+def test_every_image_flag_cell_launches_on_the_real_service_what_render_shows(
+    sky_cluster: SkyCluster, tmp_path: Path
+) -> None:
+    """Issue 33, point 3, on SkyPilot's real jobs controller: for each cell of the flag matrix
+    (tests/integration/flagmatrix.py: image choice x preflight x --digests, every pair met), a
+    submit launches what ``render --run-id`` shows with the same flags, task for task, as the
+    controller holds it, and a cell nothing can pin is refused by both alike. SkyPilot keeps
+    the task it re-dumped from what npa sent (``dump_dag_to_yaml_str``), so the comparison is of
+    the documents, not their bytes; test_task_flag_matrix.py holds the bytes against the double.
+    Each tag was moved once: the old digest is what --digests pins, the current one what
+    preflight resolves, and the task's image says which of the two reached it."""
+    world = sky_cluster
+    moved = moved_runtime(world, ("spec", "image", "override"))
+    launched: dict[str, str] = {}  # run id -> the cell
+    for choice, preflight, digests in cells():
+        cell = f"{choice}-{preflight}-{digests}"
+        target = moved[chosen(choice)]
+        spec = write_spec(tmp_path / cell / "flags.yaml", "e2e-flags", moved["spec"].tag,
+                          [stage("only", "echo launched; sleep 900")])  # fmt: skip
+        run_id = prepare(world, spec)
+        flags = image_flags(choice, moved, tool="runtime")
+        if digests == "digests":
+            pins = tmp_path / cell / "digests.yaml"
+            pins.write_text(f"runtime: {target.old}\n")
+            flags += ("--digests", str(pins))
+        off = ("--no-preflight-images",) if preflight == "no-preflight" else ()
+        submitted = submit(world, spec, run_id, *flags, *off)
+        review = flags
+        if preflight == "preflight" and digests == "no-digests":
+            pre = world.npa(*WF, "preflight-images", str(spec), "--project", world.project,
+                            *flags, "--json")  # fmt: skip
+            assert pre.code == 0, (cell, pre.stdout + pre.stderr)
+            verified = tmp_path / cell / "preflight.json"
+            verified.write_text(pre.stdout)
+            review += ("--digests", str(verified))
+        out = tmp_path / cell / "review"
+        shown = world.npa(*WF, "render", str(spec), "--run-id", run_id, "--project",
+                          world.project, "--infra", f"k8s/{world.context}", "--out", str(out),
+                          *review)  # fmt: skip
+        if preflight == "no-preflight" and digests == "no-digests":
+            both = submitted.stdout + submitted.stderr + shown.stderr
+            assert (submitted.code, shown.code) == (2, 2), (cell, both)
+            assert f"{target.tag} is not pinned" in shown.stderr, (cell, both)
+            assert "pinned by digest" in submitted.stdout + submitted.stderr, (cell, both)
+            assert sky_jobs_named(world, job_name("e2e-flags", run_id)) == {}, cell
+            continue
+        assert submitted.code == 0, (cell, submitted.stdout + submitted.stderr)
+        assert shown.code == 0, (cell, shown.stdout + shown.stderr)
+        launched[run_id] = cell
+        docs = {d["name"]: d for p in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(
+            p.read_text()) if d}  # fmt: skip
+        held = launched_tasks(world, submitted.json()["job_id"])
+        assert held == docs, (cell, held, docs)
+        digest = target.old if digests == "digests" else target.current
+        assert {t["resources"]["image_id"] for t in held.values()} == {
+            f"docker:{target.name}@{digest}"
+        }, cell
+        # Nothing of the cell needs to run: its job is ended by the run's own cancel.
+        cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
+        assert cancelled.code == 0, (cell, cancelled.stdout + cancelled.stderr)
+    for run_id, cell in launched.items():
+        final, _ = follow(world, run_id, terminal, timeout=600)
+        assert final["state"] == "CANCELLED", (cell, json.dumps(final, indent=1))
 
 
 @pytest.mark.opt_in  # 186 s; make test-all

@@ -12,10 +12,7 @@ for a submit that preflights without --digests, the review is the documented one
 
 from __future__ import annotations
 
-import itertools
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +24,7 @@ from tests.harness.kube import KubeCluster
 from tests.harness.registry import Registry
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
+from tests.integration.flagmatrix import Moved, cells, chosen, image_flags
 from tests.integration.imagespec import ATTESTED, unique_repo
 from tests.integration.skypilot_world import make_world, run_npa
 from tests.integration.test_submit_skypilot import argv, jobs
@@ -34,19 +32,6 @@ from tests.integration.test_submit_skypilot import argv, jobs
 pytestmark = pytest.mark.integration
 
 SPEC_IMAGE = "docker.io/library/busybox@sha256:2919d0172f7524b2d8df9e50066a682669e6d170ac0f6a49676d54358fe970b5"  # noqa: E501
-
-
-@dataclass(frozen=True)
-class Moved:
-    """A repository whose tag v1 pointed at ``old`` and points at ``current`` now."""
-
-    name: str  # host/repository
-    old: str
-    current: str
-
-    @property
-    def tag(self) -> str:
-        return f"{self.name}:v1"
 
 
 @pytest.fixture(scope="module")
@@ -82,22 +67,6 @@ def world(
     supervisors.stop_all(npa_home)
 
 
-CHOICES = ("spec", "image", "override", "both")
-PREFLIGHT = ("preflight", "no-preflight")
-DIGESTS = ("no-digests", "digests")
-
-
-def cells() -> list[tuple[str, str, str]]:
-    """All 16 combinations with ``NPA_FLAG_MATRIX=full``; by default the 8 in which every pair
-    of the three flags' values meets (digests = (choice + preflight) mod 2), half the time on
-    CI's busy worker."""
-    if os.environ.get("NPA_FLAG_MATRIX") == "full":
-        return list(itertools.product(CHOICES, PREFLIGHT, DIGESTS))
-    return [
-        (c, f, DIGESTS[(i + j) % 2]) for i, c in enumerate(CHOICES) for j, f in enumerate(PREFLIGHT)
-    ]
-
-
 CASES = [pytest.param(c, f, d, id=f"{c}-{f}-{d}") for c, f, d in cells()]
 
 
@@ -106,17 +75,6 @@ def test_the_default_cells_meet_every_pair() -> None:
     for a, b in ((0, 1), (0, 2), (1, 2)):
         pairs = {(c[a], c[b]) for c in found}
         assert len(pairs) == len({c[a] for c in found}) * len({c[b] for c in found}), (a, b)
-
-
-def image_flags(choice: str, moved: dict[str, Moved]) -> tuple[str, ...]:
-    image = ("--image", moved["image"].tag)
-    override = ("--image-override", f"shell={moved['override'].tag}")
-    return {"spec": (), "image": image, "override": override, "both": image + override}[choice]
-
-
-def chosen(choice: str) -> str:
-    """The image the rules choose for the one tool: an exact override, else --image."""
-    return {"spec": "spec", "image": "image", "override": "override", "both": "override"}[choice]
 
 
 def rendered(out: Path) -> dict[str, str]:
