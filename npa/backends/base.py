@@ -121,6 +121,10 @@ class JobRecord(BaseModel):
     submitted_at: float | None = None
     ended_at: float | None = None
     failure_reason: str | None = None
+    # The exit codes of the failed program as the backend reports them, one per node in its
+    # order; empty when the backend names none (the supervision rules read them, never the
+    # reason's wording).
+    exit_codes: list[int] = Field(default_factory=list)
     # No live executor and no final state (a :class:`HostsExecutor` backend): rerunning the same
     # submit starts an executor that continues this very job.
     continuable: bool = False

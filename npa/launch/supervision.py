@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -123,25 +124,13 @@ def classify_job_status(status: str) -> Classification:
     return _STATUS_CLASS.get(status, Classification.UNKNOWN)
 
 
-# SkyPilot's failure reason for a task whose program exited non-zero: "Job exited with exit
-# code 75 (user program failure). ..." or, one per node, "... with exit codes [0, 75] ...".
-_EXIT_CODES = re.compile(r"exited with exit codes? \[?(-?\d+(?:\s*,\s*-?\d+)*)\]?")
-
-
-def exit_codes_in(reason: str | None) -> list[int]:
-    """The exit codes a backend's failure reason names, in its order; [] when it names none."""
-    found = _EXIT_CODES.search(reason or "")
-    if found is None:
-        return []
-    return [int(code) for code in re.split(r"\s*,\s*", found.group(1))]
-
-
-def classify_failed_job(status: str, reason: str | None) -> Classification:
-    """Classify a job that ended in a failure status, from its status and what its reason says
-    of its exits: a job whose every non-zero exit is a temporary failure (exit 75, the stage
-    library's store outage) is transient infrastructure, as the same exit is on the local
-    backend; any other job is classified by its status."""
-    failed = [code for code in exit_codes_in(reason) if code != 0]
+def classify_failed_job(status: str, exit_codes: Sequence[int]) -> Classification:
+    """Classify a job that ended in a failure status, from its status and the exit codes of its
+    program as its backend reports them (one per node; none when the backend knows none): a job
+    whose every non-zero exit is a temporary failure (exit 75, the stage library's store
+    outage) is transient infrastructure, as the same exit is on the local backend; any other
+    job is classified by its status."""
+    failed = [code for code in exit_codes if code != 0]
     if failed and all(code == TEMPORARY_FAILURE for code in failed):
         return classify_exit(TEMPORARY_FAILURE)[0]
     return classify_job_status(status)

@@ -706,7 +706,7 @@ class Watcher:
 
     def failed(self, job: JobRecord, tasks: dict[str, TaskRecord]) -> bool:
         """Classify an ended job, record the verdict; True when the run is now terminal."""
-        classification = classify_failed_job(job.state.value, job.failure_reason)
+        classification = classify_failed_job(job.state.value, job.exit_codes)
         ordered = sorted(tasks.items(), key=lambda item: item[1].task_id)
         stage = next((st for st, task in ordered if task.state is job.state), None)
         allowed = self.policy.payload_retries(self._stage_retries(stage))

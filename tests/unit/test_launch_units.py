@@ -10,7 +10,7 @@ import pytest
 
 from npa.adapters.kube.nodes import cluster_names
 from npa.backends.base import JobState
-from npa.backends.skypilot.backend import job_state
+from npa.backends.skypilot.backend import exit_codes_in, job_state
 from npa.launch.accelerators import resolve
 from npa.launch.readiness import NotStable, ReadinessCheck
 from npa.launch.supervision import (
@@ -20,7 +20,6 @@ from npa.launch.supervision import (
     classify_exit,
     classify_failed_job,
     count_startup_failure,
-    exit_codes_in,
     failure_signature,
     record,
 )
@@ -114,7 +113,7 @@ def test_a_failed_job_is_classified_by_its_status_and_the_exits_its_reason_names
     status: str, reason: str | None, codes: list[int], expected: Classification
 ) -> None:
     assert exit_codes_in(reason) == codes
-    assert classify_failed_job(status, reason) is expected
+    assert classify_failed_job(status, codes) is expected
 
 
 def test_identical_startup_failures_reach_failed_startup() -> None:

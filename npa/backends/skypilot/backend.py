@@ -155,6 +155,19 @@ def launch_failures_in(lines: list[str]) -> list[LaunchFailure]:
     return found
 
 
+# A failed task's reason as the jobs controller writes it (sky/jobs/controller.py): "Job exited
+# with exit code 75 (user program failure). ..." or, one per node, "... exit codes [0, 75] ...".
+_EXIT_CODES = re.compile(r"exited with exit codes? \[?(-?\d+(?:\s*,\s*-?\d+)*)\]?")
+
+
+def exit_codes_in(reason: str | None) -> list[int]:
+    """The exit codes a failed task's reason names, in its order; [] when it names none."""
+    found = _EXIT_CODES.search(reason or "")
+    if found is None:
+        return []
+    return [int(code) for code in re.split(r"\s*,\s*", found.group(1))]
+
+
 def _cancel_requested(details: str | None) -> bool:
     """Whether SkyPilot's details column names a cancel request (sky/jobs/state.py
     CANCEL_REQUESTED_EVENT_REASON_PREFIX)."""
@@ -683,6 +696,7 @@ class SkyPilotBackend(
             submitted_at=first.submitted_at,
             ended_at=rows[-1].end_at,
             failure_reason=self._redacted(failed.failure_reason if failed else None),
+            exit_codes=exit_codes_in(failed.failure_reason if failed else None),
             tasks=[
                 TaskRecord(
                     task_id=int(r.task_id or 0),
