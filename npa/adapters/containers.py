@@ -24,6 +24,7 @@ from pathlib import Path
 
 from npa.core.errors import InvalidInput, NpaError, ToolMissing, Unavailable
 from npa.core.faults import classify_pull_failure
+from npa.core.paths import docker_config_path
 from npa.core.procs import run_child
 
 ENGINES = ("podman", "docker")
@@ -71,6 +72,45 @@ CLIENT_VARIABLES = frozenset(
         "DOCKER_CONTEXT",
     }
 )
+
+
+# What docker's client would add to every container it creates (the ``proxies`` of its own
+# config.json, as HTTP(S)_PROXY, FTP_PROXY, NO_PROXY and ALL_PROXY) and what a client that only
+# runs pulled images needs no copy of (its registry credentials).
+_DOCKER_CONFIG_DROPPED = ("proxies", "auths", "credsStore", "credHelpers")
+
+
+def docker_client_config(env: Mapping[str, str], into: Path) -> Path | None:
+    """The configuration folder docker's client starts a stage's container with: the user's
+    (``$DOCKER_CONFIG`` or ``~/.docker``, read from ``env``), except that its config.json
+    loses ``proxies``, which the client would hand to the container as variables the stage
+    never declared, and the credentials, which a run of an already pulled image never uses and
+    which npa writes nowhere. Every other entry (contexts, plugins) is linked, so the client
+    reaches the same daemon. None when the user's config.json has no ``proxies`` (or none that
+    docker could read): the client then reads the user's own folder."""
+    source = docker_config_path(env)
+    try:
+        config = json.loads(source.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or "proxies" not in config:
+        return None
+    kept = {k: v for k, v in config.items() if k not in _DOCKER_CONFIG_DROPPED}
+    try:
+        into.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for entry in source.parent.iterdir():
+            link = into / entry.name
+            if entry.name != "config.json" and not link.is_symlink():
+                link.symlink_to(entry)
+        partial = into / "config.json.partial"
+        partial.write_text(json.dumps(kept, indent=1) + "\n")
+        partial.replace(into / "config.json")
+    except OSError as exc:
+        raise Unavailable(
+            f"cannot write docker's client configuration in {into}: {exc.strerror or exc}",
+            fix=f"df -h {shlex.quote(str(into.parent))}",
+        ) from None
+    return into
 
 
 def client_env(env: Mapping[str, str]) -> dict[str, str]:

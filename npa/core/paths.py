@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote
@@ -210,3 +211,13 @@ class NpaPaths:
     def lock(self, name: str) -> Path:
         """A lock file; ``name`` may be dotted (``launch.<project>.<run>``), never a path."""
         return self.locks_dir / f"{safe_component(name, 'lock name')}.lock"
+
+
+def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
+    """docker's client configuration file where docker looks for it: ``$DOCKER_CONFIG/config.json``,
+    else ``config.json`` in ``.docker`` of the home folder (``HOME`` of ``env``)."""
+    env = os.environ if env is None else env
+    base = env.get("DOCKER_CONFIG")
+    if base:
+        return Path(base).expanduser() / "config.json"
+    return Path(env.get("HOME") or Path.home()) / ".docker" / "config.json"

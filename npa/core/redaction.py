@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from npa.core.paths import docker_config_path
+
 # Variables whose values are credentials. Their names may be written; their values never.
 CREDENTIAL_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
@@ -671,8 +673,7 @@ def known_secrets(
     home = Path(env.get("HOME") or Path.home())
     found = KnownSecrets()
     _env_secrets(found, env)
-    docker = env.get("DOCKER_CONFIG")
-    _docker_config(found, Path(docker) / "config.json" if docker else home / ".docker/config.json")
+    _docker_config(found, docker_config_path(env))
     _aws_files(
         found,
         [

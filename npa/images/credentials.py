@@ -33,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from npa.core.errors import InvalidInput
+from npa.core.paths import docker_config_path
 from npa.core.procs import run_child
 from npa.core.text import clipped
 from npa.core.userfiles import read_user_text
@@ -177,12 +178,6 @@ def normalize_host(key: str) -> str:
         text = urlparse(text).netloc or text
     text = text.split("/", 1)[0].lower()
     return DEFAULT_DOMAIN if text in LEGACY_HUB_DOMAINS else text
-
-
-def docker_config_path(env: Mapping[str, str] | None = None) -> Path:
-    env = os.environ if env is None else env
-    base = env.get("DOCKER_CONFIG")
-    return Path(base).expanduser() / "config.json" if base else Path.home() / ".docker/config.json"
 
 
 def load_store(

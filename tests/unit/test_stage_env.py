@@ -121,7 +121,7 @@ def container_names(run: RunTasks, root: Path) -> set[str]:
     task = local_task(run, "container")
     secrets = contract.secret_values(task.secrets, secret_values(run.tasks[0]))
     env = shard_variables(task, 0, 0, 1, secrets)
-    runtime = ContainerRuntime(ContainerEngine("podman", "/usr/bin/podman"), "run-1", root)
+    runtime = ContainerRuntime(ContainerEngine("podman", "/usr/bin/podman"), "run-1", root, root)
     argv = runtime.argv(task, "npa-1-probe-w0-s0-a1", env, root, {})
     given = [argv[i + 1].split("=", 1)[0] for i, word in enumerate(argv) if word == "--env"]
     assert len(given) == len(set(given))
@@ -190,7 +190,9 @@ def test_no_builder_takes_the_submitters_environment(
     assert host["PATH"] == contract.HOST_PATH
     assert host["HOME"] == f"{tmp_path}/home" and host["LANG"] == "C.UTF-8"
     env = shard_variables(local_task(run, "container"), 0, 0, 1, {})
-    runtime = ContainerRuntime(ContainerEngine("podman", "/usr/bin/podman"), "r", tmp_path)
+    runtime = ContainerRuntime(
+        ContainerEngine("podman", "/usr/bin/podman"), "r", tmp_path, tmp_path
+    )
     argv = runtime.argv(local_task(run, "container"), "n", env, tmp_path, {})
     assert "--http-proxy=false" in argv  # podman would copy the client's proxy variables
     text = sky_tasks.encode(run, kube_context="kind-npa")["probe"]

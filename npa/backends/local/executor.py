@@ -58,6 +58,7 @@ from npa.adapters.containers import (
     ContainerEngine,
     Mount,
     client_env,
+    docker_client_config,
     find_engine,
     start_failure,
 )
@@ -944,7 +945,9 @@ class Executor:
             assert task.engine is not None
             engine = find_engine(task.engine)
             assert engine is not None  # an explicit engine that does not work raised
-            self.containers = ContainerRuntime(engine, self.submission.run_id, self.work / "source")
+            self.containers = ContainerRuntime(
+                engine, self.submission.run_id, self.work / "source", self.work
+            )
             removed = engine.remove_labelled(self.submission.run_id)
             if removed:
                 self.log(f"removed containers an earlier executor left: {', '.join(removed)}")
@@ -1147,7 +1150,7 @@ class Executor:
                 cwd=root,
                 # What the engine's client needs to run, and the values it hands the container
                 # by name; the container sees nothing else of it.
-                env=client_env(env),
+                env=self.containers.client_env(env),
                 log=log,
                 exit_file=exit_file,
                 death_fd=self.death_fd,
@@ -1210,13 +1213,28 @@ class ContainerRuntime:
     """Stages in their images through one engine: mounts, the user, and the files the user
     must read or write."""
 
-    def __init__(self, engine: ContainerEngine, run_id: str, source: Path) -> None:
+    def __init__(self, engine: ContainerEngine, run_id: str, source: Path, work: Path) -> None:
         self.engine = engine
         self.run_id = run_id
         self.source = source
+        # docker's client reads its own configuration for each container it starts; npa gives it
+        # one without the proxies it would pass on (docker_client_config).
+        self.client_config = (
+            docker_client_config(os.environ, work / "docker-client")
+            if engine.name == "docker"
+            else None
+        )
         # Rootless podman maps the contract's user to the user running npa, so the files a stage
         # writes are npa's own; as root, npa hands the output folders to that user instead.
         self.root = os.geteuid() == 0
+
+    def client_env(self, env: dict[str, str]) -> dict[str, str]:
+        """The environment the engine's client runs in (:func:`client_env`), pointed at the
+        configuration this runtime chose for it."""
+        out = client_env(env)
+        if self.client_config is not None:
+            out["DOCKER_CONFIG"] = str(self.client_config)
+        return out
 
     def argv(
         self,
