@@ -11,7 +11,9 @@ the shard left in its outputs, and writes the record of the attempt's phases as 
 (:mod:`npa.backends.phases`). What the pod does is the shell library
 ``npa/templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
 is reached with the AWS CLI and the credentials and endpoint the pod takes from the project's
-store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot's
+store Secret (``npa-store``, which ``submit`` keeps current; with a stage role, the key and
+token are the run's scoped session, from the run's Secret: :func:`scoped_store_env`), not with
+SkyPilot's
 ``file_mounts``: those are read by SkyPilot's API server and jobs controller, which can reach an
 S3-compatible store only when AWS itself is an enabled cloud there (docs/spec.md says more, with
 the figures that chose this).
