@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from npa.adapters.storage.stage_scope import session_name, session_policy
 from npa.core.layout import run_prefix, shared_source_key
 from tests.harness.moto_iam import session_permits, string_like
+from tests.tiers import examples
 
 # moto matches a Resource pattern as a regular expression with '*' widened and nothing
 # escaped, so the drawn keys keep to characters that mean themselves there.
@@ -101,7 +102,7 @@ def obj(bucket: str, key: str) -> str:
     return f"arn:aws:s3:::{bucket}/{key}"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(scopes())
 def test_the_session_policy_allows_exactly_the_runs_prefix_its_source_and_inputs(
     drawn: tuple[Scope, dict[str, object], list[tuple[str, str]]],
