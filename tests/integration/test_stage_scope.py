@@ -80,18 +80,21 @@ def _seed(server: S3Server) -> dict[str, str]:
     _put(s3, f"{STORE}/{run_prefix(WORKFLOW, SIBLING)}/stages/train/outputs/model/w.txt", b"x")
     _put(s3, f"s3://runs/other-team/{run_prefix(WORKFLOW, RUN)}/source/manifest.json", b"x")
     _put(s3, "s3://datasets/private/secret.txt", b"not this run's")
-    iam.create_user(UserName="submitter")
-    keys = iam.create_access_key(UserName="submitter")["AccessKey"]
-    iam.put_user_policy(
-        UserName="submitter",
-        PolicyName="submit",
-        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
-            {"Effect": "Allow", "Action": ["s3:*", "sts:AssumeRole", "iam:GetRole"],
-             "Resource": "*"}]}),
-    )  # fmt: skip
+    keys = {}
+    # The submitter, and one who may assume the role but not read it (iam:GetRole).
+    for user, actions in (("submitter", ["s3:*", "sts:AssumeRole", "iam:GetRole"]),
+                          ("narrow", ["s3:*", "sts:AssumeRole"])):  # fmt: skip
+        iam.create_user(UserName=user)
+        keys[user] = iam.create_access_key(UserName=user)["AccessKey"]
+        iam.put_user_policy(
+            UserName=user,
+            PolicyName="submit",
+            PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [
+                {"Effect": "Allow", "Action": actions, "Resource": "*"}]}),
+        )  # fmt: skip
     trust = {"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow", "Action": "sts:AssumeRole",
-        "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/submitter"}}]}  # fmt: skip
+        "Principal": {"AWS": [f"arn:aws:iam::{ACCOUNT}:user/{u}" for u in keys]}}]}  # fmt: skip
     iam.create_role(RoleName="npa-stage", AssumeRolePolicyDocument=json.dumps(trust),
                     MaxSessionDuration=7200)  # fmt: skip
     # The role itself may do anything with S3: only the session policy scopes a run's session.
@@ -100,17 +103,22 @@ def _seed(server: S3Server) -> dict[str, str]:
     nobody = {**trust, "Statement": [{**trust["Statement"][0],
               "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/someone-else"}}]}  # fmt: skip
     iam.create_role(RoleName="not-ours", AssumeRolePolicyDocument=json.dumps(nobody))
-    return {"AWS_ACCESS_KEY_ID": keys["AccessKeyId"],
-            "AWS_SECRET_ACCESS_KEY": keys["SecretAccessKey"]}  # fmt: skip
+    return {f"{u}:{name}": k[field] for u, k in keys.items()
+            for name, field in (("AWS_ACCESS_KEY_ID", "AccessKeyId"),
+                                ("AWS_SECRET_ACCESS_KEY", "SecretAccessKey"))}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def world() -> Iterator[tuple[S3Server, dict[str, str]]]:
     assert shutil.which("aws"), "the AWS CLI is missing from PATH; run: make prepare-test"
     with moto_iam.moto_iam_server() as server:
-        submitter = _seed(server)
+        users = _seed(server)
         moto_iam.enforce(server)
-        yield server, submitter
+        yield server, users
+
+
+def _keys(users: dict[str, str], user: str) -> dict[str, str]:
+    return {k.split(":", 1)[1]: v for k, v in users.items() if k.startswith(f"{user}:")}
 
 
 @pytest.fixture
@@ -118,7 +126,8 @@ def submitting(
     world: tuple[S3Server, dict[str, str]], monkeypatch: pytest.MonkeyPatch
 ) -> tuple[S3Server, dict[str, str]]:
     """The submitting shell: the submitter's keys, STS and IAM at moto (boto3's own variables)."""
-    server, submitter = world
+    server, users = world
+    submitter = _keys(users, "submitter")
     for name, value in {**submitter, "AWS_ENDPOINT_URL_STS": server.endpoint_url,
                         "AWS_ENDPOINT_URL_IAM": server.endpoint_url}.items():  # fmt: skip
         monkeypatch.setenv(name, value)
@@ -295,3 +304,13 @@ def test_a_role_sts_refuses_stops_the_launch_before_any_secret_is_written(
     assert fix in str(error.value.fix), error.value.fix
     assert api.connections == 0  # no Secret, no launch: the API was never asked
     api.sock.close()
+
+
+def test_a_caller_who_may_not_read_the_role_asks_for_an_hour(
+    submitting: tuple[S3Server, dict[str, str]], world: tuple[S3Server, dict[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    for name, value in _keys(world[1], "narrow").items():
+        monkeypatch.setenv(name, value)
+    scoped = _scoped()
+    assert scoped.seconds == 3600  # not the role's 7200: iam:GetRole was refused
