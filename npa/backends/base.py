@@ -185,6 +185,12 @@ class JobSubmission(BaseModel):
     endpoint_url: str | None = None
     region: str | None = None
     profile: str | None = None
+    # The IAM role a pod's stage library gets run-scoped credentials of (npa configure
+    # --stage-role-arn); None: the store Secret's own.
+    stage_role_arn: str | None = None
+    # The URI of every input the spec declares from outside the run (no upstream stage): what
+    # run-scoped credentials may read besides the run's own prefix.
+    external_inputs: list[str] = Field(default_factory=list)
     prefix: str  # the run's key prefix in the store: <workflow>/<run>/npa-workflow
     order: list[str]  # stages in dependency order
     tasks: dict[str, str]  # stage -> task file text, as the backend rendered it

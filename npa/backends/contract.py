@@ -63,8 +63,9 @@ IMAGE_GIVES = ("PATH",)
 #: ``PATH`` for a stage run as a host process, which has no image: the default of Debian and of
 #: the OCI runtimes, never the submitter's (a stage that needs more sets ``PATH`` in its ``env``).
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#: What the stage library on a pod reaches the store with (the project's store Secret); the
-#: stage's command runs without them unless its own ``env`` sets one.
+#: What the stage library on a pod reaches the store with (the project's store Secret, or, with
+#: a stage role, the run's scoped session from the run's Secret: docs/spec.md, "Store
+#: credentials"); the stage's command runs without them unless its own ``env`` sets one.
 STORE_VARIABLES = (
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",

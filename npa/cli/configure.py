@@ -45,6 +45,14 @@ def configure(
             "Pulumi Cloud URL (default: $PULUMI_BACKEND_URL, else file:// under NPA_HOME).",
         ),
     ] = None,
+    stage_role_arn: Annotated[
+        str | None,
+        Opt(
+            "--stage-role-arn",
+            help="IAM role a pod's stage library assumes per run (S3 on the SkyPilot backend): "
+            "credentials scoped to the run's prefix and inputs; '' unsets it.",
+        ),
+    ] = None,
     show: Annotated[
         bool, Opt("--show", help="Print the resolved configuration and each value's source.")
     ] = False,
@@ -64,6 +72,7 @@ def configure(
             "profile": profile,
             "context": context,
             "backend_url": backend_url,
+            "stage_role_arn": stage_role_arn,
         }
         from npa.core.commands import npa_command
 

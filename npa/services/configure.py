@@ -33,7 +33,16 @@ Source = Literal["flag", "env", "file", "aws-config", "default"]
 
 CONFIG_VERSION = 1
 DEFAULT_PROJECT = "default"
-FIELDS = ("store", "registry", "endpoint_url", "region", "profile", "context", "backend_url")
+FIELDS = (
+    "store",
+    "registry",
+    "endpoint_url",
+    "region",
+    "profile",
+    "context",
+    "backend_url",
+    "stage_role_arn",
+)
 # Environment variables read for each setting, first match wins.
 ENV_VARS: dict[str, tuple[str, ...]] = {
     "store": ("NPA_STORE",),
@@ -44,6 +53,8 @@ ENV_VARS: dict[str, tuple[str, ...]] = {
     "context": ("NPA_CONTEXT",),
     # The pulumi CLI's own variable: a team that exports it gets the same backend in npa.
     "backend_url": ("PULUMI_BACKEND_URL",),
+    # None: the role a pod's stage library assumes is the project's choice, recorded or not.
+    "stage_role_arn": (),
 }
 DEFAULTS: dict[str, str | None] = {
     "store": LOCAL,
@@ -53,7 +64,12 @@ DEFAULTS: dict[str, str | None] = {
     "profile": None,
     "context": None,
     "backend_url": None,  # file:// under NPA_HOME
+    # The IAM role whose run-scoped credentials a pod's stage library gets (STS AssumeRole with
+    # a session policy for the run's prefix and inputs); None: the store Secret's, unscoped.
+    "stage_role_arn": None,
 }
+# An IAM role's ARN (any partition; a path may precede the name).
+ROLE_ARN = re.compile(r"arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9+=,.@_/-]{1,512}")
 # Environment variables whose presence (never value) says where credentials come from.
 CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 
@@ -299,6 +315,13 @@ def _check(name: str, value: str, paths: NpaPaths, project: str) -> str:
                                            f"file://{paths.pulumi_backend}"])  # fmt: skip
     if name in ("profile", "region"):
         safe_component(value, name)
+    if name == "stage_role_arn" and value and not ROLE_ARN.fullmatch(value):
+        raise InvalidInput(
+            f"--stage-role-arn {value!r} is not an IAM role ARN "
+            "(arn:aws:iam::<12-digit account>:role/<name>); '' unsets it",
+            fix=retry("arn:aws:iam::123456789012:role/npa-stage")
+            + "  # your account and role: aws iam list-roles --query 'Roles[].Arn'",
+        )
     return value
 
 
@@ -322,7 +345,11 @@ def record_project(
     """Create or update the alias ``project`` with the given settings, under the config lock."""
     paths = paths or NpaPaths.from_env()
     alias = safe_component(project, "project")
-    checked = {k: _check(k, v, paths, alias) for k, v in values.items() if v is not None}
+    checked: dict[str, str | None] = {
+        k: _check(k, v, paths, alias) for k, v in values.items() if v is not None
+    }
+    if checked.get("stage_role_arn") == "":
+        checked["stage_role_arn"] = None  # '' unsets it: stages get the store Secret's again
     with exclusive_lock(paths.lock("config"), timeout=10, purpose="npa configure"):
         config = load_config(paths)
         entry = dict(config["projects"].get(alias) or {})

@@ -519,6 +519,10 @@ def _submission(run: _Run, manifest: RunManifest) -> JobSubmission:
         endpoint_url=settings.value("endpoint_url"),
         region=settings.value("region"),
         profile=settings.value("profile"),
+        stage_role_arn=settings.value("stage_role_arn"),
+        external_inputs=sorted(
+            {i.uri for s in run.plan.stages for i in s.inputs if i.from_stage is None and i.uri}
+        ),
         prefix=run.prefix,
         order=run.plan.order,
         tasks=run.tasks,

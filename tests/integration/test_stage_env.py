@@ -271,6 +271,7 @@ def test_a_skypilot_task_carries_only_the_declared_proxies(
     """The tasks ``render`` writes for SkyPilot (byte for byte what ``submit`` launches): the
     declared proxies in the envs, the secret one by reference to the run's Secret, and nothing
     of the submitter's proxies, by name or by value, anywhere in the files."""
+    from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
     from npa.backends.skypilot.tasks import SECRET_PREFIX
 
     pinned = "registry.example.com/shell@sha256:" + "ab" * 32
@@ -300,8 +301,13 @@ def test_a_skypilot_task_carries_only_the_declared_proxies(
             proxies = {k: v for k, v in envs.items() if k.lower().endswith("_proxy")}
             assert proxies == DECLARED_PROXY_ENV, envs
             pod = task["config"]["kubernetes"]["pod_config"]["spec"]["containers"][0]
-            carried = {v["name"]: v["valueFrom"]["secretKeyRef"]["key"] for v in pod.get("env", [])}
+            refs = {v["name"]: v["valueFrom"]["secretKeyRef"] for v in pod.get("env", [])}
+            carried = {k: r["key"] for k, r in refs.items() if k.startswith(SECRET_PREFIX)}
             assert carried == {f"{SECRET_PREFIX}HTTPS_PROXY": "PROBE_PROXY"}, pod
+            # Beside it, only the optional references to run-scoped store credentials.
+            store = {k: r for k, r in refs.items() if not k.startswith(SECRET_PREFIX)}
+            assert set(store) == set(SCOPED_VARIABLES), pod
+            assert all(r["optional"] and r["key"] == f"npa.store.{k}" for k, r in store.items())
             tasks += 1
     assert tasks == 1, files  # the probe's one wave task was read
 

@@ -131,3 +131,18 @@ def test_show_names_the_region_and_endpoint_the_aws_config_gives(
     monkeypatch.setenv("AWS_REGION", "sa-east-1")  # npa's own sources still come first
     [r] = show("p1").projects
     assert (r.settings["region"].value, r.settings["region"].source) == ("sa-east-1", "env")
+
+
+def test_a_stage_role_is_an_iam_role_arn_and_an_empty_one_unsets_it(npa_home: Path) -> None:
+    role = "arn:aws:iam::123456789012:role/team/npa-stage"
+    assert resolve_project("p1").value("stage_role_arn") is None  # the store Secret's, unscoped
+    record_project("p1", {"stage_role_arn": role})
+    assert resolve_project("p1").settings["stage_role_arn"].value == role
+    with pytest.raises(InvalidInput) as bad:
+        record_project("p1", {"stage_role_arn": "npa-stage"})
+    assert bad.value.fix is not None
+    assert "--stage-role-arn arn:aws:iam::123456789012:role/npa-stage" in bad.value.fix
+    assert resolve_project("p1").value("stage_role_arn") == role  # nothing half-recorded
+    unset = record_project("p1", {"stage_role_arn": ""})
+    assert unset.changed == ["stage_role_arn"] and unset.recorded["stage_role_arn"] is None
+    assert resolve_project("p1").settings["stage_role_arn"].source == "default"

@@ -103,9 +103,9 @@ def render(tmp_path: Path, case: str) -> Path:
 
 
 GOLDEN = {
-    "varied": "b7d44e57748fbfb7eb7f7b6714dd9b129eb963b24265989f43cf801d57ba3a79",
-    "physical-ai": "fd94f381a96d0e1d744ce54d94630b71e1740c1d07e5a9a7d151b12fe8e734b3",
-    "tiny-k8s": "7f8f211f4c3461bfe569ac4e65af6ea1fdbcb4977d6d72a61074ff1f9be2f110",
+    "varied": "b95d6c2846feccd87848013b29df14e000533bdae86184e217ffea0eeed41a69",
+    "physical-ai": "35294942b4c7af05c5848428d46b45938e982a80c49cbf936971039084acf9b2",
+    "tiny-k8s": "e4aec247cc5f91a5e93ba2799278d68d8c4960294f1228bc4afdc688f8e796c0",
     "tiny-local": "7936118e2571b46cbb49eac9079677385d51c3737a08e1baf26cc2eaa6c59e01",
 }
 

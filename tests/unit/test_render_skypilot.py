@@ -169,6 +169,15 @@ def test_declared_secrets_render_as_references_to_the_runs_secret(
     stage = spec["stages"][0]["name"]
     mine = [t for t in tasks if t.name.startswith(f"npa-sec-1-{stage}-w")]
     assert mine
+    scoped = [
+        {
+            "name": variable,
+            "valueFrom": {
+                "secretKeyRef": {"name": name, "key": f"npa.store.{variable}", "optional": True}
+            },
+        }
+        for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+    ]
     for task in mine:
         pod = task.to_yaml_config()["resources"]["_cluster_config_overrides"]
         (container,) = pod["kubernetes"]["pod_config"]["spec"]["containers"]
@@ -182,6 +191,7 @@ def test_declared_secrets_render_as_references_to_the_runs_secret(
                     "name": "NPA_SECRET_TOKEN",
                     "valueFrom": {"secretKeyRef": {"name": name, "key": "NPA_TEST_CANARY"}},
                 },
+                *scoped,
             ]
         }
         # The command gets both by name; the store's session token is still hidden from it
@@ -191,7 +201,9 @@ def test_declared_secrets_render_as_references_to_the_runs_secret(
         assert "AWS_SESSION_TOKEN" in shlex.split(line)[4:]
     for other in (t for t in tasks if t not in mine):
         overrides = other.to_yaml_config()["resources"]["_cluster_config_overrides"]
-        assert "containers" not in overrides["kubernetes"]["pod_config"]["spec"]
+        # Only the run-scoped store credentials' optional references (present when submit
+        # assumed a stage role for the run, else the store Secret's stand).
+        assert overrides["kubernetes"]["pod_config"]["spec"]["containers"] == [{"env": scoped}]
     text = (out / f"{stage}.yaml").read_text()
     assert sky_tasks.declared_secrets(text) == {
         "TOKEN": "env:NPA_TEST_CANARY",

@@ -47,6 +47,10 @@ RUN_LABEL = "npa.io/run-id"
 RUN_ANNOTATION = "npa.io/run"
 WORKFLOW_ANNOTATION = "npa.io/workflow"
 GENERATION_ANNOTATION = "npa.io/launch-generation"
+#: Where a run's Secret holds the run-scoped store credentials (``npa.store.<VARIABLE>``,
+#: :mod:`npa.adapters.storage.stage_scope`): a '.' no variable name has, so no declared
+#: secret's key (its source variable's name) is ever one of them.
+STORE_KEY_PREFIX = "npa.store."
 # A write or delete whose Secret another npa changed between its requests decides again, on
 # what it finds then; each change is another launch's, so a few rounds settle it.
 _ROUNDS = 5

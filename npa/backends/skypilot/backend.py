@@ -57,7 +57,12 @@ from npa.backends.base import (
 )
 from npa.backends.skypilot import tasks
 from npa.backends.skypilot.jobs import ManagedJobsService, SkyManagedJobs
-from npa.core.commands import kubectl_command, provision_command, store_credentials_command
+from npa.core.commands import (
+    kubectl_command,
+    npa_command,
+    provision_command,
+    store_credentials_command,
+)
 from npa.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -383,10 +388,47 @@ class SkyPilotBackend(
         if self.kubeconfig_path is None:
             return
         values = _secret_values(_launched_texts(submission))
+        # Before anything is written: a role STS refuses leaves no Secret and launches nothing.
+        values.update(self._scoped_store(submission))
         if submission.store.startswith("s3://"):
             self._store_secret(submission)
         if values:
             self._run_secret(submission, values)
+
+    def _scoped_store(self, submission: JobSubmission) -> dict[str, str]:
+        """The run-scoped store credentials for the run's Secret (``npa.store.<VARIABLE>``, which
+        every task's pods take in place of the store Secret's): a session of the project's stage
+        role limited to the run's prefix, the workflow's shared source and the declared inputs
+        (:mod:`npa.adapters.storage.stage_scope`). None without a stage role."""
+        from npa.adapters.kube.secrets import STORE_KEY_PREFIX
+        from npa.adapters.storage import stage_scope
+
+        role = submission.stage_role_arn
+        if not role or not submission.store.startswith("s3://"):
+            return {}
+        policy = stage_scope.session_policy(
+            submission.store, submission.workflow, submission.run_id, submission.external_inputs
+        )
+        try:
+            scoped = stage_scope.assume_stage_role(
+                role,
+                policy,
+                run_id=submission.run_id,
+                profile=submission.profile,
+                region=submission.region,
+            )
+        except stage_scope.NoCallerCredentials as exc:
+            fix = store_credentials_command(submission.project, submission.profile, _aws_profiles())
+            raise NpaError(str(exc), fix=fix) from None
+        except stage_scope.StageRoleRefused as exc:
+            raise NpaError(str(exc), fix=_stage_role_fix(submission, exc.absent)) from None
+        except Exception as exc:  # botocore: STS or IAM did not answer
+            raise Unavailable(
+                f"cannot ask STS for the stage role {role}: {type(exc).__name__}: {exc}",
+                fix=shlex.join(["aws", "sts", "get-caller-identity"])
+                + "  # STS answers here? then rerun the same command",
+            ) from None
+        return {f"{STORE_KEY_PREFIX}{k}": v for k, v in scoped.env.items()}
 
     def _store_secret(self, submission: JobSubmission) -> None:
         from npa.adapters.kube.secrets import NoStoreCredentials, ensure_store_secret
@@ -926,6 +968,26 @@ def _secret_values(texts: list[str]) -> dict[str, str]:
         for name, value in contract.secret_values(declared, os.environ).items():
             values[declared[name].removeprefix(contract.SECRET_FROM_ENV)] = value
     return values
+
+
+def _stage_role_fix(submission: JobSubmission, absent: bool) -> str:
+    """What makes a refused stage role work: for a role IAM does not have, the command that
+    stops asking for it (or record an existing role's ARN the same way); for one the caller
+    may not assume, the role's trust policy to compare with the caller, then the same."""
+    from npa.adapters.storage.stage_scope import role_name
+
+    unset = npa_command("configure", "--project", submission.project, "--stage-role-arn", "")
+    profile = ["--profile", submission.profile] if submission.profile else []
+    if absent:
+        return f"{unset}  # or record the ARN of a role IAM has, then rerun the same command"
+    trust = shlex.join(
+        ["aws", "iam", "get-role", "--role-name", role_name(str(submission.stage_role_arn)),
+         "--query", "Role.AssumeRolePolicyDocument", *profile]
+    )  # fmt: skip
+    return (
+        f"{trust}  # let your identity (aws sts get-caller-identity) assume it, or: {unset}; "
+        "then rerun the same command"
+    )
 
 
 def _aws_profiles() -> list[str]:

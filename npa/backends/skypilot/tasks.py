@@ -11,7 +11,9 @@ the shard left in its outputs, and writes the record of the attempt's phases as 
 (:mod:`npa.backends.phases`). What the pod does is the shell library
 ``npa/templates/skypilot-stage.sh``, written out by the setup; the task lists its calls. The store
 is reached with the AWS CLI and the credentials and endpoint the pod takes from the project's
-store Secret (``npa-store``, which ``submit`` keeps current), not with SkyPilot's
+store Secret (``npa-store``, which ``submit`` keeps current; with a stage role, the key and
+token are the run's scoped session, from the run's Secret: :func:`scoped_store_env`), not with
+SkyPilot's
 ``file_mounts``: those are read by SkyPilot's API server and jobs controller, which can reach an
 S3-compatible store only when AWS itself is an enabled cloud there (docs/spec.md says more, with
 the figures that chose this).
@@ -40,7 +42,8 @@ from typing import Any
 
 import yaml
 
-from npa.adapters.kube.secrets import run_secret_name
+from npa.adapters.kube.secrets import STORE_KEY_PREFIX, run_secret_name
+from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
 from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask, pod_security_context
 from npa.core.errors import InvalidInput
@@ -186,6 +189,29 @@ def secret_env(task: StageTask, run: RunTasks) -> list[dict[str, Any]]:
     ]
 
 
+def scoped_store_env(run: RunTasks) -> list[dict[str, Any]]:
+    """The container variables that give the stage library the run-scoped store credentials
+    when ``submit`` wrote them into the run's Secret (a stage role is configured): each of
+    :data:`SCOPED_VARIABLES` from key ``npa.store.<NAME>``, optional, so a run without them
+    (no role, or no Secret at all) keeps the store Secret's. A container's ``env`` wins over
+    its ``envFrom`` (Kubernetes' rule), so where the keys exist the pod has the run's
+    credentials and not the project's."""
+    secret = run_secret_name(run.workflow, run.run_id)
+    return [
+        {
+            "name": name,
+            "valueFrom": {
+                "secretKeyRef": {
+                    "name": secret,
+                    "key": f"{STORE_KEY_PREFIX}{name}",
+                    "optional": True,
+                }
+            },
+        }
+        for name in SCOPED_VARIABLES
+    ]
+
+
 def declared_secrets(text: str) -> dict[str, str]:
     """The secrets one stage's task file gives its pods (name -> ``env:VARIABLE``), read back
     from its ``pod_config``: what the run's Secret must hold for this file to start."""
@@ -221,7 +247,7 @@ def task_values(
         "security_context": pod_security_context(
             task.run_as_user, task.run_as_group, task.fs_group
         ),
-        "secret_env": secret_env(task, run),
+        "secret_env": secret_env(task, run) + scoped_store_env(run),
         "waves": [
             {
                 "name": wave_task_name(run.run_id, task.stage, wave),
