@@ -92,8 +92,11 @@ _NO_ROOM = re.compile(
 class JobAnswer(BaseModel):
     """What the backend said about the run's job."""
 
-    answer: str  # found | absent | unavailable | skipped | not_applicable
+    answer: str  # found | absent | unadopted | unavailable | skipped | not_applicable
     record: JobRecord | None = None
+    # ``unadopted``: the jobs that carry the name of a relaunch in flight before the supervisor
+    # adopted one of them by id ("<id> (<state>)"); evidence, never the run's job.
+    candidates: list[str] = Field(default_factory=list)
     # Stage -> the job's task that runs it (backends with per-task records: SkyPilot).
     stage_tasks: dict[str, TaskRecord] = Field(default_factory=dict)
 
@@ -245,6 +248,22 @@ def decide(
     return _decide_unrecorded(located, job, cached=cached)
 
 
+def relaunch_in_flight(m: RunManifest | None) -> int | None:
+    """The attempt number of a relaunch the supervisor has asked for and not adopted a job of
+    yet (the manifest names the relaunch's job and no id), else None. Until it adopts one by id,
+    a job under that name may be a duplicate the backend made of the request, which the
+    supervisor then cancels: such a job is evidence, not the run's job."""
+    if m is None or m.job_id is not None or m.state != "LAUNCHING":
+        return None
+    attempt = relaunch_suffix(m.job_name, base_job_name(m)).removeprefix(".a")
+    return int(attempt) + 1 if attempt.isdigit() else None
+
+
+def _jobs(held: list[str]) -> str:
+    """``job 5 (PENDING) carries`` / ``jobs 5 (PENDING), 6 (PENDING) carry``."""
+    return f"job {held[0]} carries" if len(held) == 1 else f"jobs {', '.join(held)} carry"
+
+
 def _decide_recorded(
     m: RunManifest, job: JobAnswer, *, cached: bool, polled: bool
 ) -> tuple[str, str]:
@@ -263,12 +282,15 @@ def _decide_recorded(
                 "npa's verdict (outputs checked, retries decided) is not recorded yet"
             )
         return record.state.value, f"the {m.backend} backend reports job {record.job_id}"
-    relaunch = relaunch_suffix(m.job_name, base_job_name(m)) if m.job_id is None else ""
-    attempt = relaunch.removeprefix(".a")
-    if attempt.isdigit() and m.state == "LAUNCHING" and job.answer == "absent":
+    attempt = relaunch_in_flight(m)
+    if attempt is not None and job.answer in ("absent", "unadopted"):
+        carried = (
+            f"{_jobs(job.candidates)} that name, not adopted yet"
+            if job.candidates
+            else "no job carries that name yet"
+        )
         return "LAUNCHING", (
-            f"the supervisor is relaunching the run as {m.job_name} "
-            f"(attempt {int(attempt) + 1}); no job carries that name yet"
+            f"the supervisor is relaunching the run as {m.job_name} (attempt {attempt}); {carried}"
         )
     if job.answer == "unavailable":
         return VERIFICATION_UNAVAILABLE, (
@@ -354,6 +376,15 @@ def ask_job(
         else:
             assert located.job_name is not None
             queue = backend.queue(located.job_name)
+            if queue.records and relaunch_in_flight(m) is not None:
+                held = [f"{r.job_id} ({r.state.value})" for r in queue.records]
+                return JobAnswer(answer="unadopted", candidates=held), SourceAnswer(
+                    source="backend-job",
+                    where=where,
+                    answer="found",
+                    detail=f"{_jobs(held)} {located.job_name}; the supervisor has not adopted "
+                    "a job of this relaunch yet",
+                )
             if len(queue.records) > 1:
                 ids = ", ".join(str(r.job_id) for r in queue.records)
                 return JobAnswer(answer="unavailable"), SourceAnswer(

@@ -413,9 +413,13 @@ def test_a_stage_that_exits_1_fails_the_run_as_payload(
     sup = final["supervisor"]
     assert sup["payload_retries"] == retries and len(sup["job_ids"]) == retries + 1, sup
     assert final["job_name"].endswith("-a1") == (retries == 1), final["job_name"]
-    # Each job the run had is named by the watch, the relaunch's as a job of its own.
+    # Each job the run had is named by the watch, the relaunch's as a job of its own, and no
+    # other. SkyPilot's API server can make a second job of the relaunch request (CI of
+    # 2026-12-05: jobs 5 and 6 under the -a1 name): the watch never names it, and the queue's
+    # jobs beyond the run's are strays the supervisor cancelled by id and recorded.
     seen_jobs = {e["job_id"] for e in watched.events if e.get("event") == "job"}
-    assert seen_jobs == set(sup["job_ids"]) == set(watched.jobs), watched.explain()
+    assert seen_jobs == set(sup["job_ids"]), watched.explain()
+    assert set(watched.jobs) - set(sup["job_ids"]) <= stray_ids(final), watched.explain()
     view = final["stages"]["fails"]
     assert view["state"] == "FAILED" and view["classification"] == "payload", view
     logs = world.npa(*WF, "logs", run_id, "--project", world.project, "--stage", "fails")

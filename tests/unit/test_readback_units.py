@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from npa.backends.base import JobRecord, JobState
+from npa.backends.base import JobRecord, JobState, QueueAnswer
 from npa.core.errors import InvalidInput
 from npa.runs.manifest import RunManifest
 from npa.runs.receipts import Receipt
 from npa.services.locate import Located, SourceAnswer, parse_run_ref
-from npa.services.status import JobAnswer, decide
+from npa.services.status import JobAnswer, ask_job, decide, relaunch_in_flight
 
 pytestmark = pytest.mark.unit
 
@@ -154,6 +154,55 @@ def test_a_relaunch_in_progress_is_launching_and_never_the_old_attempts_job() ->
     # A first launch that never completed is still LAUNCH_INCOMPLETE.
     first = located(answer("manifest", "found"), manifest=manifest("LAUNCHING", job_id=None))
     assert decide(first, JobAnswer(answer="absent"), cached=False)[0] == "LAUNCH_INCOMPLETE"
+
+
+class NamedJobs:
+    """A backend's queue by name, as :func:`ask_job` asks it (authoritative answers only)."""
+
+    queue_source = "the queue"
+
+    def __init__(self, *records: JobRecord) -> None:
+        self.records = list(records)
+
+    def queue(self, name: str) -> QueueAnswer:
+        held = [r for r in self.records if r.job_name == name]
+        return QueueAnswer(job_name=name, source=self.queue_source, records=held)
+
+    def stage_tasks(self, record: JobRecord, stages: object) -> dict[str, object]:
+        return {}
+
+
+@pytest.mark.parametrize("held", [[5], [5, 6], [5, 6, 7]], ids=["one", "two", "three"])
+@pytest.mark.parametrize("state", [JobState.PENDING, JobState.RUNNING, JobState.CANCELLED])
+def test_jobs_under_a_relaunchs_name_before_its_adoption_are_evidence_not_the_runs_job(
+    held: list[int], state: JobState
+) -> None:
+    """SkyPilot's API server can make two jobs of one relaunch request (CI of 2026-12-05: jobs 5
+    and 6 under one ``-a1`` name; the supervisor adopted 6 and cancelled 5). Until the supervisor
+    records the job it adopted, status says LAUNCHING and names every job under the name as
+    evidence; it neither follows one of them nor calls the run ambiguous."""
+    m = manifest("LAUNCHING", job_id=None)
+    m.job_name = f"npa-wf-{RUN}-a1"
+    jobs = [JobRecord(backend="skypilot", job_id=i, job_name=m.job_name, state=state) for i in held]
+    loc = located(answer("manifest", "found"), manifest=m)
+    found, source = ask_job(loc, NamedJobs(*jobs), cached=False)  # type: ignore[arg-type]
+    assert found.answer == "unadopted" and found.record is None
+    assert found.candidates == [f"{i} ({state.value})" for i in held]
+    assert source.answer == "found" and m.job_name in (source.detail or "")
+    run_state, reason = decide(loc, found, cached=False, polled=True)
+    assert run_state == "LAUNCHING" and "attempt 2" in reason and "not adopted yet" in reason
+    assert all(f"{i} ({state.value})" in reason for i in held)
+    # Once the supervisor recorded the job it adopted, that job is the run's, asked by id.
+    m.job_id, m.state = held[-1], "PENDING"
+    assert relaunch_in_flight(m) is None
+    # A first launch's job found by name (a launch whose id was never recorded) stays the run's.
+    first = manifest("LAUNCHING", job_id=None)
+    first.job_name = "npa-wf-" + RUN
+    assert relaunch_in_flight(first) is None
+    only = JobRecord(backend="skypilot", job_id=9, job_name=first.job_name, state=state)
+    got, _ = ask_job(located(answer("manifest", "found"), manifest=first), NamedJobs(only),
+                     cached=False)  # type: ignore[arg-type]  # fmt: skip
+    assert got.answer == "found" and got.record == only
 
 
 def test_final_manifest_states_stand_and_a_lost_job_is_not_absence() -> None:
