@@ -14,10 +14,12 @@ so the first size does not pay for imports. It prints figures; it is not a test
 
 Each run is made in a forked child (the cost of an empty child taken off), so every size starts
 from the memory a fresh CLI process has and pays the kernel's first touch of every page it
-uses: in one process the small sizes reuse pages the warm-up freed and pay none, so the large
-sizes looked up to 1.3x dearer a stage than the small ones for system time alone. A second
-table gives each step's system time and minor page faults a stage. ``--same-process`` measures
-the old way. ``--steps`` picks the steps (render at 20,000 stages takes 12 s of CPU a run).
+uses. In one process the small sizes reuse pages the warm-up freed and pay none: measured so,
+validate and plan at 20,000 stages cost 1.24x a stage what they cost at 200, and half or more
+of the difference was system time the 200-stage runs never paid (forked, 1.07x and 1.05x in
+the same hour). A second table gives each step's system time and minor page faults a stage.
+``--same-process`` measures the old way. ``--steps`` picks the steps (render at 20,000 stages
+takes 12 s of CPU a run).
 
 ``--spec chain`` (the default) is bench/validate_scaling.py's chain with fan-in, one wave per
 stage (about 7 KB of task YAML per stage); ``--spec pipeline`` is bench/spec_pipeline.py's
