@@ -7,10 +7,9 @@ from pydantic import BaseModel, ConfigDict
 from npa.core.collector import collector_paused
 from npa.core.layout import PREFIX_LEAF, checkpoint_key, output_key, wave_count
 from npa.core.paths import safe_component
-from npa.plan.dag import levels, topological_order
+from npa.plan.dag import dependencies, levels, topological_order
 from npa.plan.infra import DiskNeed, disk_needs
 from npa.spec.model import Workflow, parse_accelerators
-from npa.spec.validate import upstream
 
 
 class _Model(BaseModel):
@@ -84,8 +83,9 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
         store_uri if store_uri is not None else (workflow.storage.uri if workflow.storage else None)
     )
     prefix = run_prefix(store, workflow.metadata.name, run_id)
-    order = topological_order(workflow)
-    level = levels(workflow, order)
+    deps = dependencies(workflow)
+    order = topological_order(workflow, deps)
+    level = levels(workflow, order, deps)
     position = {name: i for i, name in enumerate(order)}
     by_name = {s.name: s for s in workflow.stages}
     outputs_uri: dict[tuple[str, str], str | None] = {}
@@ -124,7 +124,7 @@ def build_plan(workflow: Workflow, run_id: str, *, store_uri: str | None = None)
                 name=name,
                 level=level[name],
                 tool=stage.tool,
-                depends_on=sorted(upstream(stage), key=position.__getitem__),
+                depends_on=sorted(deps[name], key=position.__getitem__),
                 resources=StageResources(
                     accelerator=accel[0] if accel else None,
                     accelerator_count=accel[1] if accel else 0,

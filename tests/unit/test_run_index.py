@@ -28,8 +28,10 @@ from npa.core.layout import (
     run_of_index_key,
     run_prefix,
 )
+from npa.core.paths import NpaPaths
 from npa.runs.index import mark_run
 from npa.runs.manifest import RunManifest, write_manifest
+from npa.runs.receipts import Receipt, write_receipt
 from tests.harness.cli import invoke_npa
 
 pytestmark = pytest.mark.unit
@@ -337,6 +339,34 @@ def test_status_by_run_id_asks_the_index_not_every_workflow(world: World) -> Non
     assert missing["state"] == "NOT_FOUND"
     assert [s["answer"] for s in missing["sources"] if s["source"] == "run-index"] == ["absent"]
     assert len(counted.calls) == 2  # the run's markers, then the completeness mark
+
+
+def test_status_with_a_receipt_reads_the_run_alone(world: World) -> None:
+    """With the receipt submit leaves, ``status`` of one run among many asks the store for that
+    run alone: its manifest and plan, no listing of the index or of any other run (the twin of
+    the S3 test in tests/integration/test_run_index_s3.py)."""
+    for n in range(10):
+        world.run(n, "other", workflow=f"wf{n}")
+        world.run(100 + n, "demo", workflow=f"wf{n}")
+    rid = world.run(50, "demo", workflow="mine")
+    world.list("demo")
+    write_receipt(
+        NpaPaths(world.home),
+        Receipt(
+            project="demo", project_identity="x", workflow="mine", run_id=rid, submitted_at=NOW,
+            store=world.uri, workflow_prefix=f"{world.uri}/{run_prefix('mine', rid)}",
+            credentials_source="none (file store)",
+        ),
+    )  # fmt: skip
+
+    found, counted = world.status(rid, "--project", "demo")
+    assert found["state"] == "CACHED" and found["workflow"] == "mine"
+    assert counted.listings() == [], counted.calls
+    assert counted.reads() == [
+        manifest_key(run_prefix("mine", rid)),
+        plan_key(run_prefix("mine", rid)),
+    ]
+    assert 1 <= len(counted.calls) <= 3, counted.calls
 
 
 def test_status_scans_the_store_while_the_index_is_not_complete(world: World) -> None:
