@@ -404,6 +404,8 @@ def test_a_launch_writes_the_runs_session_beside_its_secrets_and_a_resume_a_fres
             f"{STORE_KEY_PREFIX}{name}" for name in SCOPED_VARIABLES}  # fmt: skip
         assert values["NPA_TEST_DECLARED"] == DECLARED
         session = _session_of(values)
+        for earlier in sessions:  # a resume's launch gets a session of its own
+            assert all(earlier[name] != session[name] for name in SCOPED_VARIABLES), session
         assert session["AWS_ACCESS_KEY_ID"] != submitter["AWS_ACCESS_KEY_ID"]
         assert submitter["AWS_SECRET_ACCESS_KEY"] not in values.values()
         _scoped_to_the_run(server, session)
@@ -413,9 +415,6 @@ def test_a_launch_writes_the_runs_session_beside_its_secrets_and_a_resume_a_fres
         for value in session.values():
             assert value not in said, said
         sessions.append(session)
-    first, resumed = sessions
-    for name in SCOPED_VARIABLES:
-        assert first[name] != resumed[name], name  # the resume's own session
     released = SkyPilotBackend(paths, context=kube.context).release_run(
         PROJECT, WORKFLOW, RUN, 1
     )  # fmt: skip
