@@ -63,7 +63,7 @@ def _put(s3: Any, uri: str, body: bytes) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
-def _seed(server: S3Server) -> dict[str, str]:
+def seed(server: S3Server) -> dict[str, str]:
     """Buckets, objects, a submitter and the stage role, while IAM is not enforced; the
     submitter's keys."""
     admin = {"AWS_ACCESS_KEY_ID": "AKIAADMIN", "AWS_SECRET_ACCESS_KEY": "x"}
@@ -116,7 +116,7 @@ def _seed(server: S3Server) -> dict[str, str]:
 def world() -> Iterator[tuple[S3Server, dict[str, str]]]:
     assert shutil.which("aws"), "the AWS CLI is missing from PATH; run: make prepare-test"
     with moto_iam.moto_iam_server() as server:
-        users = _seed(server)
+        users = seed(server)
         moto_iam.enforce(server)
         yield server, users
 
@@ -354,24 +354,28 @@ def _held(kube: KubeCluster) -> tuple[dict[str, str], str] | None:
     return values, secret.metadata.annotations[GENERATION_ANNOTATION]
 
 
-def _session_of(values: dict[str, str]) -> dict[str, str]:
+def session_of(values: dict[str, str]) -> dict[str, str]:
+    """The role session the run's Secret holds (its ``npa.store.*`` keys), by variable."""
     return {name: values[f"{STORE_KEY_PREFIX}{name}"] for name in SCOPED_VARIABLES}
 
 
-def _scoped_to_the_run(server: S3Server, session: dict[str, str]) -> None:
-    """``session`` is a session of the stage role for this run: it writes under the run's
-    prefix and is refused (403) under the sibling run's."""
+def scoped_to_the_run(
+    server: S3Server, session: dict[str, str], store: str, workflow: str, run: str, other: str
+) -> None:
+    """``session`` is a session of the stage role for ``run``: on moto_iam it writes under the
+    run's prefix of ``store`` and is refused (403) under ``other``'s."""
     from botocore.exceptions import ClientError
 
+    bucket, _, base = store.removeprefix("s3://").partition("/")
     s3 = moto_iam.client(server, "s3", session)
-    s3.put_object(Bucket="runs", Key=f"team/{run_prefix(WORKFLOW, RUN)}/x", Body=b"x")
+    s3.put_object(Bucket=bucket, Key=f"{base}/{run_prefix(workflow, run)}/x", Body=b"x")
     with pytest.raises(ClientError) as refused:
-        s3.put_object(Bucket="runs", Key=f"team/{run_prefix(WORKFLOW, SIBLING)}/x", Body=b"x")
+        s3.put_object(Bucket=bucket, Key=f"{base}/{run_prefix(workflow, other)}/x", Body=b"x")
     assert refused.value.response["Error"]["Code"] == "AccessDenied"
     # Whose keys they are: the session policy allows no STS call, and the refusal names it.
     with pytest.raises(ClientError) as unnamed:
         moto_iam.client(server, "sts", session).get_caller_identity()
-    assert f":assumed-role/npa-stage/npa-{RUN} is not" in str(unnamed.value), unnamed.value
+    assert f":assumed-role/npa-stage/npa-{run} is not" in str(unnamed.value), unnamed.value
 
 
 def test_a_launch_writes_the_runs_session_beside_its_secrets_and_a_resume_a_fresh_one(
@@ -403,12 +407,12 @@ def test_a_launch_writes_the_runs_session_beside_its_secrets_and_a_resume_a_fres
         assert set(values) == {"NPA_TEST_DECLARED"} | {
             f"{STORE_KEY_PREFIX}{name}" for name in SCOPED_VARIABLES}  # fmt: skip
         assert values["NPA_TEST_DECLARED"] == DECLARED
-        session = _session_of(values)
+        session = session_of(values)
         for earlier in sessions:  # a resume's launch gets a session of its own
             assert all(earlier[name] != session[name] for name in SCOPED_VARIABLES), session
         assert session["AWS_ACCESS_KEY_ID"] != submitter["AWS_ACCESS_KEY_ID"]
         assert submitter["AWS_SECRET_ACCESS_KEY"] not in values.values()
-        _scoped_to_the_run(server, session)
+        scoped_to_the_run(server, session, STORE, WORKFLOW, RUN, SIBLING)
         # What SkyPilot says back (an error echoing the pod's environment) loses every value.
         said = backend.redact(" ".join(f"{k}={v}" for k, v in session.items()) + " " +
                               " ".join(session.values()))  # fmt: skip
