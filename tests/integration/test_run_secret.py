@@ -113,23 +113,29 @@ def assert_no_canary_kept(w: dict[str, Any], also: tuple[str, ...] = ()) -> None
             assert not any(v in path.read_bytes() for v in kept), path
 
 
+@pytest.mark.parametrize("stage_role", [False, True], ids=["store-secret", "stage-role"])
 def test_submit_writes_the_runs_secret_a_relaunch_keeps_it_and_the_end_deletes_it(
-    world: dict[str, Any],
+    world: dict[str, Any], request: pytest.FixtureRequest, stage_role: bool
 ) -> None:
+    """With a stage role the Secret also holds the run's role session (launched_session)."""
+    if stage_role:
+        world = request.getfixturevalue("scoped_world")
     with locked_state(world["state"]) as state:
         state["outcomes"] = ["FAILED_CONTROLLER", "RUNNING"]
     r = submit(world)
     assert r.code == 0, r.stdout + r.stderr
     # The relaunch (job 2) runs with the Secret the submit wrote: the watcher has no shell.
     wait_for(world, lambda m: m.get("job_id") == 2 and m["state"] == "RUNNING")
-    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    session = launched_session(world, 0) if stage_role else {}
+    scoped = {f"{STORE_KEY_PREFIX}{name}": value for name, value in session.items()}
+    assert held(world) == {"NPA_TEST_CANARY": CANARY, **scoped}
     set_status(world, 2, "SUCCEEDED")
     wait_for(world, lambda m: m["state"] == "SUCCEEDED")
     assert supervisors.wait_gone(world["home"], "team", world["run_id"])
     assert held(world) is None
     log = next(Path(world["home"]).rglob("supervisor.log")).read_text()
     assert f"released secret/{world['secret']}" in log
-    assert_no_canary_kept(world)
+    assert_no_canary_kept(world, tuple(session.values()))
 
 
 def test_a_missing_source_is_refused_before_anything_is_written(world: dict[str, Any]) -> None:
