@@ -8,6 +8,7 @@ managed-jobs double stands in for SkyPilot, as in test_supervise_skypilot.py; th
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import shlex
 import subprocess
@@ -19,16 +20,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from npa.adapters.kube.secrets import delete_run_secret, run_secret_name, write_run_secret
+from npa.adapters.kube.secrets import (
+    GENERATION_ANNOTATION,
+    STORE_KEY_PREFIX,
+    delete_run_secret,
+    run_secret_name,
+    write_run_secret,
+)
+from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
 from npa.backends import contract
 from npa.backends.base import RunTasks, StageTask
 from npa.backends.skypilot import tasks as sky_tasks
 from npa.core.templates import templates_dir
 from npa.spec.model import BASE_NAMES, ENV_NAME
 from tests.fakes.managed_jobs import locked_state, read_state
+from tests.harness import moto_iam
 from tests.harness.kube import KubeCluster
 from tests.harness.s3 import S3Server
 from tests.integration import supervisors
+from tests.integration import test_stage_scope as stage_scope_test
 from tests.integration.skypilot_world import make_world, run_npa, wait_for
 from tests.integration.test_supervise_skypilot import set_status
 from tests.tiers import examples
@@ -87,37 +97,45 @@ def held(w: dict[str, Any]) -> dict[str, str] | None:
     return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
 
 
-def assert_no_canary_kept(w: dict[str, Any]) -> None:
-    """Not in any object of the run's store, nor any file under the npa home (receipts,
-    journals, the supervisor's log, the task files)."""
+def assert_no_canary_kept(w: dict[str, Any], also: tuple[str, ...] = ()) -> None:
+    """Neither the canary nor any value of ``also`` is in any object of the run's store (its
+    manifest, journal, task files) or any file under the npa home (receipts, journals, the
+    supervisor's log, an insights database put there)."""
+    kept = [v.encode() for v in (CANARY, *also)]
     client = w["s3"].client()
     listed = client.list_objects_v2(Bucket=w["bucket"]).get("Contents", [])
     assert listed
     for obj in listed:
         body = client.get_object(Bucket=w["bucket"], Key=obj["Key"])["Body"].read()
-        assert CANARY.encode() not in body, obj["Key"]
+        assert not any(v in body for v in kept), obj["Key"]
     for path in Path(w["home"]).rglob("*"):
         if path.is_file():
-            assert CANARY.encode() not in path.read_bytes(), path
+            assert not any(v in path.read_bytes() for v in kept), path
 
 
+@pytest.mark.parametrize("stage_role", [False, True], ids=["store-secret", "stage-role"])
 def test_submit_writes_the_runs_secret_a_relaunch_keeps_it_and_the_end_deletes_it(
-    world: dict[str, Any],
+    world: dict[str, Any], request: pytest.FixtureRequest, stage_role: bool
 ) -> None:
+    """With a stage role the Secret also holds the run's role session (launched_session)."""
+    if stage_role:
+        world = request.getfixturevalue("scoped_world")
     with locked_state(world["state"]) as state:
         state["outcomes"] = ["FAILED_CONTROLLER", "RUNNING"]
     r = submit(world)
     assert r.code == 0, r.stdout + r.stderr
     # The relaunch (job 2) runs with the Secret the submit wrote: the watcher has no shell.
     wait_for(world, lambda m: m.get("job_id") == 2 and m["state"] == "RUNNING")
-    assert held(world) == {"NPA_TEST_CANARY": CANARY}
+    session = launched_session(world, 0) if stage_role else {}
+    scoped = {f"{STORE_KEY_PREFIX}{name}": value for name, value in session.items()}
+    assert held(world) == {"NPA_TEST_CANARY": CANARY, **scoped}
     set_status(world, 2, "SUCCEEDED")
     wait_for(world, lambda m: m["state"] == "SUCCEEDED")
     assert supervisors.wait_gone(world["home"], "team", world["run_id"])
     assert held(world) is None
     log = next(Path(world["home"]).rglob("supervisor.log")).read_text()
     assert f"released secret/{world['secret']}" in log
-    assert_no_canary_kept(world)
+    assert_no_canary_kept(world, tuple(session.values()))
 
 
 def test_a_missing_source_is_refused_before_anything_is_written(world: dict[str, Any]) -> None:
@@ -629,3 +647,90 @@ def test_cancel_reports_its_outcome_and_a_refused_removal_then_finishes_it(
     assert second.json()["outcome"] == "already_final"
     assert second.json()["released"] == [f"secret/{world['secret']}"]
     assert held(world) is None
+
+
+# --- run-scoped store credentials (a stage role) ------------------------------------------------
+
+ROLE = stage_scope_test.ROLE
+
+
+@pytest.fixture(scope="module")
+def iam() -> Iterator[tuple[S3Server, dict[str, str]]]:
+    """moto with IAM enforced and session policies applied (tests.harness.moto_iam), seeded as
+    test_stage_scope.py seeds it: the stage role, and a submitter who may assume it."""
+    with moto_iam.moto_iam_server() as server:
+        users = stage_scope_test.seed(server)
+        moto_iam.enforce(server)
+        yield server, users
+
+
+@pytest.fixture
+def scoped_world(world: dict[str, Any], iam: tuple[S3Server, dict[str, str]]) -> dict[str, Any]:
+    """The world's project with a stage role: the submitting shell holds the submitter's keys
+    (the world's moto takes any), STS and IAM are moto_iam's, and moto_iam has the store's
+    bucket, so a session's reach can be tried there."""
+    server, users = iam
+    submitter = {k.split(":", 1)[1]: v for k, v in users.items() if k.startswith("submitter:")}
+    world["env"] = {**world["env"], **submitter, "AWS_ENDPOINT_URL_STS": server.endpoint_url,
+                    "AWS_ENDPOINT_URL_IAM": server.endpoint_url}  # fmt: skip
+    world["submitter"], world["iam"] = submitter, server
+    with contextlib.suppress(Exception):  # the module's server: an earlier test made it
+        moto_iam.client(server, "s3", submitter).create_bucket(Bucket=world["bucket"])
+    r = run_npa("configure", "--project", "team", "--stage-role-arn", ROLE, env=world["env"])
+    assert r.code == 0, r.stdout + r.stderr
+    return world
+
+
+def launched_session(w: dict[str, Any], generation: int) -> dict[str, str]:
+    """The role session the run's Secret holds beside the declared secret, written for launch
+    ``generation``: the stage role's, scoped to this run, never the submitter's keys."""
+    values = held(w)
+    assert values is not None
+    assert set(values) == {"NPA_TEST_CANARY"} | {
+        f"{STORE_KEY_PREFIX}{n}" for n in SCOPED_VARIABLES}  # fmt: skip
+    assert values["NPA_TEST_CANARY"] == CANARY
+    secret = w["kube"].core().read_namespaced_secret(w["secret"], NAMESPACE)
+    assert secret.metadata.annotations[GENERATION_ANNOTATION] == str(generation)
+    session = stage_scope_test.session_of(values)
+    assert not set(session.values()) & set(w["submitter"].values())
+    store = f"s3://{w['bucket']}/npa"
+    other = another_run(w)
+    stage_scope_test.scoped_to_the_run(w["iam"], session, store, "tiny-local", w["run_id"], other)
+    return session
+
+
+def test_a_stage_roles_session_is_the_runs_until_cancel_and_a_resume_gets_a_fresh_one(
+    scoped_world: dict[str, Any],
+) -> None:
+    """Through the CLI: submit writes the run's Secret with the run's role session beside its
+    declared secret; cancel deletes it; ``--resume-run`` writes a fresh session for launch 1,
+    and its cancel deletes that. No session value is in any file npa wrote, nor in the
+    insights database the run is ingested into."""
+    w = scoped_world
+    with locked_state(w["state"]) as state:
+        state["outcomes"] = ["RUNNING", "RUNNING"]
+    env = {**w["env"], **OFF}  # no watcher: cancel is what ends each launch
+    cancel = ("workbench", "workflow", "cancel", w["run_id"], "--project", "team", "--json")
+    sessions = []
+    for generation, how in enumerate(("--run-id", "--resume-run")):
+        r = run_npa(
+            *("workbench", "workflow", "submit", str(w["spec"]), "--project", "team"),
+            *(how, w["run_id"], "--infra", f"k8s/{w['context']}", "--no-preflight-images"),
+            "--json", env=env,
+        )  # fmt: skip
+        assert r.code == 0, r.stdout + r.stderr
+        session = launched_session(w, generation)
+        for earlier in sessions:
+            assert all(earlier[n] != session[n] for n in SCOPED_VARIABLES), session
+        sessions.append(session)
+        ended = run_npa(*cancel, env={**env, "NPA_CANCEL_SETTLE_SECONDS": "2"})
+        assert ended.code in (0, 1), ended.stdout + ended.stderr
+        assert ended.json()["released"] == [f"secret/{w['secret']}"]
+        assert held(w) is None
+    prefix = f"s3://{w['bucket']}/npa/tiny-local/{w['run_id']}/npa-workflow"
+    ingested = run_npa("workbench", "insights", "ingest-run", "--input-path", prefix,
+                       "--output-path", str(Path(w["home"]) / "insights.sqlite"),
+                       env=w["env"])  # fmt: skip
+    assert ingested.code == 0, ingested.stdout + ingested.stderr
+    assert (Path(w["home"]) / "insights.sqlite").is_file()
+    assert_no_canary_kept(w, tuple(v for s in sessions for v in s.values()))

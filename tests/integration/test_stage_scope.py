@@ -11,6 +11,7 @@ the Kubernetes API the backend would write the Secrets to is never reached.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -25,6 +26,8 @@ from typing import Any
 
 import pytest
 
+from npa.adapters.kube.client import project_namespace
+from npa.adapters.kube.secrets import GENERATION_ANNOTATION, STORE_KEY_PREFIX, run_secret_name
 from npa.adapters.storage.stage_scope import (
     SCOPED_VARIABLES,
     ScopedCredentials,
@@ -41,6 +44,7 @@ from npa.core.layout import output_key, run_prefix
 from npa.core.paths import NpaPaths
 from npa.core.templates import templates_dir
 from tests.harness import moto_iam
+from tests.harness.kube import KubeCluster
 from tests.harness.s3 import REGION, S3Server
 
 pytestmark = pytest.mark.integration
@@ -59,7 +63,7 @@ def _put(s3: Any, uri: str, body: bytes) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=body)
 
 
-def _seed(server: S3Server) -> dict[str, str]:
+def seed(server: S3Server) -> dict[str, str]:
     """Buckets, objects, a submitter and the stage role, while IAM is not enforced; the
     submitter's keys."""
     admin = {"AWS_ACCESS_KEY_ID": "AKIAADMIN", "AWS_SECRET_ACCESS_KEY": "x"}
@@ -112,7 +116,7 @@ def _seed(server: S3Server) -> dict[str, str]:
 def world() -> Iterator[tuple[S3Server, dict[str, str]]]:
     assert shutil.which("aws"), "the AWS CLI is missing from PATH; run: make prepare-test"
     with moto_iam.moto_iam_server() as server:
-        users = _seed(server)
+        users = seed(server)
         moto_iam.enforce(server)
         yield server, users
 
@@ -314,3 +318,109 @@ def test_a_caller_who_may_not_read_the_role_asks_for_an_hour(
         monkeypatch.setenv(name, value)
     scoped = _scoped()
     assert scoped.seconds == 3600  # not the role's 7200: iam:GetRole was refused
+
+
+# --- through a real Kubernetes API: the run's Secret a launch writes ---------------------------
+
+PROJECT = "scoped"
+DECLARED = "declared-token-4d9e1b"
+
+
+def _submission(kube: KubeCluster, generation: int) -> JobSubmission:
+    """The run's submission with a stage that declares secret TOKEN (from NPA_TEST_DECLARED)."""
+    task, run = _stage()
+    task = task.model_copy(update={"secrets": {"TOKEN": "env:NPA_TEST_DECLARED"}})
+    run = run.model_copy(update={"tasks": [task]})
+    return JobSubmission(
+        job_name="j", project=PROJECT, workflow=WORKFLOW, run_id=RUN, store=STORE,
+        prefix=run_prefix(WORKFLOW, RUN), order=[task.stage],
+        tasks=sky_tasks.encode(run, kube_context=kube.context), stage_role_arn=ROLE,
+        external_inputs=[INPUT], region=REGION, generation=generation,
+    )  # fmt: skip
+
+
+def _held(kube: KubeCluster) -> tuple[dict[str, str], str] | None:
+    """The run's Secret's values and the launch it was written for; None when there is none."""
+    from kubernetes.client.rest import ApiException
+
+    try:
+        secret = kube.core().read_namespaced_secret(
+            run_secret_name(WORKFLOW, RUN), project_namespace(PROJECT)
+        )
+    except ApiException as exc:
+        assert exc.status == 404, exc
+        return None
+    values = {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+    return values, secret.metadata.annotations[GENERATION_ANNOTATION]
+
+
+def session_of(values: dict[str, str]) -> dict[str, str]:
+    """The role session the run's Secret holds (its ``npa.store.*`` keys), by variable."""
+    return {name: values[f"{STORE_KEY_PREFIX}{name}"] for name in SCOPED_VARIABLES}
+
+
+def scoped_to_the_run(
+    server: S3Server, session: dict[str, str], store: str, workflow: str, run: str, other: str
+) -> None:
+    """``session`` is a session of the stage role for ``run``: on moto_iam it writes under the
+    run's prefix of ``store`` and is refused (403) under ``other``'s."""
+    from botocore.exceptions import ClientError
+
+    bucket, _, base = store.removeprefix("s3://").partition("/")
+    s3 = moto_iam.client(server, "s3", session)
+    s3.put_object(Bucket=bucket, Key=f"{base}/{run_prefix(workflow, run)}/x", Body=b"x")
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket=bucket, Key=f"{base}/{run_prefix(workflow, other)}/x", Body=b"x")
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    # Whose keys they are: the session policy allows no STS call, and the refusal names it.
+    with pytest.raises(ClientError) as unnamed:
+        moto_iam.client(server, "sts", session).get_caller_identity()
+    assert f":assumed-role/npa-stage/npa-{run} is not" in str(unnamed.value), unnamed.value
+
+
+def test_a_launch_writes_the_runs_session_beside_its_secrets_and_a_resume_a_fresh_one(
+    submitting: tuple[S3Server, dict[str, str]], kube: KubeCluster, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """prepare_launch against the kube fixture's API server: the run's Secret holds the declared
+    secret and the three ``npa.store.*`` keys of a session of the stage role scoped to the run
+    (never the submitter's keys), marked with the launch; a resume's launch (generation 1)
+    writes a fresh session; the backend redacts every session value it wrote; the release of
+    the resumed launch deletes the Secret."""
+    from tests.integration.skypilot_world import ensure_namespace
+
+    server, submitter = submitting
+    monkeypatch.setenv("NPA_TEST_DECLARED", DECLARED)
+    ensure_namespace(kube, project_namespace(PROJECT))
+    paths = NpaPaths(tmp_path / ".npa")
+    placed = paths.cluster_kubeconfig(kube.context)
+    placed.parent.mkdir(parents=True)
+    shutil.copy(kube.kubeconfig, placed)
+    sessions = []
+    for generation in (0, 1):
+        backend = SkyPilotBackend(paths, context=kube.context)
+        backend.prepare_launch(_submission(kube, generation))
+        held = _held(kube)
+        assert held is not None
+        values, written_for = held
+        assert written_for == str(generation)
+        assert set(values) == {"NPA_TEST_DECLARED"} | {
+            f"{STORE_KEY_PREFIX}{name}" for name in SCOPED_VARIABLES}  # fmt: skip
+        assert values["NPA_TEST_DECLARED"] == DECLARED
+        session = session_of(values)
+        for earlier in sessions:  # a resume's launch gets a session of its own
+            assert all(earlier[name] != session[name] for name in SCOPED_VARIABLES), session
+        assert session["AWS_ACCESS_KEY_ID"] != submitter["AWS_ACCESS_KEY_ID"]
+        assert submitter["AWS_SECRET_ACCESS_KEY"] not in values.values()
+        scoped_to_the_run(server, session, STORE, WORKFLOW, RUN, SIBLING)
+        # What SkyPilot says back (an error echoing the pod's environment) loses every value.
+        said = backend.redact(" ".join(f"{k}={v}" for k, v in session.items()) + " " +
+                              " ".join(session.values()))  # fmt: skip
+        for value in session.values():
+            assert value not in said, said
+        sessions.append(session)
+    released = SkyPilotBackend(paths, context=kube.context).release_run(
+        PROJECT, WORKFLOW, RUN, 1
+    )  # fmt: skip
+    assert released == [f"secret/{run_secret_name(WORKFLOW, RUN)}"]
+    assert _held(kube) is None

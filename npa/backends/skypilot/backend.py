@@ -260,9 +260,15 @@ class SkyPilotBackend(
     def redact(self, text: str) -> str:
         """What SkyPilot said, without a credential: the values this machine holds (read once
         per backend) and every credential-shaped value (:meth:`KnownSecrets.redact`)."""
+        return self._known().redact(text)
+
+    def _known(self) -> KnownSecrets:
+        """The credential values this process holds: the machine's (read once per backend) and
+        the run-scoped session :meth:`_scoped_store` got from STS, which no file or variable of
+        the machine holds."""
         if self._secrets is None:
             self._secrets = known_secrets(npa_home=self._npa_home)
-        return self._secrets.redact(text)
+        return self._secrets
 
     def _redacted(self, text: str | None) -> str | None:
         return self.redact(text) if text else text
@@ -428,6 +434,9 @@ class SkyPilotBackend(
                 fix=shlex.join(["aws", "sts", "get-caller-identity"])
                 + "  # STS answers here? then rerun the same command",
             ) from None
+        known = self._known()
+        for name, value in scoped.env.items():
+            known.add(value, f"stage-role-session:{name}")
         return {f"{STORE_KEY_PREFIX}{k}": v for k, v in scoped.env.items()}
 
     def _store_secret(self, submission: JobSubmission) -> None:
