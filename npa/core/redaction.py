@@ -352,6 +352,13 @@ _AWS_KEY_ID = re.compile(
     r"(?<![A-Z0-9])(?:AKIA|ASIA|ABIA|ACCA|AGPA|AIDA|AIPA|ANPA|ANVA|APKA|AROA|ASCA)[A-Z0-9]{16}"
     r"(?![A-Z0-9])"
 )
+# An STS session token (AWS_SESSION_TOKEN): base64 of a binary blob whose first bytes are
+# fixed by the token's format ("!\n\torigin..." today, "\x17\n\x06er/aws..." before), so it is
+# found by its start even where nothing names it (a log echoing the session of a stage role).
+_AWS_SESSION_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9+/=])(?:IQoJb3JpZ2lu|AgoJb3JpZ2lu|FwoGZXIvYXdz|FQoGZXIvYXdz|AQoDYXdz)"
+    r"[A-Za-z0-9+/]{60,}={0,2}"
+)
 # An AWS secret access key on its own: 40 characters of base64 with upper and lower case and a
 # digit (a git commit id is lower-case hex; a path has many slashes).
 _AWS_SECRET = re.compile(r"(?<![A-Za-z0-9/+])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])")
@@ -438,6 +445,7 @@ _SHAPES: tuple[Callable[[str], str], ...] = (
     _when(("://",), _sub(_URL_TOKEN, _url_token)),
     _when(("eyj",), _sub(_JWT, lambda m: _mark("jwt"))),
     _when(("_", "-"), _sub(_TOKEN_FORMATS, lambda m: _mark("token"))),
+    _sub(_AWS_SESSION_TOKEN, lambda m: _mark("aws-session-token")),
     lambda text: _BASE64.sub(_base64, text),
     _sub(_AWS_KEY_ID, lambda m: _mark("aws-access-key-id")),
     _when(("authorization",), _sub(_AUTHORIZATION, _authorization)),

@@ -131,6 +131,34 @@ def test_aws_keys_are_redacted_standing_alone(
     assert prefix + key_id not in out and secret not in out, out
 
 
+# The fixed first bytes of STS session tokens: the current format's ("!\n\torigin" and a region
+# tag follow), the earlier ones' (moto's STS hands out the "\x15\n\x06er/aws" form).
+TOKEN_STARTS = [
+    b"!\n\torigin",
+    b"\x02\n\torigin",
+    b"\x17\n\x06er/aws",
+    b"\x15\n\x06er/aws",
+    b"\x01\n\x03aws",
+]
+
+
+@SETTINGS
+@given(
+    start=st.sampled_from(TOKEN_STARTS),
+    body=st.binary(min_size=60, max_size=700),
+    around=st.sampled_from([("", ""), ("token ", " expired"), ("(", ")"), ('"', '"'), (" ", ".")]),
+)
+def test_an_sts_session_token_is_redacted_where_nothing_names_it(
+    start: bytes, body: bytes, around: tuple[str, str]
+) -> None:
+    """A stage role's session (docs/spec.md "Store credentials") is held by submit, not by every
+    process that later reads what SkyPilot says: its token must go by its shape alone."""
+    token = base64.b64encode(start + body).decode()
+    left, right = around
+    out = redact_shapes(f"An error occurred: {left}{token}{right}")
+    assert token not in out and token[:40] not in out and "[REDACTED:aws-session-token]" in out
+
+
 HEADER_FORMS = ["Authorization: {s} {t}", "authorization={s} {t}", '-H "Authorization: {s} {t}"',
                 '{{"Authorization": "{s} {t}"}}', "using {s} {t} now",
                 "Proxy-Authorization: {s} {t}"]  # fmt: skip
