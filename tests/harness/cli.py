@@ -48,8 +48,9 @@ def run_npa(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    limits = {} if open_files is None else {"RLIMIT_NOFILE": open_files}
     proc = subprocess.run(
-        [sys.executable, "-m", module, *args],
+        limited([sys.executable, "-m", module, *args], **limits),
         capture_output=True,
         text=True,
         env=full_env,
@@ -57,15 +58,29 @@ def run_npa(
         timeout=timeout,
         cwd=cwd,
         check=False,
-        preexec_fn=None if open_files is None else lambda: _cap_open_files(open_files),
     )
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
-def _cap_open_files(n: int) -> None:
-    import resource
+# Sets each limit (soft and hard), then execs the command. The limits are set by a process of
+# their own, never in a preexec_fn: Python code between fork and exec runs in a copy of the test
+# worker, and a worker that loaded gRPC in an earlier test (the Nebius SDK, Pulumi) has gRPC's
+# fork handlers abort that copy (CI of 2026-12-05: SIGABRT, "epoll_wait error: Bad file
+# descriptor", under the address-space limit of test_userfiles_limits).
+_LIMITED = (
+    "import json, os, resource, sys\n"
+    "for name, value in json.loads(sys.argv[1]).items():\n"
+    "    resource.setrlimit(getattr(resource, name), (value, value))\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
 
-    resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+
+def limited(argv: list[str], **limits: int) -> list[str]:
+    """``argv`` run under the resource limits given by name (``RLIMIT_AS=...``); ``argv``
+    itself when there are none. ``argv[0]`` is a path (no PATH search)."""
+    if not limits:
+        return argv
+    return [sys.executable, "-c", _LIMITED, json.dumps(limits), *argv]
 
 
 @contextmanager

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.harness.cli import limited
 
 pytestmark = pytest.mark.integration
 
@@ -44,15 +45,11 @@ def bad_paths(tmp_path: Path) -> dict[str, tuple[Path, str]]:
 
 
 def run_limited(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
-
     return subprocess.run(
-        [sys.executable, "-m", "npa", *args],
+        limited([sys.executable, "-m", "npa", *args], RLIMIT_AS=MEMORY_LIMIT),
         capture_output=True,
         text=True,
         env={**os.environ, **env},
-        preexec_fn=limit,
         timeout=60,  # a FIFO that blocked the open would hang here
         check=False,
     )
