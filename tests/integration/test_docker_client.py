@@ -3,8 +3,8 @@ declare. The client adds the ``proxies`` of its own config.json to every contain
 (as HTTP_PROXY, http_proxy, NO_PROXY...), unless npa starts it with a configuration without
 them (npa.adapters.containers.docker_client_config).
 
-Real parts: docker's own client (a static build on this machine's PATH; the project does not
-install it, since the product uses docker only where a user has it) talking to podman's
+Real parts: docker's own client (scripts/bootstrap-tools takes it from Debian's docker.io
+package, without the daemon, unless one is on PATH) talking to podman's
 docker-compatible API service on a unix socket of this test's own, so the container below is
 created by a real engine from exactly the command line and environment the local executor
 gives the client. ``create`` stands for ``run``: podman 4.3's compatible API refuses the
@@ -13,7 +13,6 @@ attach that ``docker run`` asks for, and the variables are fixed at creation."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -43,8 +42,6 @@ AUTH = "Y2FuYXJ5LXVzZXI6Y2FuYXJ5LXBhc3N3b3Jk"  # canary-user:canary-password
 def docker_on_podman(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """(DOCKER_HOST, an image id): podman's API service on a socket of this module's, with a
     busybox image imported into podman's storage."""
-    if shutil.which("docker") is None:
-        pytest.skip("docker's client is not installed (npa uses docker only where it is)")
     podman = require_tool("NPA_PODMAN_BIN", "podman")
     work = tmp_path_factory.mktemp("docker-client")
     socket = work / "podman.sock"
@@ -113,7 +110,8 @@ def test_a_container_docker_starts_for_a_stage_gets_no_proxy_of_the_clients_conf
     monkeypatch.setenv("DOCKER_CONFIG", str(user_config(tmp_path)))
     for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "NO_PROXY", "no_proxy"):
         monkeypatch.delenv(name, raising=False)
-    client = find_engine("docker")
+    docker = require_tool("NPA_DOCKER_BIN", "docker")
+    client = find_engine("docker", path=str(docker.parent))
     assert client is not None and client.name == "docker"
     work = tmp_path / "executor"
     runtime = ContainerRuntime(client, "run-docker", tmp_path / "source", work)
