@@ -287,10 +287,10 @@ def test_every_image_flag_cell_launches_on_the_real_service_what_render_shows(
             verified.write_text(pre.stdout)
             review += ("--digests", str(verified))
         out = tmp_path / cell / "review"
-        shown = world.npa(*WF, "render", str(spec), "--run-id", run_id, "--project",
-                          world.project, "--infra", f"k8s/{world.context}", "--out", str(out),
-                          *review)  # fmt: skip
         if preflight == "no-preflight" and digests == "no-digests":
+            shown = world.npa(*WF, "render", str(spec), "--run-id", run_id, "--project",
+                              world.project, "--infra", f"k8s/{world.context}", "--out", str(out),
+                              *review)  # fmt: skip
             both = submitted.stdout + submitted.stderr + shown.stderr
             assert (submitted.code, shown.code) == (2, 2), (cell, both)
             assert f"{target.tag} is not pinned" in shown.stderr, (cell, both)
@@ -298,10 +298,8 @@ def test_every_image_flag_cell_launches_on_the_real_service_what_render_shows(
             assert sky_jobs_named(world, job_name("e2e-flags", run_id)) == {}, cell
             continue
         assert submitted.code == 0, (cell, submitted.stdout + submitted.stderr)
-        assert shown.code == 0, (cell, shown.stdout + shown.stderr)
         launched[run_id] = cell
-        docs = {d["name"]: d for p in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(
-            p.read_text()) if d}  # fmt: skip
+        docs = rendered_tasks(world, spec, run_id, out, *review)
         held = launched_tasks(world, submitted.json()["job_id"])
         assert held == docs, (cell, held, docs)
         digest = target.old if digests == "digests" else target.current
