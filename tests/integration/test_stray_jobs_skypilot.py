@@ -89,14 +89,15 @@ def test_cancel_ends_every_job_of_the_run_and_says_which(world: dict[str, Any]) 
                 env=world["env"])  # fmt: skip
     assert r.code == 0, r.stdout + r.stderr
     assert "run " in r.stdout and "(job 1): cancelled" in r.stdout, r.stdout
-    assert "also cancelled job 7" in r.stdout, r.stdout
     assert [(j["job_id"], j["status"]) for j in jobs(world)] == [(1, "CANCELLED"), (7, "CANCELLED")]
     m = wait_for(world, lambda m: m["state"] == "CANCELLED")
-    # Recorded once. The supervisor may have ended it too, in the same moment: once job 1 is
-    # CANCELLED its poll looks for strays before its verdict, and cancelling by id twice is one
-    # cancel. Whoever recorded first is kept.
+    # Recorded once. The supervisor may have ended it first: once job 1 is CANCELLED its poll
+    # looks for strays before its verdict (under the load rehearsal of 2026-12-05 it did, before
+    # cancel's own look), and cancelling by id twice is one cancel. Whoever recorded first is
+    # kept. Either cancel says it cancelled job 7, or the supervisor had (and recorded it).
     [stray] = m["supervisor"]["strays"]
     assert stray["job_id"] == 7 and stray["by"] in ("cancel", "supervisor"), stray
+    assert "also cancelled job 7" in r.stdout or stray["by"] == "supervisor", (stray, r.stdout)
     again = run_npa(*("workbench", "workflow", "cancel", world["run_id"], "--project", "team",
                       "--json"), env=world["env"])  # fmt: skip
     assert again.code == 0 and again.json()["strays"] == [], again.stdout  # repeat-safe
