@@ -346,6 +346,12 @@ class ExecutionBackend(abc.ABC):
     def cancel(self, job_id: int) -> None:
         """Cancel one job by id (never by name). Cancelling a finished job is a no-op."""
 
+    @property
+    def cancel_settle_seconds(self) -> float:
+        """How long a sent cancel may take before the job shows it (CANCELLING or final):
+        ``cancel`` re-asks that long before it reports the job still running."""
+        return 20.0
+
     def stage_tasks(self, record: JobRecord, stages: JobStages) -> dict[str, TaskRecord]:
         """Stage -> the task of ``record`` that runs it, for every task that can be told apart;
         a stage the job does not run (adopted) or cannot be matched is left out. Empty for a

@@ -8,8 +8,10 @@ ambiguous name).
 What it reports is what it saw after asking, never the request it made: ``cancelled`` when the
 backend then reports the job CANCELLED, ``cancelling`` when the backend acknowledged and stops
 it on its own time (CANCELLING), ``already_final`` when the job ended by itself meanwhile, and
-``still_running`` (exit 1) when the job is still seen running once the backend had a while
-(``NPA_CANCEL_SETTLE_SECONDS``, 20 s) to act on the cancel.
+``still_running`` (exit 1) when the job is still seen running once the backend had its while
+to act on the cancel (:attr:`~npa.backends.base.ExecutionBackend.cancel_settle_seconds`: 60 s
+for SkyPilot, whose controller looks for cancels every 15 s; ``NPA_CANCEL_SETTLE_SECONDS``
+overrides it).
 
 Whatever the job's outcome, it then removes what the launch put in place for this run alone
 (the SkyPilot backend's run Secret, :func:`~npa.backends.base.release_ended_run`), so a cancel
@@ -199,15 +201,19 @@ def _cancel_job(
     return _seen_after(located, _settled(backend, job_id), result)
 
 
-# How long cancel re-asks a job that still shows the state it had, before it says so: a
-# controller acts on a cancel on its own time (SkyPilot's within seconds).
+# Overrides how long cancel re-asks a job that still shows the state it had, before it says
+# so (a controller acts on a cancel on its own time: the backend's cancel_settle_seconds).
 SETTLE_ENV = "NPA_CANCEL_SETTLE_SECONDS"
-_SETTLE_SECONDS = 20.0
+
+
+def settle_seconds(backend: ExecutionBackend) -> float:
+    """How long ``cancel`` waits for the backend to act on a cancel it sent."""
+    return float(os.environ.get(SETTLE_ENV) or backend.cancel_settle_seconds)
 
 
 def _settled(backend: ExecutionBackend, job_id: int) -> JobRecord:
     """The job as the backend shows it once the cancel took effect, or after the settle time."""
-    deadline = time.monotonic() + float(os.environ.get(SETTLE_ENV, _SETTLE_SECONDS))
+    deadline = time.monotonic() + settle_seconds(backend)
     after = backend.job(job_id)
     while not (after.state.terminal or after.state is JobState.CANCELLING):
         if time.monotonic() >= deadline:

@@ -80,6 +80,21 @@ def submit(world: SkyCluster, spec: Path, run_id: str, *extra: str, **env: str) 
     )  # fmt: skip
 
 
+def cancel(world: SkyCluster, run_id: str) -> dict[str, Any]:
+    """``cancel`` as the on-call engineer runs it where the cancel is not what a test is about:
+    a job still running once SkyPilot's controller had its while (``still_running``, exit 1)
+    must say so with the command that tries again, and that command is followed once."""
+    argv = (*WF, "cancel", run_id, "--project", world.project, "--json")
+    r = world.npa(*argv)
+    if r.code == 1 and r.json()["outcome"] == "still_running":
+        again = f"npa workbench workflow cancel {run_id} --project {world.project}"
+        assert again in r.json()["next"], r.stdout
+        r = world.npa(*argv)
+    assert r.code == 0, r.stdout + r.stderr
+    outcome: dict[str, Any] = r.json()
+    return outcome
+
+
 def status(world: SkyCluster, run_id: str) -> dict[str, Any]:
     # status asks the API server, the queue and the pods; on a loaded 2-core machine one answer
     # took more than 120 s.

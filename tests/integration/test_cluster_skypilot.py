@@ -37,6 +37,7 @@ from tests.harness.s3 import SECRET_KEY
 from tests.harness.skypilot_cluster import SkyCluster
 from tests.integration.clusterworld import (
     WF,
+    cancel,
     follow,
     in_order,
     launched_tasks,
@@ -307,8 +308,7 @@ def test_every_image_flag_cell_launches_on_the_real_service_what_render_shows(
             f"docker:{target.name}@{digest}"
         }, cell
         # Nothing of the cell needs to run: its job is ended by the run's own cancel.
-        cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
-        assert cancelled.code == 0, (cell, cancelled.stdout + cancelled.stderr)
+        cancel(world, run_id)
     for run_id, cell in launched.items():
         final, _ = follow(world, run_id, terminal, timeout=600)
         assert final["state"] == "CANCELLED", (cell, json.dumps(final, indent=1))
@@ -596,8 +596,7 @@ def test_a_stage_asking_for_gpus_the_node_lacks_is_unschedulable(
     [pod] = [p for p in answer["pending"] if p["reason"] == "Unschedulable"]
     assert "nvidia.com/gpu" in pod["message"] or "node affinity" in pod["message"], pod
     assert any("gpus --context" in n for n in answer["next"]), answer["next"]
-    cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
-    assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+    cancel(world, run_id)
     final, _ = follow(world, run_id, terminal, timeout=600)
     assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
 
@@ -684,8 +683,7 @@ def test_two_nodes_of_one_gpu_run_a_two_node_wave_but_never_one_stage_of_two_gpu
         assert "no single node has 2" in row["detail"], row
         per_node = {n["node"]: n["allocatable"] for n in fit.json()["nodes"]}
         assert per_node == {name: 1 for name in nodes}, fit.json()["nodes"]
-        cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
-        assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+        cancel(world, run_id)
         final, _ = follow(world, run_id, terminal, timeout=600)
         assert final["state"] == "CANCELLED", json.dumps(final, indent=1)
 
@@ -789,8 +787,7 @@ def test_a_gpu_label_renamed_between_plan_and_submit_is_remapped_or_unschedulabl
         assert not terminal(waiting), json.dumps(waiting, indent=1)
         [pod] = [p for p in waiting["pending"] if p["reason"] == "Unschedulable"]
         assert "node affinity" in pod["message"] or "selector" in pod["message"], pod
-        cancelled = world.npa(*WF, "cancel", kept, "--project", world.project, "--json")
-        assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+        cancel(world, kept)
         ended, _ = follow(world, kept, terminal, timeout=600)
         assert ended["state"] == "CANCELLED", json.dumps(ended, indent=1)
 
@@ -1413,8 +1410,7 @@ def test_no_api_server_is_unavailable_and_submits_server_leaves_nothing_behind(
     second_run = prepare(world, second)
     launched = submit(world, second, second_run)
     assert launched.code == 0, launched.stdout + launched.stderr
-    cancelled = world.npa(*WF, "cancel", run_id, "--project", world.project, "--json")
-    assert cancelled.code == 0, cancelled.stdout + cancelled.stderr
+    cancel(world, run_id)
     processes = _server_processes(port)
     [(server, group)] = [(pid, pgid) for pid, pgid, kind in processes if kind == "server"]
     assert server == group, processes  # the server leads its own group of request workers

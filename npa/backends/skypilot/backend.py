@@ -83,6 +83,8 @@ if TYPE_CHECKING:
     from npa.adapters.kube.pods import PodReason
     from npa.core.output import Result
 
+# Seconds between the jobs controller's looks for cancel requests (SkyPilot 0.14).
+CONTROLLER_CANCEL_ROUND = 15.0
 POLL_ENV = "NPA_SKYPILOT_POLL_SECONDS"  # seconds between the watcher's polls (tests: a fraction)
 WATCHER_ENV = "NPA_SKYPILOT_SUPERVISOR"  # "off": submit starts no watcher
 DEFAULT_POLL = 15.0
@@ -657,6 +659,12 @@ class SkyPilotBackend(
     @property
     def poll_seconds(self) -> float:
         return float(os.environ.get(POLL_ENV, DEFAULT_POLL))
+
+    @property
+    def cancel_settle_seconds(self) -> float:
+        # The jobs controller looks for cancel requests every 15 s and only then marks the job
+        # CANCELLING; four of its rounds leave room for a controller slowed by a busy node.
+        return 4 * CONTROLLER_CANCEL_ROUND
 
     @property
     def watcher_enabled(self) -> bool:
