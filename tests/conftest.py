@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import secrets
 import signal
@@ -29,6 +30,14 @@ from tests.harness.procs import LIVE, pid_alive, stop_marked
 pytest_plugins = ["tests.tiers"]
 
 SESSION_MARK = "NPA_TEST_SESSION"
+
+
+@pytest.fixture(autouse=True)
+def _collector_unfrozen() -> Any:
+    """A command run in this process freezes what it built (npa.core.collector): a CLI process
+    then exits. A test worker lives on, so what a test froze is handed back to the collector."""
+    yield
+    gc.unfreeze()
 
 
 def _interrupt_on_sigterm(signum: int, frame: FrameType | None) -> None:
