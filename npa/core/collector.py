@@ -20,11 +20,12 @@ def collector_paused() -> Iterator[None]:
 
     What outlives the block is frozen (``gc.freeze``) before the collector resumes: all of it sat
     in the young generation, and the first collection after the pause scanned every object
-    once more to find nothing (0.5 s of build_plan's 0.75 s at 20,000 stages). Frozen objects
-    are never scanned again; one that later becomes part of unreachable cycle is kept until the
-    process ends. Every caller is a command that builds once and exits (the supervisor builds
-    nothing), so that costs nothing. Nests: an inner pause leaves an outer one in force.
-    tests/unit/test_scaling.py holds every command and builder that uses it to it."""
+    once more to find nothing (build_plan at 20,000 stages timed with that collection: 0.75 s;
+    frozen, 0.53 s). Frozen objects are never scanned again; one that later becomes part of an
+    unreachable cycle is kept until the process ends. Every caller is a command that builds
+    once and exits (the supervisor builds nothing), so that costs nothing. Nests: an inner
+    pause leaves an outer one in force. tests/unit/test_scaling.py holds every command and
+    builder that uses it to it."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:

@@ -184,8 +184,8 @@ def test_what_a_build_leaves_alive_is_frozen_not_scanned_again(
     name: str, home: Path, tmp_path: Path
 ) -> None:
     """Everything built under the pause was young: unfrozen, the first collection after it
-    rescanned all of it to free nothing (0.5 s of build_plan's 0.75 s at 20,000 stages). It is
-    frozen instead, and the young generation starts empty."""
+    rescanned all of it to free nothing (build_plan at 20,000 stages: 0.75 s; frozen, 0.53 s).
+    It is frozen instead, and the young generation starts empty."""
     spec = tmp_path / "chain.yaml"
     spec.write_text(chain_spec(STAGES_PAST_THRESHOLDS))
     call = (lambda: steps(tmp_path)[name](spec)) if name in COMMANDS else builders(spec)[name]
