@@ -37,10 +37,8 @@ class SlowController:
 
     def __init__(self, clock: Clock, acts_after: float | None, settle: float) -> None:
         self.clock, self.acts_after, self.cancel_settle_seconds = clock, acts_after, settle
-        self.asked = 0
 
     def job(self, job_id: int) -> JobRecord:
-        self.asked += 1
         acted = self.acts_after is not None and self.clock.now >= self.acts_after
         state = JobState.CANCELLING if acted else JobState.RUNNING
         return JobRecord(backend="skypilot", job_id=job_id, job_name="j", state=state)
