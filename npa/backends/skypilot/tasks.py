@@ -30,7 +30,9 @@ Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube conte
 task file's text comes out. Every value passes through the one yaml filter of
 :func:`npa.core.templates.yaml_environment` (which refuses any other output), and each task file
 is parsed back once and compared with what was meant, so neither spec text nor a template change
-can alter the task's structure unnoticed.
+can alter the task's structure unnoticed. The stage library is the same 9.5 KB in every file, so
+a file is rendered and read back with one line standing in for it, and the library's lines go in
+its place afterwards (:class:`LibrarySplice` says why that reads back the same).
 """
 
 from __future__ import annotations
@@ -39,8 +41,6 @@ import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from npa.adapters.kube.secrets import STORE_KEY_PREFIX, run_secret_name
 from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
@@ -56,7 +56,8 @@ from npa.core.layout import (
     stage_key,
     wave_task_name,
 )
-from npa.core.templates import templates_dir, yaml_environment
+from npa.core.templates import literal_block_holds, templates_dir, yaml_environment
+from npa.core.yamlread import read_document
 
 TEMPLATE = "skypilot-task.yaml.j2"
 LIBRARY = "skypilot-stage.sh"
@@ -216,9 +217,8 @@ def declared_secrets(text: str) -> dict[str, str]:
     """The secrets one stage's task file gives its pods (name -> ``env:VARIABLE``), read back
     from its ``pod_config``: what the run's Secret must hold for this file to start."""
     found: dict[str, str] = {}
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     for doc in documents(text):
-        parsed = yaml.load(doc, Loader=loader) or {}
+        parsed = read_document(doc) or {}
         spec = parsed.get("config", {}).get("kubernetes", {}).get("pod_config", {}).get("spec", {})
         for container in spec.get("containers", []):
             for var in container.get("env", []):
@@ -265,13 +265,71 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     root = str(templates_dir())
     template = yaml_environment(root).get_template(TEMPLATE)
     library = _library(root)
+    splice = LibrarySplice.of(library)
     out: dict[str, str] = {}
     for task in run.tasks:
+        if splice is not None:
+            values = task_values(task, run, kube_context=kube_context, library=STAND_IN)
+            text = template.render(**values)
+            if splice.fits(text, values):
+                _check_structure(text, values)
+                out[task.stage] = splice.into(text)
+                continue
         values = task_values(task, run, kube_context=kube_context, library=library)
         text = template.render(**values)
         _check_structure(text, values)
         out[task.stage] = text
     return out
+
+
+#: The line that stands for the stage library while a task file is rendered and read back.
+STAND_IN = "@npa-stage-library@"
+
+
+class LibrarySplice:
+    """Puts the stage library's lines where :data:`STAND_IN` stood in a rendered task file.
+
+    Why the file reads back as the one rendered with the library in it. :meth:`fits` admits a
+    text only when its setup was written as a literal block (the setup holds the stand-in once,
+    and :func:`~npa.core.templates.literal_block_holds` admits it: no escape can spell the
+    stand-in), and the stand-in occurs in the text exactly once a wave, each time as a whole line
+    indented by two spaces. :func:`_check_structure` then reads that text back and finds each
+    wave's setup as meant: so each occurrence is a content line of that wave's setup block,
+    whose content is indented by two (``|2``). :meth:`into` replaces each such line with the
+    library's lines, every one indented by two or empty; a literal block takes any line of that
+    kind as content, verbatim but for the two spaces, so each setup reads back with the library
+    where the stand-in was, and nothing else in the file changes. A text that does not fit (a
+    spec value that holds the stand-in, a setup that needs a quoted string) is rendered with the
+    library in it, as it always was.
+    """
+
+    def __init__(self, library: str) -> None:
+        self.line = f"\n  {STAND_IN}\n"
+        body = library.rstrip("\n").split("\n")
+        self.lines = "\n" + "".join(f"  {line}\n" if line else "\n" for line in body)
+
+    @classmethod
+    def of(cls, library: str) -> LibrarySplice | None:
+        """The splice for ``library``, or None when its lines could not go into a literal block
+        as they are (or it holds the stand-in)."""
+        if STAND_IN in library or not literal_block_holds(library):
+            return None
+        return cls(library)
+
+    def fits(self, text: str, values: dict[str, Any]) -> bool:
+        """Whether ``text`` (rendered with :data:`STAND_IN` for the library) may be spliced."""
+        setup = values["setup"]
+        waves = len(values["waves"])
+        return (
+            setup.count(STAND_IN) == 1
+            and literal_block_holds(setup)
+            and text.count(STAND_IN) == waves
+            and text.count(self.line) == waves
+        )
+
+    def into(self, text: str) -> str:
+        """``text`` with the library's lines in place of each stand-in line."""
+        return text.replace(self.line, self.lines)
 
 
 def documents(text: str) -> list[str]:
@@ -284,8 +342,7 @@ def documents(text: str) -> list[str]:
 def _check_structure(text: str, values: dict[str, Any]) -> None:
     """Parse what was rendered and confirm the values came back exactly, so a template change
     that lets a value leak into the structure fails here rather than on the cluster."""
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    parsed = [yaml.load(doc, Loader=loader) for doc in documents(text)]  # plain data only
+    parsed = [read_document(doc) for doc in documents(text)]  # as SkyPilot's loader reads it
     if len(parsed) != len(values["waves"]):
         raise InvalidInput(
             f"template bug: the file {templates_dir() / TEMPLATE} rendered does not hold one "
