@@ -50,14 +50,22 @@ def _joined(match: re.Match[str]) -> str:
     return f"\\U{0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00):08X}"
 
 
+def _flow_string(value: str) -> str:
+    text = _json_string(value)
+    return _PAIR.sub(_joined, text) if "\\ud" in text else text
+
+
 def yaml_flow(value: Any) -> str:
     """One YAML flow node for ``value`` (str, int, float, bool, None, mapping, sequence), in
     printable ASCII: strings are JSON strings, so every other character is an escape."""
     if isinstance(value, str):
-        text = _json_string(value)
-        return _PAIR.sub(_joined, text) if "\\ud" in text else text
-    if value is None or isinstance(value, bool | int):
-        return json.dumps(value)
+        return _flow_string(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return int.__repr__(value)  # what JSON writes for any int
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"cannot write {value!r} into a YAML file")
@@ -65,7 +73,7 @@ def yaml_flow(value: Any) -> str:
         # YAML 1.1 (PyYAML, SkyPilot's loader) reads 1e+20 as a string: it needs the dot.
         return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
     if isinstance(value, Mapping):
-        items = ", ".join(f"{yaml_flow(str(k))}: {yaml_flow(v)}" for k, v in value.items())
+        items = ", ".join(f"{_flow_string(str(k))}: {yaml_flow(v)}" for k, v in value.items())
         return "{" + items + "}"
     if isinstance(value, Sequence):
         return "[" + ", ".join(yaml_flow(v) for v in value) + "]"

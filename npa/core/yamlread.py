@@ -73,39 +73,44 @@ class _Builder:
         self.documents = 0
 
     def run(self, parser: Any) -> Any:
+        stack = self.stack
         while True:
             event = parser.get_event()
             kind = type(event)
             if kind is events.ScalarEvent:
                 if event.anchor is not None or event.tag is not None:
                     raise _NotPlainData
-                self.add(event.value if event.style else _plain(event.value))
-            elif kind in _STARTS:
-                if event.anchor is not None or event.tag is not None:
-                    raise _NotPlainData
-                self.stack.append([{} if kind is events.MappingStartEvent else [], _Builder])
+                value = event.value if event.style else _plain(event.value)
             elif kind in _ENDS:
-                self.add(self.stack.pop()[0])
-            elif kind is events.StreamEndEvent:
+                value = stack.pop()[0]
+            elif self.structure(event, kind):
                 return self.root
-            elif kind is events.DocumentStartEvent:
-                self.documents += 1
-                if self.documents > 1:
-                    raise _NotPlainData
-            elif kind is events.AliasEvent:
-                raise _NotPlainData
+            else:
+                continue
+            if not stack:
+                self.root = value
+                continue
+            top = stack[-1]
+            if type(top[0]) is list:
+                top[0].append(value)
+            elif top[1] is _Builder:
+                if type(value) is dict or type(value) is list or value == "<<":
+                    raise _NotPlainData  # unhashable, or a merge key: the loader's
+                top[1] = value
+            else:
+                top[0][top[1]] = value
+                top[1] = _Builder
 
-    def add(self, value: Any) -> None:
-        if not self.stack:
-            self.root = value
-            return
-        top = self.stack[-1]
-        if type(top[0]) is list:
-            top[0].append(value)
-        elif top[1] is _Builder:
-            if type(value) is dict or type(value) is list or value == "<<":
-                raise _NotPlainData  # unhashable, or a merge key: the loader's
-            top[1] = value
-        else:
-            top[0][top[1]] = value
-            top[1] = _Builder
+    def structure(self, event: Any, kind: type) -> bool:
+        """A collection's start, a document's start, an alias: whether the stream ended."""
+        if kind in _STARTS:
+            if event.anchor is not None or event.tag is not None:
+                raise _NotPlainData
+            self.stack.append([{} if kind is events.MappingStartEvent else [], _Builder])
+        elif kind is events.DocumentStartEvent:
+            self.documents += 1
+            if self.documents > 1:
+                raise _NotPlainData
+        elif kind is events.AliasEvent:
+            raise _NotPlainData
+        return kind is events.StreamEndEvent

@@ -42,6 +42,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from npa.adapters.kube.secrets import STORE_KEY_PREFIX, run_secret_name
 from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
 from npa.backends import contract
@@ -56,7 +58,12 @@ from npa.core.layout import (
     stage_key,
     wave_task_name,
 )
-from npa.core.templates import literal_block_holds, templates_dir, yaml_environment
+from npa.core.templates import (
+    literal_block_holds,
+    templates_dir,
+    yaml_environment,
+    yaml_filter,
+)
 from npa.core.yamlread import read_document
 
 TEMPLATE = "skypilot-task.yaml.j2"
@@ -265,59 +272,96 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     root = str(templates_dir())
     template = yaml_environment(root).get_template(TEMPLATE)
     library = _library(root)
-    splice = LibrarySplice.of(library)
+    stand_ins = StandIns.of(library)
     out: dict[str, str] = {}
     for task in run.tasks:
-        if splice is not None:
-            values = task_values(task, run, kube_context=kube_context, library=STAND_IN)
+        text = None
+        if stand_ins is not None:
+            text = stand_ins.render(template, task_values(task, run, kube_context=kube_context,
+                                                          library=STAND_IN))  # fmt: skip
+        if text is None:
+            values = task_values(task, run, kube_context=kube_context, library=library)
             text = template.render(**values)
-            if splice.fits(text, values):
-                _check_structure(text, values)
-                out[task.stage] = splice.into(text)
-                continue
-        values = task_values(task, run, kube_context=kube_context, library=library)
-        text = template.render(**values)
-        _check_structure(text, values)
+            _check_structure(text, values)
         out[task.stage] = text
     return out
 
 
 #: The line that stands for the stage library while a task file is rendered and read back.
 STAND_IN = "@npa-stage-library@"
+#: The string that stands for the pod's variables (:func:`secret_env`, the same in most files).
+VARIABLES_STAND_IN = "@npa-pod-variables@"
 
 
-class LibrarySplice:
-    """Puts the stage library's lines where :data:`STAND_IN` stood in a rendered task file.
+class StandIns:
+    """Renders a task file with stand-ins for what most files hold alike (the 9.5 KB stage
+    library, the pod's variables), reads that shorter text back, then puts the real text in.
 
-    Why the file reads back as the one rendered with the library in it. :meth:`fits` admits a
-    text only when its setup was written as a literal block (the setup holds the stand-in once,
-    and :func:`~npa.core.templates.literal_block_holds` admits it: no escape can spell the
-    stand-in), and the stand-in occurs in the text exactly once a wave, each time as a whole line
-    indented by two spaces. :func:`_check_structure` then reads that text back and finds each
-    wave's setup as meant: so each occurrence is a content line of that wave's setup block,
-    whose content is indented by two (``|2``). :meth:`into` replaces each such line with the
-    library's lines, every one indented by two or empty; a literal block takes any line of that
-    kind as content, verbatim but for the two spaces, so each setup reads back with the library
-    where the stand-in was, and nothing else in the file changes. A text that does not fit (a
-    spec value that holds the stand-in, a setup that needs a quoted string) is rendered with the
-    library in it, as it always was.
+    Why the file reads back as the one rendered without stand-ins:
+
+    - The library. :meth:`render` goes on only when the setup was written as a literal block
+      (it holds the stand-in once, and :func:`~npa.core.templates.literal_block_holds` admits
+      it: no escape can spell the stand-in), and the stand-in occurs in the text exactly once a
+      wave, each time as a whole line indented by two spaces. :func:`_check_structure` then
+      reads the text back and finds each wave's setup as meant, so each occurrence is a content
+      line of that wave's setup block, whose content is indented by two (``|2``). Each such
+      line is replaced by the library's lines, every one indented by two or empty; a literal
+      block takes any line of that kind as content, verbatim but for the two spaces.
+    - The pod's variables. They are written, as every value, by the yaml filter: one line of
+      JSON. That text is read back once, on its own as a mapping's value (``k: <text>``), and
+      the file is rendered with the stand-in string in its place; the stand-in (printable
+      ASCII, which the filter never escapes) occurs exactly once a wave, each time as the JSON
+      string the filter writes for it, and the read-back finds it as each wave's container
+      ``env``. A one-line flow node in a value's place reads the same wherever the value is,
+      so the JSON string is replaced by the variables' text.
+
+    Nothing else in the file changes. A text that does not fit (a spec value that holds a
+    stand-in, a setup that needs a quoted string) is rendered without stand-ins, as it always
+    was.
     """
 
     def __init__(self, library: str) -> None:
         self.line = f"\n  {STAND_IN}\n"
         body = library.rstrip("\n").split("\n")
         self.lines = "\n" + "".join(f"  {line}\n" if line else "\n" for line in body)
+        self.variables = yaml_filter(VARIABLES_STAND_IN)
+        self.proven: set[str] = set()  # variables' texts read back as meant
 
     @classmethod
-    def of(cls, library: str) -> LibrarySplice | None:
-        """The splice for ``library``, or None when its lines could not go into a literal block
-        as they are (or it holds the stand-in)."""
-        if STAND_IN in library or not literal_block_holds(library):
+    def of(cls, library: str) -> StandIns | None:
+        """The stand-ins for ``library``, or None when its lines could not go into a literal
+        block as they are (or it holds a stand-in)."""
+        if STAND_IN in library or VARIABLES_STAND_IN in library:
             return None
-        return cls(library)
+        return cls(library) if literal_block_holds(library) else None
+
+    def render(self, template: Any, values: dict[str, Any]) -> str | None:
+        """The task file of ``values`` (rendered with :data:`STAND_IN` for the library), or
+        None when the stand-ins do not fit it."""
+        variables = values["secret_env"]
+        written = yaml_filter(variables)
+        if not variables or not self.proves(written, variables):
+            return None
+        values = {**values, "secret_env": VARIABLES_STAND_IN}
+        text: str = template.render(**values)
+        if not self.fits(text, values):
+            return None
+        _check_structure(text, values)
+        return text.replace(self.line, self.lines).replace(self.variables, written)
+
+    def proves(self, written: str, value: Any) -> bool:
+        """Whether ``written`` is one line that reads back as ``value`` in a value's place."""
+        if written not in self.proven:
+            try:
+                if "\n" in written or read_document(f"k: {written}\n") != {"k": value}:
+                    return False
+            except yaml.YAMLError:  # not a node at all there
+                return False
+            self.proven.add(written)
+        return True
 
     def fits(self, text: str, values: dict[str, Any]) -> bool:
-        """Whether ``text`` (rendered with :data:`STAND_IN` for the library) may be spliced."""
+        """Whether ``text``, rendered with the stand-ins, may have the real text put in."""
         setup = values["setup"]
         waves = len(values["waves"])
         return (
@@ -325,11 +369,9 @@ class LibrarySplice:
             and literal_block_holds(setup)
             and text.count(STAND_IN) == waves
             and text.count(self.line) == waves
+            and text.count(VARIABLES_STAND_IN) == waves
+            and text.count(self.variables) == waves
         )
-
-    def into(self, text: str) -> str:
-        """``text`` with the library's lines in place of each stand-in line."""
-        return text.replace(self.line, self.lines)
 
 
 def documents(text: str) -> list[str]:
@@ -366,7 +408,7 @@ def _check_structure(text: str, values: dict[str, Any]) -> None:
                 )
 
 
-def _secret_env_of(doc: dict[str, Any]) -> list[Any]:
+def _secret_env_of(doc: dict[str, Any]) -> Any:
     spec = doc.get("config", {}).get("kubernetes", {}).get("pod_config", {}).get("spec", {})
     containers = spec.get("containers") or [{}]
-    return list(containers[0].get("env", []))
+    return containers[0].get("env", [])
