@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 import yaml
+
+from npa.core.yamlread import EventReader, NotPlainData, plain_scalar
 
 # Past this many values (keys, scalars, lists and mappings, counting what aliases expand to) a
 # document is refused: it bounds what an alias can make of a small file. 20,000 stages of a
@@ -98,11 +101,20 @@ class LoadedDocument:
     _entries: dict[int, dict[str | int, tuple[yaml.Node, yaml.Node]]] = field(
         default_factory=dict, repr=False
     )
+    # The text, when the values were read from its events: the node graph is composed from
+    # it the first time a position is asked for.
+    source: str | None = field(default=None, repr=False)
+
+    def tree(self) -> yaml.Node | None:
+        """The document's node graph (composed now if the values were read without it)."""
+        if self.root is None and self.source is not None:
+            self.root = yaml.compose(self.source, Loader=_Loader)
+        return self.root
 
     def position(self, path: Path) -> Position | None:
         """Where ``path`` (or, failing that, its nearest parent) was written: a mapping entry
         at its key, a list item at the item."""
-        node = self.root
+        node = self.tree()
         if node is None:
             return None
         where = node
@@ -122,7 +134,7 @@ class LoadedDocument:
 
     def written(self, path: Path) -> str | None:
         """The text of the plain (unquoted) scalar at ``path`` as the file has it, if it is one."""
-        node = self.root
+        node = self.tree()
         for part in path:
             if isinstance(node, yaml.MappingNode):
                 entry = self._mapping(node).get(part)
@@ -380,6 +392,14 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
                 "split the workflow into specs of fewer stages",
             )
         ]
+    doc = _read_plain(text)
+    if doc is not None:
+        return doc, []
+    return _read_nodes(text)
+
+
+def _read_nodes(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
+    """The document read as a node graph: every problem reported where it was written."""
     try:
         nodes = list(yaml.compose_all(text, Loader=_Loader))
     except yaml.MarkedYAMLError as exc:
@@ -430,6 +450,36 @@ def load_text(text: str) -> tuple[LoadedDocument | None, list[LoadProblem]]:
     if builder.ambiguous:
         doc.ambiguous = _paths_of(nodes[0], builder.ambiguous)
     return doc, []
+
+
+class _SpecReader(EventReader):
+    """A spec's values from its events, for a document with nothing to report: every key once,
+    at most :data:`MAX_NODES` values, no plain scalar YAML 1.1 and 1.2 read differently (each
+    of those raises :class:`NotPlainData`, and the node graph's reading reports it)."""
+
+    def plain(self, text: str) -> Any:
+        if _ambiguous(text):
+            raise NotPlainData
+        return plain_scalar(text)[1]
+
+
+@lru_cache(maxsize=4096)
+def _ambiguous(text: str) -> bool:
+    """Whether YAML 1.1 and 1.2 read this plain scalar differently."""
+    tag, value = plain_scalar(text)
+    return _readings(yaml.ScalarNode(tag, text), value) is not None
+
+
+def _read_plain(text: str) -> LoadedDocument | None:
+    """The document read from its events, when it holds plain data and nothing to report
+    (reading a large spec so takes about two thirds of the time); None: read it as nodes."""
+    try:
+        data = _SpecReader(unique_keys=True, limit=MAX_NODES).read(text)
+    except Exception:  # anything to report, the node graph's reading says it
+        return None
+    if data is None:  # empty, or null: reported as the node graph reads it
+        return None
+    return LoadedDocument(data, source=text)
 
 
 def _paths_of(root: yaml.Node, found: dict[int, YamlReadings]) -> dict[Path, YamlReadings]:

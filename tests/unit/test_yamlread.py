@@ -133,3 +133,82 @@ def test_a_task_file_is_built_without_the_loader(
 
     monkeypatch.setattr(yamlread.yaml, "load", refused)
     assert [read_document(d) for t in texts for d in documents(t)] == expected
+
+
+# --- the spec reader: values from events only when the node graph's reading has nothing to say
+
+
+def spec_reading(doc: Any, problems: list[Any]) -> tuple[Any, ...]:
+    """All a caller of load_text can learn: the values, the problems, the readings YAML 1.1
+    and 1.2 disagree on, and where every value was written (and as what text)."""
+    if doc is None:
+        return None, problems
+    paths: list[tuple[Any, ...]] = []
+    todo: list[tuple[Any, tuple[Any, ...]]] = [(doc.data, ())]
+    while todo:
+        value, path = todo.pop()
+        paths.append(path)
+        if isinstance(value, dict):
+            todo += [
+                (v, (*path, k if isinstance(k, str | int) else str(k))) for k, v in value.items()
+            ]
+        elif isinstance(value, list):
+            todo += [(v, (*path, i)) for i, v in enumerate(value)]
+    where = [(p, doc.position(p), doc.written(p)) for p in paths]
+    return repr(doc.data), problems, doc.ambiguous, where
+
+
+_spec_pieces = st.sampled_from(
+    [
+        "stages:\n", "- name: a\n", "  tool: t\n", "  command: x\n", "  n: 0755\n", "  y: yes\n",
+        "  v: 1.0\n", "  e: 1e3\n", "  o: 0o17\n", "  h: 0x1F\n", "  t: 2001-12-14\n", "  b: on\n",
+        "  q: '1'\n", "  k: v\n", "  k: w\n", "  <<: {m: 1}\n", "  a: &x [1]\n", "  c: *x\n",
+        "  !!str s: v\n", "  ? [1]\n  : v\n", "  1: int key\n", "  true: bool key\n",
+        "  ~: null key\n",
+        "- [a, b]\n", "- {k: v, k2: [1, {z: 2}]}\n", "  s: |\n    block\n", "  nil:\n",
+        "  bad: 2001-13-45\n", "---\n", "\t", "  x: [\n", "  .inf: f\n", "  -: dash\n", "\n",
+    ]
+)  # fmt: skip
+
+
+@settings(max_examples=500)
+@given(pieces=st.lists(_spec_pieces, max_size=10))
+def test_the_spec_reader_answers_as_the_node_graph_does(pieces: list[str]) -> None:
+    from npa.spec.loader import _read_nodes, load_text
+
+    text = "".join(pieces)
+    assert spec_reading(*load_text(text)) == spec_reading(*_read_nodes(text))
+
+
+def test_a_plain_spec_is_read_from_its_events_and_composed_only_when_asked_where() -> None:
+    from npa.spec import loader
+
+    text = "stages:\n- name: a\n  n: 1\n- name: b\n"
+    doc, problems = loader.load_text(text)
+    assert problems == [] and doc is not None and doc.root is None  # no node graph yet
+    assert doc.data == {"stages": [{"name": "a", "n": 1}, {"name": "b"}]}
+    assert doc.position(("stages", 1, "name")) == loader.Position(4, 3)
+    assert doc.root is not None
+    # A document with something to report is read as nodes, which say where.
+    doc, problems = loader.load_text("a: 1\na: 2\n")
+    assert doc is None and problems[0].line == 2
+
+
+def test_the_spec_reader_stops_at_the_value_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    from npa.spec import loader
+
+    monkeypatch.setattr(loader, "MAX_NODES", 5)
+    doc, problems = loader.load_text("a: [1, 2]\n")  # 5 values: a mapping, a key, a list, 2
+    assert problems == [] and doc is not None
+    doc, problems = loader.load_text("a: [1, 2, 3]\n")
+    assert doc is None and "more than the 5" in problems[0].message
+
+
+@pytest.mark.parametrize("depth", [3, 63, 64, 65, 400, 700, 900, 3000])
+def test_deep_nesting_gets_the_node_graphs_answer(depth: int) -> None:
+    from npa.spec.loader import _read_nodes, load_text
+
+    block = "".join(f"{'  ' * i}k{i}:\n" for i in range(depth)) + f"{'  ' * depth}v\n"
+    for text in ("a: " + "[" * depth + "1" + "]" * depth + "\n", block):
+        assert spec_reading(*load_text(text)) == spec_reading(*_read_nodes(text))
+        assert fast_answer(text) == loader_answer(text)
