@@ -55,6 +55,16 @@ def _flow_string(value: str) -> str:
     return _PAIR.sub(_joined, text) if "\\ud" in text else text
 
 
+# YAML reads a key written without "? " (an implicit key) only up to 1,024 characters.
+_IMPLICIT_KEY = 1024
+
+
+def _flow_key(key: str) -> str:
+    """A flow mapping's key: longer than an implicit key may be, it is an explicit one."""
+    text = _flow_string(key)
+    return text if len(text) < _IMPLICIT_KEY else "? " + text
+
+
 def yaml_flow(value: Any) -> str:
     """One YAML flow node for ``value`` (str, int, float, bool, None, mapping, sequence), in
     printable ASCII: strings are JSON strings, so every other character is an escape."""
@@ -73,7 +83,7 @@ def yaml_flow(value: Any) -> str:
         # YAML 1.1 (PyYAML, SkyPilot's loader) reads 1e+20 as a string: it needs the dot.
         return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
     if isinstance(value, Mapping):
-        items = ", ".join(f"{_flow_string(str(k))}: {yaml_flow(v)}" for k, v in value.items())
+        items = ", ".join(f"{_flow_key(str(k))}: {yaml_flow(v)}" for k, v in value.items())
         return "{" + items + "}"
     if isinstance(value, Sequence):
         return "[" + ", ".join(yaml_flow(v) for v in value) + "]"

@@ -116,6 +116,16 @@ _values = st.recursive(
 )
 
 
+@pytest.mark.parametrize("length", [1, 1017, 1020, 1021, 1022, 1023, 1024, 1025, 4000])
+@pytest.mark.parametrize("char", ["a", "\u0301", "\U0001f600"])  # escaped: 6 and 10 characters
+def test_a_key_longer_than_an_implicit_key_may_be_reads_back(length: int, char: str) -> None:
+    """YAML reads an implicit key only up to 1,024 characters, as written (escapes included):
+    a longer one is written as an explicit key (``? "..."``)."""
+    key = char * max(1, (length - 2) // (len(yaml_filter(char)) - 2))  # about length, quoted
+    value = {key: None, "b": [1, {key: {key: 2}}]}
+    assert _sky_load(f"k: {yaml_filter(value)}\nz: 0\n") == {"k": value, "z": 0}
+
+
 @given(value=_values)
 def test_any_value_reads_back_through_skypilot_as_one_node(value: Any) -> None:
     assert _sky_load(f"k: {yaml_filter(value)}\nz: 0\n") == {"k": value, "z": 0}
