@@ -19,12 +19,12 @@ validate and plan at 20,000 stages cost 1.24x a stage what they cost at 200, and
 of the difference was system time the 200-stage runs never paid (forked, 1.07x and 1.05x in
 the same hour). A second table gives each step's system time and minor page faults a stage.
 ``--same-process`` measures the old way. ``--steps`` picks the steps (render at 20,000 stages
-takes 12 s of CPU a run).
+takes about 10 s of CPU a run).
 
 ``--spec chain`` (the default) is bench/validate_scaling.py's chain with fan-in, one wave per
 stage (about 7 KB of task YAML per stage); ``--spec pipeline`` is bench/spec_pipeline.py's
-wide-and-deep DAG with waves and GPUs (about 34 KB per stage: 20,000 stages render 670 MB, a
-minute of CPU per render).
+wide-and-deep DAG with waves and GPUs (about 34 KB per stage: 20,000 stages render 670 MB, about
+30 s of CPU per render).
 
     .venv/bin/python bench/pipeline_scaling.py [--sizes 200 2000 20000] [--repeat 3]
         [--spec chain|pipeline] [--steps validate plan render] [--same-process]

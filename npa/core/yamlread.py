@@ -30,9 +30,21 @@ _RESOLVER = Resolver()
 _CONSTRUCTOR = SafeConstructor()
 _STARTS = (events.MappingStartEvent, events.SequenceStartEvent)
 _ENDS = (events.MappingEndEvent, events.SequenceEndEvent)
+
+
+class _Everything:
+    def __contains__(self, _: object) -> bool:
+        return True
+
+
 # The first characters a plain scalar that is not a string can start with (the safe loader's
 # implicit resolvers are chosen by it; "" is the empty scalar, null): any other is a string.
-_RESOLVED_FIRST = frozenset(Resolver.yaml_implicit_resolvers)
+# A resolver registered for any first character (None) makes every plain scalar a candidate.
+_RESOLVED_FIRST: frozenset[str] | _Everything = (
+    _Everything()
+    if None in Resolver.yaml_implicit_resolvers
+    else frozenset(Resolver.yaml_implicit_resolvers)
+)
 
 
 class NotPlainData(Exception):
