@@ -3,7 +3,10 @@
 Values are built from PyYAML's node graph rather than with ``yaml.safe_load`` so that every
 value can be traced back to its line and column (errors point into the file), duplicate keys are
 errors instead of silently keeping the last one, and aliases cannot expand a small file into a
-huge document. The tags are exactly the safe loader's.
+huge document. The tags are exactly the safe loader's. A document with nothing to report (the
+common case, and all of a large spec's time) is read straight from libyaml's events
+(:class:`npa.core.yamlread.EventReader`), and its node graph is composed only if a later check
+asks where a value was written; anything the event reader leaves alone is read as nodes.
 """
 
 from __future__ import annotations

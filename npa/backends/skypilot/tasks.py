@@ -30,9 +30,9 @@ Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube conte
 task file's text comes out. Every value passes through the one yaml filter of
 :func:`npa.core.templates.yaml_environment` (which refuses any other output), and each task file
 is parsed back once and compared with what was meant, so neither spec text nor a template change
-can alter the task's structure unnoticed. The stage library is the same 9.5 KB in every file, so
-a file is rendered and read back with one line standing in for it, and the library's lines go in
-its place afterwards (:class:`LibrarySplice` says why that reads back the same).
+can alter the task's structure unnoticed. The stage library (9.5 KB) and the pod's variables are
+the same in almost every file, so a file is rendered and read back with a stand-in for each, and
+the real text goes in afterwards (:class:`StandIns` says why that reads back the same).
 """
 
 from __future__ import annotations
@@ -277,8 +277,8 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     for task in run.tasks:
         text = None
         if stand_ins is not None:
-            text = stand_ins.render(template, task_values(task, run, kube_context=kube_context,
-                                                          library=STAND_IN))  # fmt: skip
+            values = task_values(task, run, kube_context=kube_context, library=STAND_IN)
+            text = stand_ins.render(template, values)
         if text is None:
             values = task_values(task, run, kube_context=kube_context, library=library)
             text = template.render(**values)
