@@ -86,6 +86,8 @@ def run_script(
         "NPA_TOOLS_CACHE": str(tmp / "cache"),
         "PULUMI_HOME": str(tmp / "pulumi-home"),
         "NPA_BOOTSTRAP_OFFLINE": "1",
+        # Go's usual home is looked in when go is not on PATH: by default, a folder with none.
+        "NPA_GO_HOME": str(tmp / "no-go"),
         **env,
     }
     proc = subprocess.Popen(
@@ -206,6 +208,28 @@ def test_plan_without_go_or_apt_says_what_cannot_be_provided(tmp_path: Path) -> 
     assert "apt-get install -y etcd-server" in lines["etcd"]
     assert "Go is not on PATH" in lines["kube-node"]
     assert "CPython 3.10" in lines["cluster-images"]
+
+
+def test_go_in_its_usual_home_but_not_on_path_is_found(tmp_path: Path) -> None:
+    # A shell started with `env -i`, cron or a CI runner has Go's archive unpacked but not on PATH.
+    go_home = tmp_path / "go"
+    (go_home / "bin").mkdir(parents=True)
+    (go_home / "bin" / "go").symlink_to(shutil.which("go") or "/usr/local/go/bin/go")
+    path = bare_path(tmp_path)
+    result = run_script(
+        tmp_path, path, "--plan", "--profile", "demo", timeout=30, NPA_GO_HOME=str(go_home)
+    )
+    assert result.returncode == 0, result.stdout
+    line = plan_lines(result.stdout)["pulumi"]
+    assert line.startswith("missing; will build: "), line
+    # A go that is not an executable file there is not taken for one.
+    (go_home / "bin" / "go").unlink()
+    (go_home / "bin" / "go").write_text("not a program")
+    result = run_script(
+        tmp_path, path, "--plan", "--profile", "demo", timeout=30, NPA_GO_HOME=str(go_home)
+    )
+    assert result.returncode == 1, result.stdout
+    assert "NPA_GO_HOME" in plan_lines(result.stdout)["pulumi"]
 
 
 def test_demo_profile_needs_only_pulumi(tmp_path: Path) -> None:
