@@ -10,6 +10,7 @@ from the open descriptor (no race with a rename), and at most ``limit + 1`` byte
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from pathlib import Path
 
@@ -91,11 +92,77 @@ def read_user_text(
     limit: int = DEFAULT_LIMIT,
     missing_is_not_found: bool = False,
 ) -> str:
-    """:func:`read_user_bytes`, decoded as UTF-8 (anything else is an input error)."""
+    """:func:`read_user_bytes`, decoded by :func:`decode_user_text`."""
     raw = read_user_bytes(path, what, limit=limit, missing_is_not_found=missing_is_not_found)
+    return decode_user_text(raw, path, what)
+
+
+# The encodings YAML 1.2 (section 5.2) reads, told apart by the first bytes: a byte-order mark,
+# else where the first character's NUL bytes are (an ASCII first character in UTF-16 or UTF-32),
+# else UTF-8. Windows PowerShell 5 writes UTF-16 with a mark (`>` and Out-File), so a spec saved
+# there is text npa reads as any YAML reader would. Longest first: FF FE 00 00 is UTF-32's mark.
+_ENCODINGS = (
+    (b"\x00\x00\xfe\xff", "utf-32-be", 4),
+    (b"\xff\xfe\x00\x00", "utf-32-le", 4),
+    (b"\xfe\xff", "utf-16-be", 2),
+    (b"\xff\xfe", "utf-16-le", 2),
+)
+
+
+def detected_encoding(raw: bytes) -> tuple[str, int]:
+    """The encoding YAML 1.2 reads ``raw`` in, and the length of its byte-order mark (0 for
+    none; UTF-8's mark is left in the text, where YAML and JSON readers skip it)."""
+    for mark, encoding, size in _ENCODINGS:
+        if raw.startswith(mark):
+            return encoding, size
+    head = raw[:4]
+    if len(head) == 4 and head[:3] == b"\0\0\0" and head[3]:
+        return "utf-32-be", 0
+    if len(head) == 4 and head[0] and head[1:] == b"\0\0\0":
+        return "utf-32-le", 0
+    if len(head) >= 2 and not head[0] and head[1]:
+        return "utf-16-be", 0
+    if len(head) >= 2 and head[0] and not head[1]:
+        return "utf-16-le", 0
+    return "utf-8", 0
+
+
+def decode_user_text(raw: bytes, path: Path, what: str) -> str:
+    """``raw`` as text in the encoding :func:`detected_encoding` finds; bytes that are not
+    text in it are an input error naming where they are and a command that writes a converted
+    copy of the file (its source encoding a guess for a file that is not UTF-8)."""
+    encoding, mark = detected_encoding(raw)
     try:
-        return raw.decode("utf-8")
+        return raw[mark:].decode(encoding)
     except UnicodeDecodeError as exc:
-        raise InvalidInput(
-            f"{what} {path} is not UTF-8 text (byte {exc.start})", fix=f"iconv -t UTF-8 {path}"
-        ) from None
+        bad = exc.start + mark
+    name = encoding.upper().replace("-BE", "BE").replace("-LE", "LE")
+    if encoding == "utf-8":
+        line, start = raw.count(b"\n", 0, bad) + 1, raw.rfind(b"\n", 0, bad) + 1
+        where = f"at line {line}, byte {bad - start + 1}"
+    else:  # lines are not bytes there
+        where = f"at offset {bad} of the file's {len(raw)} bytes"
+    copy = path.with_name(f"{path.stem}.utf8{path.suffix}")
+    into = ["-t", "UTF-8", "-o", str(copy)]
+    if encoding != "utf-8":  # cut short, or not that encoding after all: keep what converts
+        whole = len(raw) - len(raw) % (4 if "32" in name else 2)
+        fix = shlex.join(["head", "-c", str(whole), str(path)]) + " | "
+        fix += shlex.join(["iconv", "-c", "-f", name, *into])
+        note = f"leaves out what is not {name}"
+    else:
+        source = "WINDOWS-1252" if _decodes(raw, "cp1252") else "ISO-8859-1"
+        fix = shlex.join(["iconv", "-f", source, *into, str(path)])
+        note = f"if it was saved as {source}"
+    raise InvalidInput(
+        f"{what} {path} is not {name} text: byte 0x{raw[bad]:02x} {where} (npa reads UTF-8, "
+        "UTF-16 and UTF-32, as YAML does)",
+        fix=f"{fix}  # {note}; check {copy}, then use it",
+    )
+
+
+def _decodes(raw: bytes, encoding: str) -> bool:
+    try:
+        raw.decode(encoding)
+    except UnicodeDecodeError:
+        return False
+    return True

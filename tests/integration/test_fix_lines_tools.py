@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from npa.core.errors import LockBusy
 from npa.core.fsio import exclusive_lock
@@ -60,3 +62,53 @@ def test_a_live_pulumi_lock_suggests_waiting_for_its_process_then_the_resume() -
     assert subprocess.run(shlex.split(waits), timeout=30, check=False).returncode == 0
     elsewhere = StackLock(path="l", pid=1, hostname="another-host", stale=False)
     assert _after_locks([elsewhere], resume).split("  #", 1)[0] == resume
+
+
+_NOT_TEXT = st.sampled_from(
+    [b"\xe9", b"\x93", b"\x81", b"\x8d", b"\xff", b"\xc3(", b"\xed\xa0\x80"]
+)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    lines=st.lists(
+        st.tuples(st.text(st.characters(max_codepoint=127, exclude_characters="\0"), max_size=12),
+                  _NOT_TEXT | st.just(b"")),
+        min_size=1, max_size=5,
+    ),
+    form=st.sampled_from(["utf-8", "utf-16-le", "utf-16-be", "utf-32-le"]),
+)  # fmt: skip
+def test_the_fix_for_a_file_that_is_not_text_writes_a_copy_npa_reads(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[tuple[str, bytes]], form: str
+) -> None:
+    """Latin-1 or Windows-1252 bytes in a UTF-8 file, or a UTF-16/32 file cut short: the fix
+    line, run as printed with the real iconv, writes a copy read_user_text accepts."""
+    import shlex
+    import subprocess
+
+    from npa.core.errors import InvalidInput
+    from npa.core.userfiles import read_user_text
+
+    raw = b"\n".join(("k" + text).encode(form) + bad for text, bad in lines)
+    if form != "utf-8":
+        raw = ("#" + "x").encode(form) + raw[: len(raw) - 1]  # cut short: an odd byte count
+    folder = tmp_path_factory.mktemp("fix")
+    path = folder / "a spec.yaml"
+    path.write_bytes(raw)
+    try:
+        read_user_text(path, "spec file")
+    except InvalidInput as exc:
+        assert exc.fix is not None
+        command = exc.fix.split("  #", 1)[0]
+        done = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", command],
+            cwd=folder,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, (exc.fix, done.stderr)
+        words = shlex.split(command)
+        assert read_user_text(Path(words[words.index("-o") + 1]), "spec file") is not None
+    else:
+        assert b"\x81" not in raw or form != "utf-8"  # what could be read needed no fix

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -230,3 +231,25 @@ def test_schema_accepts_the_examples_and_rejects_unknown_keys() -> None:
     bad["stages"][0]["bogus"] = 1
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-be", "utf-32"])
+def test_a_spec_saved_as_utf16_or_utf32_reads_as_its_utf8_copy(tmp_path: Path, codec: str) -> None:
+    """As Windows PowerShell 5 saves a file (UTF-16 with a byte-order mark, CRLF): the same
+    answers as the UTF-8 original, from validate-spec and from plan-spec."""
+    text = Path("examples/tiny-local.yaml").read_text("utf-8")
+    utf8, other = tmp_path / "utf8.yaml", tmp_path / "other.yaml"
+    utf8.write_bytes(text.replace("\n", "\r\n").encode("utf-8"))
+    other.write_bytes(text.replace("\n", "\r\n").encode(codec))  # utf-16/utf-32 write a mark
+    for command in (
+        ("validate-spec", "--json"),
+        ("plan-spec", "--run-id", "enc-1", "--target", "local", "--json"),
+    ):
+        answers = [invoke_npa(*WF, command[0], str(p), *command[1:]) for p in (utf8, other)]
+        assert [a.code for a in answers] == [0, 0], answers[1].stderr
+        # (the same reading, not the disk's free bytes, which move between the two commands)
+        readings = [
+            re.sub(r'"available(_gib)?": \d+', "", a.stdout.replace(str(p), "SPEC"))
+            for a, p in zip(answers, (utf8, other), strict=True)
+        ]
+        assert readings[1] == readings[0]
