@@ -13,8 +13,12 @@ import os
 import shlex
 import stat
 from pathlib import Path
+from typing import Literal
 
 from npa.core.errors import InvalidInput, NotFound
+
+#: How a file's bytes become text: "utf-8" only, or every encoding YAML 1.2 reads.
+Encodings = Literal["utf-8", "yaml"]
 
 # Big enough for any spec, quota file, evidence file or docker config a person writes.
 DEFAULT_LIMIT = 8 * 1024 * 1024
@@ -91,10 +95,11 @@ def read_user_text(
     *,
     limit: int = DEFAULT_LIMIT,
     missing_is_not_found: bool = False,
+    encodings: Encodings = "utf-8",
 ) -> str:
     """:func:`read_user_bytes`, decoded by :func:`decode_user_text`."""
     raw = read_user_bytes(path, what, limit=limit, missing_is_not_found=missing_is_not_found)
-    return decode_user_text(raw, path, what)
+    return decode_user_text(raw, path, what, encodings=encodings)
 
 
 # The encodings YAML 1.2 (section 5.2) reads, told apart by the first bytes: a byte-order mark,
@@ -127,36 +132,57 @@ def detected_encoding(raw: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
-def decode_user_text(raw: bytes, path: Path, what: str) -> str:
-    """``raw`` as text in the encoding :func:`detected_encoding` finds; bytes that are not
-    text in it are an input error naming where they are and a command that writes a converted
-    copy of the file (its source encoding a guess for a file that is not UTF-8)."""
+def decode_user_text(raw: bytes, path: Path, what: str, *, encodings: Encodings = "utf-8") -> str:
+    """``raw`` as text. ``encodings="yaml"``, for a file only npa reads (a spec, a quota file,
+    a digests file): in the encoding :func:`detected_encoding` finds, as any YAML reader would.
+    ``"utf-8"``, for a file other programs read too (a kubeconfig, a registry's credentials,
+    which SkyPilot's Kubernetes client and docker read as UTF-8 only): UTF-8 alone, so npa
+    never takes a file its neighbours refuse.
+
+    Anything else is an input error that says what the file holds or where its bytes stop
+    being text, and a command that writes a UTF-8 copy beside it (the source encoding a guess
+    for a file that says nothing of its own)."""
     encoding, mark = detected_encoding(raw)
-    try:
-        return raw[mark:].decode(encoding)
-    except UnicodeDecodeError as exc:
-        bad = exc.start + mark
     name = encoding.upper().replace("-BE", "BE").replace("-LE", "LE")
-    if encoding == "utf-8":
-        line, start = raw.count(b"\n", 0, bad) + 1, raw.rfind(b"\n", 0, bad) + 1
-        where = f"at line {line}, byte {bad - start + 1}"
-    else:  # lines are not bytes there
-        where = f"at offset {bad} of the file's {len(raw)} bytes"
+    if encodings == "yaml" or encoding == "utf-8":
+        try:
+            return raw[mark:].decode(encoding)
+        except UnicodeDecodeError as exc:
+            bad = exc.start + mark
+        if encoding == "utf-8":
+            line, start = raw.count(b"\n", 0, bad) + 1, raw.rfind(b"\n", 0, bad) + 1
+            where = f"at line {line}, byte {bad - start + 1}"
+        else:  # lines are not bytes there
+            where = f"at offset {bad} of the file's {len(raw)} bytes"
+        problem = f"is not {name} text: byte 0x{raw[bad]:02x} {where}"
+    else:
+        problem = f"is {name} text"
+    readers = (
+        "npa reads UTF-8, UTF-16 and UTF-32 here, as YAML does"
+        if encodings == "yaml"
+        else "npa reads it as UTF-8, as the other programs that read it do"
+    )
+    fix, note = _conversion(raw, path, encoding, name)
+    raise InvalidInput(f"{what} {path} {problem} ({readers})", fix=fix + "  # " + note)
+
+
+def _conversion(raw: bytes, path: Path, encoding: str, name: str) -> tuple[str, str]:
+    """The command that writes a UTF-8 copy of ``path`` beside it, and what to know of it."""
     copy = path.with_name(f"{path.stem}.utf8{path.suffix}")
     into = ["-t", "UTF-8", "-o", str(copy)]
-    if encoding != "utf-8":  # cut short, or not that encoding after all: keep what converts
-        whole = len(raw) - len(raw) % (4 if "32" in name else 2)
-        fix = shlex.join(["head", "-c", str(whole), str(path)]) + " | "
-        fix += shlex.join(["iconv", "-c", "-f", name, *into])
-        note = f"leaves out what is not {name}"
-    else:
+    check = f"check {copy}, then use it"
+    if encoding == "utf-8":
         source = "WINDOWS-1252" if _decodes(raw, "cp1252") else "ISO-8859-1"
-        fix = shlex.join(["iconv", "-f", source, *into, str(path)])
-        note = f"if it was saved as {source}"
-    raise InvalidInput(
-        f"{what} {path} is not {name} text: byte 0x{raw[bad]:02x} {where} (npa reads UTF-8, "
-        "UTF-16 and UTF-32, as YAML does)",
-        fix=f"{fix}  # {note}; check {copy}, then use it",
+        return shlex.join(["iconv", "-f", source, *into, str(path)]), (
+            f"if it was saved as {source}; {check}"
+        )
+    if _decodes(raw, encoding):
+        return shlex.join(["iconv", "-f", name, *into, str(path)]), check
+    # Cut short, or not that encoding after all: whole characters only, and what converts.
+    whole = len(raw) - len(raw) % (4 if "32" in name else 2)
+    fix = shlex.join(["head", "-c", str(whole), str(path)]) + " | "
+    return fix + shlex.join(["iconv", "-c", "-f", name, *into]), (
+        f"leaves out what is not {name}; {check}"
     )
 
 

@@ -28,7 +28,7 @@ from npa.spec.validate import format_path
 
 
 def _read_yaml(path: Path, what: str) -> Any:
-    doc, problems = load_text(read_user_text(path, what))
+    doc, problems = load_text(read_user_text(path, what, encodings="yaml"))
     if doc is None:
         p = problems[0]
         where = f" at {p.line}:{p.column}" if p.line else ""

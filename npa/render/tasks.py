@@ -62,7 +62,7 @@ def load_digests(path: Path) -> DigestFile:
     from npa.core.userfiles import read_user_text
     from npa.spec.loader import load_text
 
-    doc, problems = load_text(read_user_text(path, "digests file"))
+    doc, problems = load_text(read_user_text(path, "digests file", encodings="yaml"))
     if doc is None:
         raise InvalidInput(f"digests file {path} is not valid YAML: {problems[0].message}")
     data = doc.data

@@ -537,7 +537,9 @@ def _validate(text: str) -> tuple[Workflow | None, list[SpecIssue]]:
 def read_spec_text(path: FsPath) -> str:
     """Read a spec file: a regular file of at most the spec size limit, in UTF-8 or in the
     UTF-16 or UTF-32 YAML also reads (:func:`~npa.core.userfiles.decode_user_text`)."""
-    return read_user_text(path, "spec file", limit=MAX_BYTES, missing_is_not_found=True)
+    return read_user_text(
+        path, "spec file", limit=MAX_BYTES, missing_is_not_found=True, encodings="yaml"
+    )
 
 
 def load_workflow(path: FsPath) -> Workflow:

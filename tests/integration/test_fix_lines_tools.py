@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import pytest
 from hypothesis import given, settings
@@ -77,12 +78,19 @@ _NOT_TEXT = st.sampled_from(
         min_size=1, max_size=5,
     ),
     form=st.sampled_from(["utf-8", "utf-16-le", "utf-16-be", "utf-32-le"]),
+    cut=st.booleans(),
+    encodings=st.sampled_from(["yaml", "utf-8"]),
 )  # fmt: skip
 def test_the_fix_for_a_file_that_is_not_text_writes_a_copy_npa_reads(
-    tmp_path_factory: pytest.TempPathFactory, lines: list[tuple[str, bytes]], form: str
+    tmp_path_factory: pytest.TempPathFactory,
+    lines: list[tuple[str, bytes]],
+    form: str,
+    cut: bool,
+    encodings: Literal["yaml", "utf-8"],
 ) -> None:
-    """Latin-1 or Windows-1252 bytes in a UTF-8 file, or a UTF-16/32 file cut short: the fix
-    line, run as printed with the real iconv, writes a copy read_user_text accepts."""
+    """Latin-1 or Windows-1252 bytes in a UTF-8 file, a UTF-16/32 file cut short, or any
+    UTF-16/32 file where only UTF-8 is read (a kubeconfig): the fix line, run as printed with
+    the real iconv, writes a copy read_user_text accepts the same way."""
     import shlex
     import subprocess
 
@@ -90,13 +98,14 @@ def test_the_fix_for_a_file_that_is_not_text_writes_a_copy_npa_reads(
     from npa.core.userfiles import read_user_text
 
     raw = b"\n".join(("k" + text).encode(form) + bad for text, bad in lines)
-    if form != "utf-8":
-        raw = ("#" + "x").encode(form) + raw[: len(raw) - 1]  # cut short: an odd byte count
+    if form != "utf-8":  # whole characters, or cut short (an odd byte count)
+        raw = "\n".join("k" + text for text, _ in lines).encode(form)
+        raw = raw[: len(raw) - 1] if cut else raw
     folder = tmp_path_factory.mktemp("fix")
     path = folder / "a spec.yaml"
     path.write_bytes(raw)
     try:
-        read_user_text(path, "spec file")
+        read_user_text(path, "spec file", encodings=encodings)
     except InvalidInput as exc:
         assert exc.fix is not None
         command = exc.fix.split("  #", 1)[0]
@@ -109,6 +118,9 @@ def test_the_fix_for_a_file_that_is_not_text_writes_a_copy_npa_reads(
         )
         assert done.returncode == 0, (exc.fix, done.stderr)
         words = shlex.split(command)
-        assert read_user_text(Path(words[words.index("-o") + 1]), "spec file") is not None
-    else:
-        assert b"\x81" not in raw or form != "utf-8"  # what could be read needed no fix
+        copy = Path(words[words.index("-o") + 1])
+        assert read_user_text(copy, "spec file", encodings=encodings) is not None
+    else:  # read as it was: whole text in an encoding this reader takes
+        whole = not cut or len(raw) < 2  # (one byte left of a UTF-16 file reads as UTF-8)
+        clean = not any(bad for _, bad in lines)
+        assert (form == "utf-8" and clean) or (form != "utf-8" and encodings == "yaml" and whole)

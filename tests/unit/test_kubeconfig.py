@@ -275,3 +275,22 @@ def test_provision_with_a_kubeconfig_that_is_not_yaml_names_the_file(tmp_path: P
     error = r.json()["error"]
     assert error["message"].startswith(f"{bad} is not valid YAML at line 3, column 1:"), error
     assert error["fix"] == f"kubectl config view --kubeconfig {bad}  # kubectl's reading"
+
+
+@pytest.mark.parametrize("codec", ["utf-16", "utf-32"])
+def test_a_kubeconfig_in_utf16_is_refused_with_a_conversion_as_its_other_readers_would(
+    tmp_path: Path, codec: str
+) -> None:
+    """SkyPilot's Kubernetes client reads a kubeconfig as UTF-8 only: npa refuses what it
+    would refuse (specs, read by npa alone, take UTF-16 and UTF-32 as YAML does), and says how
+    to convert it."""
+    from tests.harness.cli import invoke_npa
+
+    path = tmp_path / "kc"
+    path.write_bytes("apiVersion: v1\ncurrent-context: ctx1\n".encode(codec))
+    env = {"KUBECONFIG": str(path), "NPA_HOME": str(tmp_path / "n"), "HOME": str(tmp_path)}
+    r = invoke_npa("workbench", "workflow", "gpus", "--context", "ctx1", "--json", env=env)
+    assert r.code == 2, r.stdout + r.stderr
+    error = r.json()["error"]
+    assert f"kubeconfig {path} is UTF-{codec[-2:]}LE text" in error["message"], error
+    assert error["fix"].startswith(f"iconv -f UTF-{codec[-2:]}LE -t UTF-8 -o "), error

@@ -74,7 +74,10 @@ def test_text_in_every_encoding_yaml_reads_is_read_as_that_text(
     text = first + rest
     path = tmp_path_factory.mktemp("enc") / "spec.yaml"
     path.write_bytes(mark + text.encode(codec))
-    assert read_user_text(path, "spec file") == text
+    assert read_user_text(path, "spec file", encodings="yaml") == text
+    if codec != "utf-8":  # a kubeconfig or registry credentials: UTF-8 only, as their readers
+        with pytest.raises(InvalidInput, match=f"is {codec.upper()[:6]}"):
+            read_user_text(path, "kubeconfig")
 
 
 @given(text=_texts, written=st.sampled_from([w for w in _WRITTEN if w[1]]))
@@ -86,13 +89,14 @@ def test_a_byte_order_mark_decides_whatever_the_first_character(
     path.write_bytes(mark + text.encode(codec))
     if codec == "utf-16-le" and text.startswith("\0"):
         return  # FF FE 00 00 is UTF-32's mark: YAML 1.2 reads it so too
-    assert read_user_text(path, "spec file") == text
+    assert read_user_text(path, "spec file", encodings="yaml") == text
 
 
 def test_utf8_keeps_its_mark_so_a_specs_identity_is_what_it_was(tmp_path: Path) -> None:
     path = tmp_path / "spec.yaml"
     path.write_bytes(b"\xef\xbb\xbfa: 1\n")
-    assert read_user_text(path, "spec file") == "\ufeffa: 1\n"
+    assert read_user_text(path, "spec file", encodings="yaml") == "\ufeffa: 1\n"
+    assert read_user_text(path, "kubeconfig") == "\ufeffa: 1\n"
 
 
 @given(
@@ -107,7 +111,7 @@ def test_bytes_that_are_not_text_are_refused_with_where_they_are(
     path = tmp_path_factory.mktemp("enc") / "my spec.yaml"
     path.write_bytes(raw)
     try:
-        text = read_user_text(path, "spec file")
+        text = read_user_text(path, "spec file", encodings="yaml")
     except InvalidInput as exc:
         message = str(exc)
         assert f"spec file {path} is not " in message
