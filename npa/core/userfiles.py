@@ -114,7 +114,7 @@ _ENCODINGS = (
 )
 
 
-def detected_encoding(raw: bytes) -> tuple[str, int]:
+def _detected_encoding(raw: bytes) -> tuple[str, int]:
     """The encoding YAML 1.2 reads ``raw`` in, and the length of its byte-order mark (0 for
     none; UTF-8's mark is left in the text, where YAML and JSON readers skip it)."""
     for mark, encoding, size in _ENCODINGS:
@@ -134,7 +134,7 @@ def detected_encoding(raw: bytes) -> tuple[str, int]:
 
 def decode_user_text(raw: bytes, path: Path, what: str, *, encodings: Encodings = "utf-8") -> str:
     """``raw`` as text. ``encodings="yaml"``, for a file only npa reads (a spec, a quota file,
-    a digests file): in the encoding :func:`detected_encoding` finds, as any YAML reader would.
+    a digests file): in the encoding :func:`_detected_encoding` finds, as any YAML reader would.
     ``"utf-8"``, for a file other programs read too (a kubeconfig, a registry's credentials,
     which SkyPilot's Kubernetes client and docker read as UTF-8 only): UTF-8 alone, so npa
     never takes a file its neighbours refuse.
@@ -142,7 +142,7 @@ def decode_user_text(raw: bytes, path: Path, what: str, *, encodings: Encodings 
     Anything else is an input error that says what the file holds or where its bytes stop
     being text, and a command that writes a UTF-8 copy beside it (the source encoding a guess
     for a file that says nothing of its own)."""
-    encoding, mark = detected_encoding(raw)
+    encoding, mark = _detected_encoding(raw)
     name = encoding.upper().replace("-BE", "BE").replace("-LE", "LE")
     if encodings == "yaml" or encoding == "utf-8":
         try:

@@ -253,3 +253,30 @@ def test_a_spec_saved_as_utf16_or_utf32_reads_as_its_utf8_copy(tmp_path: Path, c
             for a, p in zip(answers, (utf8, other), strict=True)
         ]
         assert readings[1] == readings[0]
+
+
+def test_a_quota_file_and_a_digests_file_in_utf16_read_as_their_utf8_copies(
+    tmp_path: Path,
+) -> None:
+    """The other files only npa reads take UTF-16 too (`preflight-images --json > d.json` in
+    Windows PowerShell 5 writes it): the same plan and the same task files as from UTF-8."""
+    copies = {}
+    for name in ("quota-21gib.yaml", "physical-ai.digests.yaml"):
+        copies[name] = tmp_path / f"16-{name}"
+        copies[name].write_bytes(Path("examples", name).read_text("utf-8").encode("utf-16"))
+    plan = (*WF, "plan-spec", PHYSAI, "--run-id", "demo-1", "--json", "--quota-file")
+    answers = [
+        invoke_npa(*plan, q) for q in ("examples/quota-21gib.yaml", str(copies["quota-21gib.yaml"]))
+    ]
+    assert [a.code for a in answers] == [1, 1], answers[1].stderr
+    # (each line names its source file, which differs)
+    lines = [[{**x, "sources": []} for x in a.json()["quota"]["lines"]] for a in answers]
+    assert lines[0] == lines[1] and lines[0][0]["verdict"] == "blocked"
+    rendered = []
+    for digests in ("examples/physical-ai.digests.yaml", str(copies["physical-ai.digests.yaml"])):
+        out = tmp_path / f"r{len(rendered)}"
+        render = invoke_npa(*WF, "render", PHYSAI, "--run-id", "demo-1", "--out", str(out),
+                            "--digests", digests)  # fmt: skip
+        assert render.code == 0, render.stderr
+        rendered.append({p.name: p.read_bytes() for p in sorted(out.glob("*.yaml"))})
+    assert rendered[0] == rendered[1] and len(rendered[0]) == 3
