@@ -56,13 +56,13 @@ def _flow_string(value: str) -> str:
 
 
 # YAML reads a key written without "? " (an implicit key) only up to 1,024 characters.
-_IMPLICIT_KEY = 1024
+IMPLICIT_KEY = 1024
 
 
 def _flow_key(key: str) -> str:
     """A flow mapping's key: longer than an implicit key may be, it is an explicit one."""
     text = _flow_string(key)
-    return text if len(text) < _IMPLICIT_KEY else "? " + text
+    return text if len(text) < IMPLICIT_KEY else "? " + text
 
 
 def yaml_flow(value: Any) -> str:
@@ -117,10 +117,129 @@ def yaml_block(text: str, indent: int = 2) -> str:
 
 
 def yaml_filter(value: Any, block: bool = False) -> YamlText:
-    """The template filter: ``{{ v | yaml }}``, or ``{{ script | yaml(block=True) }}``."""
+    """The template filter: ``{{ v | yaml }}``, or ``{{ script | yaml(block=True) }}``. A
+    :class:`Slot` is written as a hole (:class:`Shape`)."""
+    if type(value) is Slot:
+        return YamlText(f"{_HOLE}{str.__str__(value)}{'b' if block else 'f'}{_HOLE}")
     if block and isinstance(value, str) and literal_block_holds(value):
         return YamlText(yaml_block(value))
     return YamlText(yaml_flow(value))
+
+
+# --- Shapes ------------------------------------------------------------------------------------
+# Files rendered from one template differ, file to file, mostly in the values the yaml filter
+# writes. A shape is the template's text for one outcome of its control flow, with a hole where
+# each value goes: it is rendered once, with a Slot in each value's place, and every file of the
+# same shape is then the shape's text with each value's filter output put in its hole.
+
+# Marks a hole in a shape's text; never in a template's own text or in anything the filter writes
+# (printable ASCII and newlines).
+_HOLE = "\x00"
+_HOLE_MARK = re.compile(r"(\d+)([bf])")
+# How many mappings and lists a shape keeps written.
+_WRITTEN = 256
+
+
+class ShapeRefused(Exception):
+    """A template did something with a value other than write it or test it for none or
+    emptiness, so the value's place in the text may depend on the value: no shape."""
+
+
+def _refuse(self: Any, *args: Any) -> Any:
+    raise ShapeRefused("a template looked into a value")
+
+
+class Slot(str):
+    """A value's stand-in while a shape is rendered: the yaml filter writes it as a hole, and a
+    template may test it for none (it is not) or emptiness (it is not: only values that are
+    neither become slots). Any other use (compare, measure, iterate, index, call a method,
+    convert) raises :class:`ShapeRefused`, since its outcome could differ from file to file."""
+
+    __hash__ = str.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if type(other) is Slot:  # two keys of one mapping
+            return False
+        raise ShapeRefused("a template compared a value")
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    def __bool__(self) -> bool:
+        return True
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("__"):
+            return str.__getattribute__(self, name)
+        raise ShapeRefused(f"a template called {name!r} on a value")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _refuse
+    __contains__ = __len__ = __iter__ = __getitem__ = _refuse
+    __add__ = __radd__ = __mul__ = __rmul__ = __mod__ = __rmod__ = _refuse
+    __format__ = __str__ = _refuse
+
+
+class Shape:
+    """A template's text with holes: :meth:`fill` puts the yaml filter's output for each value
+    in its hole. Made by :meth:`recorded` from a render whose values were :class:`Slot` s."""
+
+    __slots__ = ("chunks", "holes", "written")
+
+    def __init__(self, chunks: list[str], holes: list[tuple[int, bool]]) -> None:
+        self.chunks = chunks
+        self.holes = holes
+        self.written: dict[str, str] = {}
+
+    @classmethod
+    def recorded(cls, text: str, slots: int) -> Shape:
+        """The shape of ``text``, rendered with Slots ``0`` .. ``slots - 1`` for values."""
+        parts = text.split(_HOLE)
+        holes: list[tuple[int, bool]] = []
+        for mark in parts[1::2]:
+            found = _HOLE_MARK.fullmatch(mark)
+            if found is None or int(found.group(1)) >= slots:
+                raise ShapeRefused("a hole's mark is not one the filter writes")
+            holes.append((int(found.group(1)), found.group(2) == "b"))
+        if len(parts) % 2 == 0:  # an odd count of marks: not written by the filter
+            raise ShapeRefused("an unpaired hole mark")
+        return cls(parts[0::2], holes)
+
+    def fill(self, values: Sequence[Any], forms: Mapping[int, int]) -> str:
+        """The text with ``values[i]`` in each of slot i's holes, as the yaml filter writes it:
+        ``forms`` gives :func:`block_form` of each value with a block hole. A mapping or list
+        written before (most files share their pod's variables) is not written again."""
+        chunks = self.chunks
+        written = self.written
+        out = [chunks[0]]
+        for (slot, block), chunk in zip(self.holes, chunks[1:], strict=True):
+            value = values[slot]
+            if block and forms[slot] >= 0:
+                out.append(yaml_block(value))
+            elif type(value) is str:
+                out.append(_flow_string(value))
+            elif isinstance(value, (list, dict)):
+                seen = repr(value)  # one text per value of these types
+                text = written.get(seen)
+                if text is None:
+                    text = yaml_flow(value)
+                    if len(written) < _WRITTEN:
+                        written[seen] = text
+                out.append(text)
+            else:
+                out.append(yaml_flow(value))
+            out.append(chunk)
+        return "".join(out)
+
+
+def block_form(value: Any) -> int:
+    """How the yaml filter writes ``value`` where a template asks for a block: a literal block
+    ending in that many newlines (its chomping indicator and what follows it depend on them), or
+    -1, a flow node."""
+    if isinstance(value, str) and literal_block_holds(value):
+        return len(value) - len(value.rstrip("\n"))
+    return -1
 
 
 def _only_yaml(value: Any) -> Any:

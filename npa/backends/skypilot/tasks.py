@@ -28,11 +28,10 @@ never a value.
 
 Encoding is pure: a stage's neutral task (:class:`StageTask`) and the kube context go in, the
 task file's text comes out. Every value passes through the one yaml filter of
-:func:`npa.core.templates.yaml_environment` (which refuses any other output), and each task file
-is parsed back once and compared with what was meant, so neither spec text nor a template change
-can alter the task's structure unnoticed. The stage library (9.5 KB) and the pod's variables are
-the same in almost every file, so a file is rendered and read back with a stand-in for each, and
-the real text goes in afterwards (:class:`StandIns` says why that reads back the same).
+:func:`npa.core.templates.yaml_environment` (which refuses any other output). Files that differ
+only in their values are made from one shape (:class:`Shapes`), whose first file is also
+rendered in full, parsed back and compared with what was meant, so neither spec text nor a
+template change can alter the task's structure unnoticed.
 """
 
 from __future__ import annotations
@@ -41,8 +40,6 @@ import shlex
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from npa.adapters.kube.secrets import STORE_KEY_PREFIX, run_secret_name
 from npa.adapters.storage.stage_scope import SCOPED_VARIABLES
@@ -59,7 +56,10 @@ from npa.core.layout import (
     wave_task_name,
 )
 from npa.core.templates import (
-    literal_block_holds,
+    IMPLICIT_KEY,
+    Shape,
+    Slot,
+    block_form,
     templates_dir,
     yaml_environment,
     yaml_filter,
@@ -272,106 +272,122 @@ def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
     root = str(templates_dir())
     template = yaml_environment(root).get_template(TEMPLATE)
     library = _library(root)
-    stand_ins = StandIns.of(library)
+    shapes = Shapes(template)
     out: dict[str, str] = {}
     for task in run.tasks:
-        text = None
-        if stand_ins is not None:
-            values = task_values(task, run, kube_context=kube_context, library=STAND_IN)
-            text = stand_ins.render(template, values)
-        if text is None:
-            values = task_values(task, run, kube_context=kube_context, library=library)
-            text = template.render(**values)
-            _check_structure(text, values)
-        out[task.stage] = text
+        out[task.stage] = shapes.render(
+            task_values(task, run, kube_context=kube_context, library=library)
+        )
     return out
 
 
-#: The line that stands for the stage library while a task file is rendered and read back.
-STAND_IN = "@npa-stage-library@"
-#: The string that stands for the pod's variables (:func:`secret_env`, the same in most files).
-VARIABLES_STAND_IN = "@npa-pod-variables@"
+class _Walk:
+    """One pass over a task's values in the layout :func:`task_values` gives them: what decides
+    the template's control flow (the key), the values the yaml filter writes (in order), and,
+    when asked, the values with a :class:`~npa.core.templates.Slot` in each such value's place.
+
+    A value that is none or empty is not a slot: it is part of the key, as the template may test
+    it. Every other value's type is, and a key of a mapping the template iterates (``envs``) is
+    a slot too, with whether it is too long to be written as an implicit key."""
+
+    __slots__ = ("flat", "key", "slots")
+
+    def __init__(self, values: dict[str, Any], *, slots: bool = False) -> None:
+        self.key: list[Any] = []
+        self.flat: list[Any] = []
+        self.slots: dict[str, Any] | None = {} if slots else None
+        out = {}
+        for name, value in values.items():
+            if name == "waves":
+                self.key.append(len(value))
+                out[name] = [self._wave(wave) for wave in value]
+            else:
+                out[name] = self._value(value)
+        if self.slots is not None:
+            self.slots = out
+
+    def _wave(self, wave: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, value in wave.items():
+            if name == "envs":
+                self.key.append(len(value))
+                out[name] = {self._value(k, key=True): self._value(v) for k, v in value.items()}
+            else:
+                out[name] = self._value(value)
+        return out
+
+    def _value(self, value: Any, *, key: bool = False) -> Any:
+        if value is None or not value:
+            self.key.append(repr(value))
+            return value
+        if key:
+            self.key.append(len(value) > 100 and len(yaml_filter(value)) >= IMPLICIT_KEY)
+        self.key.append(type(value))
+        self.flat.append(value)
+        return Slot(str(len(self.flat) - 1)) if self.slots is not None else value
 
 
-class StandIns:
-    """Renders a task file with stand-ins for what most files hold alike (the 9.5 KB stage
-    library, the pod's variables), reads that shorter text back, then puts the real text in.
+class Shapes:
+    """Renders task files through shapes (:class:`~npa.core.templates.Shape`), one per outcome
+    of the template's control flow, and proves each before using it.
 
-    Why the file reads back as the one rendered without stand-ins:
+    A shape is recorded by rendering the template once with a Slot in each value's place
+    (:class:`_Walk` says which); a template that does more with a value than write it or test it
+    for none or emptiness refuses it, and every file of that key renders the full way. The
+    filter writes a value as one line of flow YAML, or, where the template asks for a block and
+    the text allows one, a literal block; which, and the newlines such a block ends in, are part
+    of the shape's key as well. A file of a shape is its text with each value's filter output
+    in its hole.
 
-    - The library. :meth:`render` goes on only when the setup was written as a literal block
-      (it holds the stand-in once, and :func:`~npa.core.templates.literal_block_holds` admits
-      it: no escape can spell the stand-in), and the stand-in occurs in the text exactly once a
-      wave, each time as a whole line indented by two spaces. :func:`_check_structure` then
-      reads the text back and finds each wave's setup as meant, so each occurrence is a content
-      line of that wave's setup block, whose content is indented by two (``|2``). Each such
-      line is replaced by the library's lines, every one indented by two or empty; a literal
-      block takes any line of that kind as content, verbatim but for the two spaces.
-    - The pod's variables. They are written, as every value, by the yaml filter: one line of
-      JSON. That text is read back once, on its own as a mapping's value (``k: <text>``), and
-      the file is rendered with the stand-in string in its place; the stand-in (printable
-      ASCII, which the filter never escapes) occurs exactly once a wave, each time as the JSON
-      string the filter writes for it, and the read-back finds it as each wave's container
-      ``env``. A one-line flow node in a value's place reads the same wherever the value is,
-      so the JSON string is replaced by the variables' text.
-
-    Nothing else in the file changes. A text that does not fit (a spec value that holds a
-    stand-in, a setup that needs a quoted string) is rendered without stand-ins, as it always
-    was.
+    The first file of each key is also rendered the full way (the template, then the text read
+    back and compared with the values: :func:`_check_structure`), and the shape is used only
+    when its text for that file is that file, byte for byte. Every other file of the key
+    differs only in what the filter wrote into each hole: one line of flow YAML in a value's
+    place reads back as that value wherever the place is (or a key's, when it is short enough
+    to be an implicit one: the key says so), and a literal block whose lines are all indented
+    by two reads back as its lines whatever they are, ended and chomped as the key says.
     """
 
-    def __init__(self, library: str) -> None:
-        self.line = f"\n  {STAND_IN}\n"
-        body = library.rstrip("\n").split("\n")
-        self.lines = "\n" + "".join(f"  {line}\n" if line else "\n" for line in body)
-        self.variables = yaml_filter(VARIABLES_STAND_IN)
-        self.proven: set[str] = set()  # variables' texts read back as meant
+    def __init__(self, template: Any) -> None:
+        self.template = template
+        self.recorded: dict[tuple[Any, ...], tuple[Shape, tuple[int, ...]] | None] = {}
+        self.proven: dict[tuple[Any, ...], bool] = {}
+        self.full = 0  # files rendered the full way (the first of each key, and the refused)
 
-    @classmethod
-    def of(cls, library: str) -> StandIns | None:
-        """The stand-ins for ``library``, or None when its lines could not go into a literal
-        block as they are (or it holds a stand-in)."""
-        if STAND_IN in library or VARIABLES_STAND_IN in library:
-            return None
-        return cls(library) if literal_block_holds(library) else None
+    def render(self, values: dict[str, Any]) -> str:
+        """The task file of ``values``."""
+        walk = _Walk(values)
+        key = tuple(walk.key)
+        if key not in self.recorded:
+            self.recorded[key] = self._record(values)
+        recorded = self.recorded[key]
+        if recorded is None:
+            return self._full(values)
+        shape, blocks = recorded
+        forms = {slot: block_form(walk.flat[slot]) for slot in blocks}
+        proof = (key, *forms.values())
+        proven = self.proven.get(proof)
+        if proven:
+            return shape.fill(walk.flat, forms)
+        text = self._full(values)
+        if proven is None:
+            self.proven[proof] = shape.fill(walk.flat, forms) == text
+        return text
 
-    def render(self, template: Any, values: dict[str, Any]) -> str | None:
-        """The task file of ``values`` (rendered with :data:`STAND_IN` for the library), or
-        None when the stand-ins do not fit it."""
-        variables = values["secret_env"]
-        written = yaml_filter(variables)
-        if not variables or not self.proves(written, variables):
+    def _record(self, values: dict[str, Any]) -> tuple[Shape, tuple[int, ...]] | None:
+        walk = _Walk(values, slots=True)
+        assert walk.slots is not None
+        try:
+            shape = Shape.recorded(self.template.render(**walk.slots), len(walk.flat))
+        except Exception:  # ShapeRefused, or an error the full render then reports
             return None
-        values = {**values, "secret_env": VARIABLES_STAND_IN}
-        text: str = template.render(**values)
-        if not self.fits(text, values):
-            return None
+        return shape, tuple(sorted({slot for slot, block in shape.holes if block}))
+
+    def _full(self, values: dict[str, Any]) -> str:
+        self.full += 1
+        text: str = self.template.render(**values)
         _check_structure(text, values)
-        return text.replace(self.line, self.lines).replace(self.variables, written)
-
-    def proves(self, written: str, value: Any) -> bool:
-        """Whether ``written`` is one line that reads back as ``value`` in a value's place."""
-        if written not in self.proven:
-            try:
-                if "\n" in written or read_document(f"k: {written}\n") != {"k": value}:
-                    return False
-            except yaml.YAMLError:  # not a node at all there
-                return False
-            self.proven.add(written)
-        return True
-
-    def fits(self, text: str, values: dict[str, Any]) -> bool:
-        """Whether ``text``, rendered with the stand-ins, may have the real text put in."""
-        setup = values["setup"]
-        waves = len(values["waves"])
-        return (
-            setup.count(STAND_IN) == 1
-            and literal_block_holds(setup)
-            and text.count(STAND_IN) == waves
-            and text.count(self.line) == waves
-            and text.count(VARIABLES_STAND_IN) == waves
-            and text.count(self.variables) == waves
-        )
+        return text
 
 
 def documents(text: str) -> list[str]:
