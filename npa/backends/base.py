@@ -314,9 +314,11 @@ class ExecutionBackend(abc.ABC):
         return "container"
 
     @abc.abstractmethod
-    def render_tasks(self, run: RunTasks) -> dict[str, str]:
-        """Stage name -> the task file this backend runs for it (``tasks/<stage><suffix>``),
-        in plan order. Raises InvalidInput when this backend cannot run the run as given."""
+    def render_tasks(self, run: RunTasks) -> Iterator[tuple[str, str]]:
+        """(stage name, the task file this backend runs for it: ``tasks/<stage><suffix>``) in
+        plan order, each made as it is asked for, so a caller that writes them as they come
+        holds one at a time. Raises InvalidInput, now or while iterating, when this backend
+        cannot run the run as given."""
 
     @abc.abstractmethod
     def request_launch(self, submission: JobSubmission) -> str:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -316,6 +316,24 @@ def stage_tasks(
     )
 
 
+def render_stream(
+    workflow: Workflow,
+    plan: WorkflowPlan,
+    backend: ExecutionBackend,
+    *,
+    images: dict[str, str],
+    accelerators: dict[str, str] | None = None,
+) -> Iterator[RenderedTask]:
+    """The task files ``backend`` launches for the run ``plan`` describes, in plan order, each
+    made as it is asked for: exactly what ``submit`` stores and launches for the same workflow,
+    plan, images and accelerator names (``render`` writes them as they come; ``submit`` takes
+    them all, through :func:`render_run`). The caller pauses the collector
+    (:func:`~npa.core.collector.collector_paused`) while it iterates."""
+    run = stage_tasks(workflow, plan, images=images, accelerators=accelerators)
+    for stage, text in backend.render_tasks(run):
+        yield RenderedTask(stage=stage, filename=f"{stage}{backend.task_suffix}", text=text)
+
+
 @collector_paused()  # every stage's task and text stay alive: see collector_paused
 def render_run(
     workflow: Workflow,
@@ -325,15 +343,8 @@ def render_run(
     images: dict[str, str],
     accelerators: dict[str, str] | None = None,
 ) -> list[RenderedTask]:
-    """The task files ``backend`` launches for the run ``plan`` describes, in plan order:
-    exactly what ``submit`` stores and launches for the same workflow, plan, images and
-    accelerator names (both call this)."""
-    run = stage_tasks(workflow, plan, images=images, accelerators=accelerators)
-    texts = backend.render_tasks(run)
-    return [
-        RenderedTask(stage=stage, filename=f"{stage}{backend.task_suffix}", text=text)
-        for stage, text in texts.items()
-    ]
+    """Every task file of :func:`render_stream`, in plan order."""
+    return list(render_stream(workflow, plan, backend, images=images, accelerators=accelerators))
 
 
 def check_names(context: str | None, store: str | None) -> None:

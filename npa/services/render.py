@@ -15,10 +15,10 @@ import os
 import shlex
 import shutil
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -155,16 +155,56 @@ def _write_new_file(directory: Path, name: str, text: str) -> None:
         os.close(fd)
 
 
-def _write_new_files(directory: Path, files: dict[str, str]) -> None:
-    """Create every file (0600) in a fresh directory and make them all durable.
+def _write_new_files(directory: Path, files: Iterable[tuple[str, str]]) -> None:
+    """Create every file (0600) in a fresh directory, as ``files`` yields (name, text), and make
+    them all durable.
 
     The directory is swapped in whole afterwards, so the files need no temp-and-rename of their
     own. One file is open at a time, however many stages (holding one per file ran out at
-    ``ulimit -n``), and all of them are made durable together (:func:`_make_durable`).
+    ``ulimit -n``), and each text can be let go once written; all of them are made durable
+    together (:func:`_make_durable`).
     """
-    for name, text in files.items():
+    names = []
+    for name, text in files:
         _write_new_file(directory, name, text)
-    _make_durable(directory, files)
+        names.append(name)
+    _make_durable(directory, names)
+
+
+T = TypeVar("T")
+
+
+def _fixing(items: Iterator[T], fix: Callable[[InvalidInput], None]) -> Iterator[T]:
+    """``items``, with ``fix`` given any InvalidInput that making one of them raises."""
+    try:
+        yield from items
+    except InvalidInput as error:
+        fix(error)
+        raise
+
+
+def _write_render(
+    out: Path,
+    tasks: Iterable[RenderedTask],
+    index: dict[str, Any],
+    kept: dict[str, str] | None,
+) -> list[RenderedFile]:
+    """Write the task files into a fresh ``out`` as they are made, each let go once written
+    (``kept``, when given, collects them for a diff), then ``INDEX``: ``index`` with each
+    file's stage and sha256. What was written, in plan order."""
+    written: list[RenderedFile] = []
+
+    def files() -> Iterator[tuple[str, str]]:
+        for task in tasks:
+            written.append(RenderedFile(stage=task.stage, file=task.filename, sha256=task.sha256))
+            if kept is not None:
+                kept[task.filename] = task.text
+            yield task.filename, task.text
+        index["files"] = {f.file: {"stage": f.stage, "sha256": f.sha256} for f in written}
+        yield INDEX, json.dumps(index, indent=2, sort_keys=True) + "\n"
+
+    _replace_dir(out, files())
+    return written
 
 
 def _make_durable(directory: Path, names: Iterable[str]) -> None:
@@ -212,7 +252,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _replace_dir(out: Path, files: dict[str, str]) -> None:
+def _replace_dir(out: Path, files: Iterable[tuple[str, str]]) -> None:
     """Fill a fresh sibling directory, then swap it in: readers see the old render or the new
     one, never a mix, and a failure leaves the old one untouched."""
     if out.exists() and not out.is_dir():
@@ -428,7 +468,7 @@ def render_spec(
         chosen_workflow,
         load_digests,
         pinned_images,
-        render_run,
+        render_stream,
     )
     from npa.services.runs import run_store
 
@@ -450,6 +490,12 @@ def render_spec(
     name = workflow.metadata.name
     infra = options.infra
     store = options.store_uri
+
+    def _with_fix(error: InvalidInput) -> None:
+        if error.fix is None:
+            context = infra_context(infra) if infra else options.kube_context
+            error.fix = _render_fix(error, path, run_id, out, options.digests_file, context, store)
+
     try:
         given = infra_context(options.infra) if options.infra else options.kube_context
         # As given: the store's normal form would hide what is wrong with it.
@@ -471,15 +517,11 @@ def render_spec(
             images = pinned_images(workflow, digests)
         accelerators = _accelerators(backend, workflow, notes)
         plan = build_plan(workflow, run_id, store_uri=where.store)
-        tasks = render_run(workflow, plan, backend, images=images, accelerators=accelerators)
     except InvalidInput as error:
-        if error.fix is None:
-            context = infra_context(infra) if infra else options.kube_context
-            error.fix = _render_fix(error, path, run_id, out, options.digests_file, context, store)
+        _with_fix(error)
         raise
     previous = _read_render(options.diff_against) if options.diff_against is not None else None
-    files = {t.filename: t.text for t in tasks}
-    index = {
+    index: dict[str, Any] = {
         "npa_version": __version__,
         "workflow": name,
         "run_id": run_id,
@@ -487,9 +529,10 @@ def render_spec(
         "runtime": backend.runtime,
         "store": where.store,
         "spec_sha256": hashlib.sha256(read_spec_text(path).encode("utf-8")).hexdigest(),
-        "files": {t.filename: {"stage": t.stage, "sha256": t.sha256} for t in tasks},
     }
-    _replace_dir(out, {**files, INDEX: json.dumps(index, indent=2, sort_keys=True) + "\n"})
+    stream = render_stream(workflow, plan, backend, images=images, accelerators=accelerators)
+    files: dict[str, str] | None = {} if previous is not None else None  # kept for the diff
+    written = _write_render(out, _fixing(stream, _with_fix), index, files)
     result = RenderResult(
         spec=str(path),
         run_id=run_id,
@@ -499,10 +542,10 @@ def render_spec(
         store=where.store,
         store_source=where.source,
         run_prefix=plan.run_prefix,
-        files=[RenderedFile(stage=t.stage, file=t.filename, sha256=t.sha256) for t in tasks],
+        files=written,
         notes=notes,
     )
-    if previous is not None and options.diff_against is not None:
+    if previous is not None and files is not None and options.diff_against is not None:
         old_files, old_run = previous
         result.changed, result.diff = unified_diff(
             without_run_id(old_files, old_run),

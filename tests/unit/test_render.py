@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shlex
@@ -13,7 +14,7 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from npa.core.errors import InvalidInput
+from npa.core.errors import InvalidInput, LocalStateUnavailable
 from npa.core.layout import PHASES_SUFFIX
 from npa.core.templates import literal_block_holds, yaml_filter
 from npa.render.tasks import load_digests, resolve_images
@@ -357,6 +358,102 @@ def test_failed_render_leaves_the_previous_render_untouched(tmp_path: Path) -> N
     with pytest.raises(InvalidInput):
         render_spec(spec_path, "run-2", out, digests_file=None)  # 'cur' is not pinned
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def _logged(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """A log of each task file made (``make``) and each file written (its name), in order."""
+    from npa.backends.local import tasks as local_tasks
+    from npa.backends.skypilot.tasks import Shapes
+    from npa.services import render as render_service
+
+    log: list[str] = []
+    shaped, dumped, write = (
+        Shapes.render,
+        local_tasks.LocalTask.model_dump,
+        render_service._write_new_file,
+    )
+
+    def made(original: Any) -> Any:
+        return lambda *args, **kwargs: log.append("make") or original(*args, **kwargs)
+
+    monkeypatch.setattr(Shapes, "render", made(shaped))
+    monkeypatch.setattr(local_tasks.LocalTask, "model_dump", made(dumped))
+    monkeypatch.setattr(
+        render_service,
+        "_write_new_file",
+        lambda directory, name, text: log.append(name) or write(directory, name, text),
+    )
+    return log
+
+
+@pytest.mark.parametrize("infra", [None, "local"])
+def test_render_writes_each_file_as_it_is_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, infra: str | None
+) -> None:
+    """Each task file is written before the next is made, so a render holds one file's text at
+    a time however many stages (a 20,000-stage render held 240 MB of them); the index last."""
+    log = _logged(monkeypatch)
+    spec = base_spec()
+    spec["stages"] = [
+        {
+            "name": f"s{i}",
+            "tool": "cur",
+            "command": f"run {i}",
+            "outputs": [{"name": "o", "path": "o/"}],
+        }
+        for i in range(6)
+    ]
+    options: dict[str, Any] = {"infra": "local", "runtime": "process"} if infra else {}
+    suffix = ".json" if infra else ".yaml"
+    render_spec(
+        write_spec(tmp_path, spec),
+        "run-1",
+        tmp_path / "out",
+        digests_file=write_digests(tmp_path),
+        **options,
+    )
+    assert log == [x for i in range(6) for x in ("make", f"s{i}{suffix}")] + [INDEX]
+
+
+@pytest.mark.parametrize("fails", ["make", "write"])
+def test_a_render_failing_midway_leaves_the_previous_render_and_no_staging(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """A file that cannot be made (a template bug) or written (the disk is full) after others
+    were written: the earlier render is as it was, nothing is left beside it, and a template
+    bug's error says how to render again."""
+    from npa.backends.skypilot.tasks import Shapes
+    from npa.services import render as render_service
+
+    out = tmp_path / "out"
+    spec_path = write_spec(tmp_path, base_spec())
+    render_spec(spec_path, "run-1", out, digests_file=write_digests(tmp_path))
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    count: list[int] = []
+    shaped, write = Shapes.render, render_service._write_new_file
+
+    def make(self: Shapes, values: dict[str, Any]) -> str:
+        count.append(1)
+        if fails == "make" and len(count) == 3:
+            raise InvalidInput("template bug: a test's")
+        return shaped(self, values)
+
+    def written(directory: Path, name: str, text: str) -> None:
+        if fails == "write" and name.startswith("evaluate"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        write(directory, name, text)
+
+    monkeypatch.setattr(Shapes, "render", make)
+    monkeypatch.setattr(render_service, "_write_new_file", written)
+    raised = InvalidInput if fails == "make" else LocalStateUnavailable
+    with pytest.raises(raised) as exc:
+        render_spec(spec_path, "run-2", out, digests_file=write_digests(tmp_path))
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".out")] == []
+    if fails == "make":
+        assert exc.value.fix is not None and "render" in exc.value.fix
+    else:
+        assert "No space left" in exc.value.message and str(out) in exc.value.message
 
 
 def test_render_refuses_to_replace_a_directory_it_did_not_write(tmp_path: Path) -> None:

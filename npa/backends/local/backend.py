@@ -74,8 +74,8 @@ class LocalBackend(ExecutionBackend, RunsOnThisMachine, AdoptsPartialWaves, Host
         """How stages run: ``process`` here, ``container`` in :class:`LocalContainerBackend`."""
         return "process"
 
-    def render_tasks(self, run: RunTasks) -> dict[str, str]:
-        return tasks.encode(run, runtime="process", engine=None)
+    def render_tasks(self, run: RunTasks) -> Iterator[tuple[str, str]]:
+        return tasks.encoded(run, runtime="process", engine=None)
 
     def local_state(self) -> list[Path]:
         return [self.table.root]
@@ -252,8 +252,8 @@ class LocalContainerBackend(LocalBackend, PullsPinnedImages, PullsImagesHere):
     def runtime(self) -> str:
         return "container"
 
-    def render_tasks(self, run: RunTasks) -> dict[str, str]:
-        return tasks.encode(run, runtime="container", engine=self.engine.name)
+    def render_tasks(self, run: RunTasks) -> Iterator[tuple[str, str]]:
+        return tasks.encoded(run, runtime="container", engine=self.engine.name)
 
     def pull_context(self) -> str | None:
         return None

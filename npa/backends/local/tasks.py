@@ -10,6 +10,7 @@ each input comes from and where each output goes in the store, and the runtime: 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,9 +63,9 @@ class LocalTask(BaseModel):
     outputs: list[LocalOutput]
 
 
-def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, str]:
-    """Stage -> the JSON text of its local task, in plan order."""
-    out: dict[str, str] = {}
+def encoded(run: RunTasks, *, runtime: Runtime, engine: str | None) -> Iterator[tuple[str, str]]:
+    """(stage, the JSON text of its local task) in plan order, each made as it is asked for;
+    a stage the runtime cannot run is refused before the first."""
     for task in run.tasks:
         if runtime == "container" and task.image is None:
             # No fix here: the caller knows the spec and the project the fix line names.
@@ -73,6 +74,7 @@ def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, 
                 "(or run the stages as host processes: --runtime process)",
                 details={"unpinned": True},
             )
+    for task in run.tasks:
         local = LocalTask(
             stage=task.stage,
             command=task.command,
@@ -103,8 +105,12 @@ def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, 
                 for o in task.outputs
             ],
         )
-        out[task.stage] = json.dumps(local.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
-    return out
+        yield task.stage, json.dumps(local.model_dump(mode="json"), indent=2, sort_keys=True) + "\n"
+
+
+def encode(run: RunTasks, *, runtime: Runtime, engine: str | None) -> dict[str, str]:
+    """Stage -> the JSON text of its local task, in plan order (:func:`encoded`, all at once)."""
+    return dict(encoded(run, runtime=runtime, engine=engine))
 
 
 def parse(text: str) -> LocalTask:

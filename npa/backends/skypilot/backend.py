@@ -306,7 +306,7 @@ class SkyPilotBackend(
     def task_suffix(self) -> str:
         return ".yaml"
 
-    def render_tasks(self, run: RunTasks) -> dict[str, str]:
+    def render_tasks(self, run: RunTasks) -> Iterator[tuple[str, str]]:
         external = [
             (t.stage, i.name, i.uri) for t in run.tasks for i in t.inputs if i.key is None and i.uri
         ]
@@ -321,7 +321,7 @@ class SkyPilotBackend(
                 details={"problems": problems, "unpinned": bool(unpinned)},
             )
         assert self.context is not None
-        return tasks.encode(run, kube_context=self.context)
+        return tasks.encoded(run, kube_context=self.context)
 
     def observer(self) -> Callable[[str], None] | None:
         return self._observe

@@ -37,6 +37,7 @@ template change can alter the task's structure unnoticed.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -266,19 +267,23 @@ def task_values(
     }
 
 
-def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
-    """Stage -> task YAML (one document per wave), in plan order. Every task's image must
-    already be pinned."""
+def encoded(run: RunTasks, *, kube_context: str) -> Iterator[tuple[str, str]]:
+    """(stage, task YAML: one document per wave) in plan order, each made as it is asked for.
+    Every task's image must already be pinned."""
     root = str(templates_dir())
     template = yaml_environment(root).get_template(TEMPLATE)
     library = _library(root)
     shapes = Shapes(template)
-    out: dict[str, str] = {}
     for task in run.tasks:
-        out[task.stage] = shapes.render(
-            task_values(task, run, kube_context=kube_context, library=library)
+        yield (
+            task.stage,
+            shapes.render(task_values(task, run, kube_context=kube_context, library=library)),
         )
-    return out
+
+
+def encode(run: RunTasks, *, kube_context: str) -> dict[str, str]:
+    """Stage -> task YAML, in plan order (:func:`encoded`, all at once)."""
+    return dict(encoded(run, kube_context=kube_context))
 
 
 class _Walk:
