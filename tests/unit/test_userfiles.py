@@ -66,7 +66,12 @@ _texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 _first = st.characters(min_codepoint=1, max_codepoint=127)
 
 
-@given(first=_first, rest=_texts, written=st.sampled_from(_WRITTEN))
+# Without a mark, a NUL among the first characters is part of what tells the encoding apart
+# ("0\0" in UTF-8 is 30 00, UTF-16LE's pattern): such a text has its own test below.
+_rest = _texts.filter(lambda text: "\x00" not in text[:3])
+
+
+@given(first=_first, rest=_rest, written=st.sampled_from(_WRITTEN))
 def test_text_in_every_encoding_yaml_reads_is_read_as_that_text(
     tmp_path_factory: pytest.TempPathFactory, first: str, rest: str, written: tuple[str, bytes]
 ) -> None:
@@ -78,6 +83,23 @@ def test_text_in_every_encoding_yaml_reads_is_read_as_that_text(
     if codec != "utf-8":  # a kubeconfig or registry credentials: UTF-8 only, as their readers
         with pytest.raises(InvalidInput, match=f"is {codec.upper()[:6]}"):
             read_user_text(path, "kubeconfig")
+
+
+@pytest.mark.parametrize(
+    ("raw", "text"),
+    [
+        (b"0\x00a\x00", "0a"),  # x 00: UTF-16LE
+        (b"\x000\x00a", "0a"),  # 00 x: UTF-16BE
+        (b"0\x00\x00\x00", "0"),  # x 00 00 00: UTF-32LE
+        (b"\x00\x00\x000", "0"),  # 00 00 00 x: UTF-32BE
+    ],
+)
+def test_without_a_mark_the_nuls_among_the_first_bytes_decide(
+    tmp_path: Path, raw: bytes, text: str
+) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_bytes(raw)
+    assert read_user_text(path, "spec file", encodings="yaml") == text
 
 
 @given(text=_texts, written=st.sampled_from([w for w in _WRITTEN if w[1]]))
