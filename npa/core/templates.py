@@ -90,30 +90,90 @@ def yaml_flow(value: Any) -> str:
     raise TypeError(f"cannot write a {type(value).__name__} into a YAML file")
 
 
+class Joined(str):
+    """Text made of parts joined by newlines, where a part may be large and the same in many
+    texts (every stage's setup holds the whole stage library): :func:`literal_block_holds` and
+    :func:`yaml_block` work part by part and keep what they made of a large part, so the part
+    is checked and indented once, not once per text. Equal to the joined text in every other
+    use."""
+
+    parts: tuple[str, ...]
+
+    def __new__(cls, parts: Sequence[str]) -> Joined:
+        text = super().__new__(cls, "\n".join(parts))
+        text.parts = tuple(parts)
+        return text
+
+
+# What the yaml filter made of large parts of Joined texts, by (what, part); cleared when full.
+_MADE: dict[tuple[str, str], Any] = {}
+_MADE_MAX = 64
+# A part shorter than this is made each time: keeping it would cost about as much.
+_LARGE_PART = 2048
+
+
+def _made(what: str, part: str, make: Any) -> Any:
+    if len(part) < _LARGE_PART:
+        return make(part)
+    key = (what, part)  # the part's hash is kept on it: found again in constant time
+    found = _MADE.get(key)
+    if found is None:
+        if len(_MADE) >= _MADE_MAX:
+            _MADE.clear()
+        found = _MADE[key] = make(part)
+    return found
+
+
+def _clean(text: str) -> bool:
+    """Printable ASCII and newlines only, and no line (but the last) ending in a space."""
+    # Passes of C over the text: ASCII, then nothing left once the admitted bytes are deleted.
+    return (
+        text.isascii() and not text.encode("ascii").translate(None, _LITERAL) and " \n" not in text
+    )
+
+
 def literal_block_holds(text: str) -> bool:
     """Whether a literal block (``|2``, with the chomping indicator its trailing newlines
     need) reads back as exactly ``text``: printable ASCII and newlines only (no tab, no CR, no
     line separator), no line ending in a space (a reader could not see it), and at least one
     non-blank line. The hypothesis property in tests/unit/test_render.py parses the blocks
     this admits back through SkyPilot's loader."""
-    # Passes of C over the text (every stage's setup holds the whole stage library): ASCII,
-    # then nothing left once the admitted bytes are deleted.
-    if not text.isascii() or text.encode("ascii").translate(None, _LITERAL) or not text.strip():
-        return False
-    return " \n" not in text and not text.endswith(" ")
+    # A Joined text's lines are its parts' lines: a part's own line ending in a space, or a
+    # part ending in one (a newline or the text's end follows), is such a line.
+    parts = text.parts if type(text) is Joined else (text,)
+    return (
+        all(_made("clean", part, _clean) for part in parts)
+        and not any(part.endswith(" ") for part in parts)
+        and any(part.strip() for part in parts)
+    )
+
+
+def _indented(text: str, pad: str) -> str:
+    """Every line of ``text`` but an empty one led by ``pad``. No line of ``text`` ends in a
+    space (:func:`literal_block_holds`), so a line that is only ``pad`` once every line is
+    indented was empty."""
+    return (pad + text.replace("\n", "\n" + pad) + "\n").replace(pad + "\n", "\n")[:-1]
 
 
 def yaml_block(text: str, indent: int = 2) -> str:
-    """``text`` as a literal block indented by ``indent`` (for a top-level mapping value):
-    every line but an empty one indented. ``text`` is one :func:`literal_block_holds` admits
-    (no line ends in a space), so a line that is only the indent after indenting every line
-    was empty."""
-    body = text.rstrip("\n")
-    trailing = len(text) - len(body)
-    chomp = {0: "-", 1: ""}.get(trailing, "+")
+    """``text`` as a literal block indented by ``indent`` (for a top-level mapping value).
+    ``text`` is one :func:`literal_block_holds` admits. A Joined text is indented part by part
+    (indenting is line by line), when its last part holds more than newlines (the newlines it
+    ends in are then all in that part)."""
     pad = " " * indent
-    lines = (pad + body.replace("\n", "\n" + pad) + "\n").replace(pad + "\n", "\n")
-    return f"|{indent}{chomp}\n" + lines[:-1] + "\n" * (trailing - 1)
+    parts = text.parts if type(text) is Joined else ()
+    last = parts[-1].rstrip("\n") if parts else ""
+    if last:
+        trailing = len(parts[-1]) - len(last)
+        kind = f"block{indent}"
+        lines = [_made(kind, part, lambda p: _indented(p, pad)) for part in parts[:-1]]
+        body = "\n".join([*lines, _indented(last, pad)])
+    else:
+        last = text.rstrip("\n")
+        trailing = len(text) - len(last)
+        body = _indented(last, pad)
+    chomp = {0: "-", 1: ""}.get(trailing, "+")
+    return f"|{indent}{chomp}\n" + body + "\n" * (trailing - 1)
 
 
 def yaml_filter(value: Any, block: bool = False) -> YamlText:

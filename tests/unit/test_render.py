@@ -14,9 +14,10 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from npa.core import templates
 from npa.core.errors import InvalidInput, LocalStateUnavailable
 from npa.core.layout import PHASES_SUFFIX
-from npa.core.templates import literal_block_holds, yaml_filter
+from npa.core.templates import Joined, literal_block_holds, yaml_block, yaml_filter
 from npa.render.tasks import load_digests, resolve_images
 from npa.services.render import INDEX, render_spec, render_workflow
 from npa.spec.model import Workflow
@@ -141,6 +142,40 @@ def test_a_script_reads_back_exactly_whichever_form_the_filter_picks(text: str) 
     written = yaml_filter(text, block=True)
     assert _sky_load(f"k: {written}\nz: 0\n") == {"k": text, "z": 0}
     assert written.startswith("|") == literal_block_holds(text)
+
+
+# Parts of a Joined text: short ones, and ones long enough to be kept (_LARGE_PART); mostly of
+# what a literal block holds, so most texts are written as blocks.
+_part_text = st.text(st.sampled_from([*"ab #:-\n"])) | _script_text
+_part = _part_text | st.builds(
+    lambda text, n: text * n, _part_text.filter(bool), st.integers(1, 3000)
+).filter(lambda text: len(text) >= templates._LARGE_PART)
+
+
+@given(parts=st.lists(_part, min_size=1, max_size=5), indent=st.sampled_from([2, 4]))
+def test_a_joined_text_is_written_as_the_text_it_joins(parts: list[str], indent: int) -> None:
+    joined = Joined(parts)
+    text = "\n".join(parts)
+    assert joined == text
+    for _ in range(2):  # the second time from what was kept of the long parts
+        assert literal_block_holds(joined) == literal_block_holds(text)
+        if literal_block_holds(text):
+            assert yaml_block(joined, indent) == yaml_block(text, indent)
+        assert yaml_filter(joined, block=True) == yaml_filter(text, block=True)
+
+
+def test_a_long_part_shared_by_many_texts_is_indented_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    library = "".join(f"line {i}\n\n" for i in range(500)) + "end"
+    indented: list[str] = []
+    real = templates._indented
+    monkeypatch.setattr(templates, "_MADE", {})
+    monkeypatch.setattr(templates, "_indented", lambda t, pad: indented.append(t) or real(t, pad))
+    for stage in range(50):
+        yaml_block(Joined([library, f"npa_fetch {stage}\n"]))
+    assert indented.count(library) == 1
+    assert len(indented) == 51
 
 
 def test_a_reviewable_script_is_a_literal_block() -> None:

@@ -58,6 +58,7 @@ from npa.core.layout import (
 )
 from npa.core.templates import (
     IMPLICIT_KEY,
+    Joined,
     Shape,
     Slot,
     block_form,
@@ -120,27 +121,36 @@ def _call(function: str, *args: str) -> str:
     return " ".join([function, *(shlex.quote(a) for a in args)])
 
 
+@lru_cache(maxsize=4)
+def _setup_head(library: str) -> str:
+    """The start of every setup: write the library, source it, begin (the same text in every
+    stage's file, so made once)."""
+    return "\n".join(
+        [
+            f"mkdir -p {LIBRARY_PATH.rsplit('/', 1)[0]}",
+            f"cat > {LIBRARY_PATH} <<'{_LIBRARY_END}'",
+            library.rstrip("\n"),
+            _LIBRARY_END,
+            f". {LIBRARY_PATH}",
+            "npa_begin",
+        ]
+    )
+
+
 def setup_script(task: StageTask, run: RunTasks, library: str) -> str:
     """What every node of every wave does first: write the library, make ``/npa`` the contract's
-    tree, restore the source, fetch the inputs, seal both."""
+    tree, restore the source, fetch the inputs, seal both. Joined from the head every stage
+    shares and the stage's own lines, so the yaml filter makes the head's block once."""
     assert run.run_root is not None
     leaf = f"{run.run_root}/{PREFIX_LEAF}"
     shared = f"{run.run_root.rsplit('/', 1)[0]}/{SHARED_SOURCE}"
-    lines = [
-        f"mkdir -p {LIBRARY_PATH.rsplit('/', 1)[0]}",
-        f"cat > {LIBRARY_PATH} <<'{_LIBRARY_END}'",
-        library.rstrip("\n"),
-        _LIBRARY_END,
-        f". {LIBRARY_PATH}",
-        "npa_begin",
-        _call("npa_restore", shared, f"{source_key(leaf)}/manifest.json"),
-    ]
+    lines = [_call("npa_restore", shared, f"{source_key(leaf)}/manifest.json")]
     for inp in task.inputs:
         assert inp.uri is not None
         uri = inp.uri.rstrip("/") if inp.kind == "prefix" else inp.uri
         lines.append(_call("npa_fetch", uri, contract.input_path(inp.name), inp.kind))
     lines.append("npa_seal")
-    return "\n".join(lines) + "\n"
+    return Joined([_setup_head(library), "\n".join(lines) + "\n"])
 
 
 def run_script(task: StageTask, run: RunTasks) -> str:
