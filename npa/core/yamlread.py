@@ -99,34 +99,20 @@ class EventReader:
             parser.dispose()
 
     def _run(self, parser: Any) -> Any:
-        # The loop every event of a large document goes through: names it uses are local.
         stack = self.stack
-        get_event, plain = parser.get_event, self.plain
-        scalar, mapping, ends = events.ScalarEvent, events.MappingStartEvent, _ENDS
-        resolved, unique, key_wanted = _RESOLVED_FIRST, self.unique_keys, EventReader
-        left, max_depth = self.left, self.MAX_DEPTH
         while True:
-            event = get_event()
+            event = parser.get_event()
             kind = type(event)
-            if kind is scalar:
-                if event.anchor is not None or event.tag is not None or left == 0:
+            if kind is events.ScalarEvent:
+                if event.anchor is not None or event.tag is not None or self.left == 0:
                     raise NotPlainData
-                left -= 1
+                self.left -= 1
                 value = event.value
-                if not event.style and value[:1] in resolved:
-                    value = plain(value)
-            elif kind in ends:
+                if not event.style and value[:1] in _RESOLVED_FIRST:
+                    value = self.plain(value)
+            elif kind in _ENDS:
                 value = stack.pop()[0]
-            elif kind in _STARTS:
-                if event.anchor is not None or event.tag is not None or left == 0:
-                    raise NotPlainData
-                if len(stack) >= max_depth:
-                    raise NotPlainData
-                left -= 1
-                stack.append([{} if kind is mapping else [], key_wanted])
-                continue
-            elif self._structure(kind):
-                self.left = left
+            elif self._structure(event, kind):
                 return self.root
             else:
                 continue
@@ -136,19 +122,26 @@ class EventReader:
             top = stack[-1]
             if type(top[0]) is list:
                 top[0].append(value)
-            elif top[1] is key_wanted:  # a key: a collection or a merge key is the full reader's
+            elif top[1] is EventReader:  # a key: a collection or a merge key is the full reader's
                 if type(value) is dict or type(value) is list or value == "<<":
                     raise NotPlainData
-                if unique and value in top[0]:
+                if self.unique_keys and value in top[0]:
                     raise NotPlainData
                 top[1] = value
             else:
                 top[0][top[1]] = value
-                top[1] = key_wanted
+                top[1] = EventReader
 
-    def _structure(self, kind: type) -> bool:
-        """A document's start, an alias: whether the stream ended."""
-        if kind is events.DocumentStartEvent:
+    def _structure(self, event: Any, kind: type) -> bool:
+        """A collection's start, a document's start, an alias: whether the stream ended."""
+        if kind in _STARTS:
+            if event.anchor is not None or event.tag is not None or self.left == 0:
+                raise NotPlainData
+            if len(self.stack) >= self.MAX_DEPTH:
+                raise NotPlainData
+            self.left -= 1
+            self.stack.append([{} if kind is events.MappingStartEvent else [], EventReader])
+        elif kind is events.DocumentStartEvent:
             self.documents += 1
             if self.documents > 1:
                 raise NotPlainData
