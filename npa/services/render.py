@@ -197,9 +197,10 @@ def _write_render(
     index: dict[str, Any],
     kept: dict[str, str] | None,
 ) -> list[RenderedFile]:
-    """Write the task files into a fresh ``out`` as they are made, each let go once written
-    (``kept``, when given, collects them for a diff), then ``INDEX``: ``index`` with each
-    file's stage and sha256. What was written, in plan order."""
+    """Write the task files into a fresh ``out`` as they are made, a batch at a time, each
+    batch let go once written (:func:`_write_new_files`; ``kept``, when given, collects the
+    texts for a diff), then ``INDEX``: ``index`` with each file's stage and sha256. What was
+    written, in plan order."""
     written: list[RenderedFile] = []
 
     def files() -> Iterator[tuple[str, str]]:
