@@ -28,6 +28,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -172,6 +173,33 @@ def end_group(leader: ProcessIdentity, wait: float, poll: float = 0.05) -> list[
             os.killpg(leader.pid, signal.SIGKILL)
         time.sleep(pause)
         pause = min(pause * 2, poll)  # most groups are gone at the first look after the kill
+
+
+def await_exit(pids: Sequence[int], timeout: float) -> None:
+    """Return once one of ``pids`` (children not yet reaped) has exited, or ``timeout`` seconds
+    have passed, whichever is first. Linux tells it at once through the processes' pidfds
+    (``pidfd_open``, 5.3); elsewhere, or when a pidfd cannot be had, this sleeps ``timeout``. A
+    signal handler runs meanwhile and the wait then goes on (PEP 475), so a caller that a
+    handler sets a flag for sees it within ``timeout``."""
+    if not pids:
+        return
+    opened: list[int] = []
+    try:
+        try:
+            for pid in pids:
+                opened.append(os.pidfd_open(pid))
+        except ProcessLookupError:  # already reaped, so already exited
+            return
+        except (AttributeError, OSError):  # no pidfds here (macOS, an old kernel, no fds left)
+            time.sleep(timeout)
+            return
+        waiting = select.poll()
+        for fd in opened:
+            waiting.register(fd, select.POLLIN)
+        waiting.poll(max(0, round(timeout * 1000)))
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 @functools.cache

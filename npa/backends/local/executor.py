@@ -86,6 +86,7 @@ from npa.core.paths import NpaPaths
 from npa.core.procs import (
     GroupMember,
     ProcessIdentity,
+    await_exit,
     command_of,
     end_group,
     group_members,
@@ -1120,7 +1121,9 @@ class Executor:
                     codes[shard] = self.end_shard(child)
                     del running[shard]
                     self.shard_ended(task.stage, wave, shard, codes[shard])
-            time.sleep(POLL_SECONDS)
+            # Until a shard's wrapper exits (at once, where pidfds tell it), or a poll's time
+            # (a cancel, its grace): each stage used to wait out a sleep or two of it.
+            await_exit([child.popen.pid for child in running.values()], POLL_SECONDS)
         return codes
 
     def start_shard(
