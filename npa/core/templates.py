@@ -105,25 +105,9 @@ class Joined(str):
         return text
 
 
-# What the yaml filter made of large parts of Joined texts, by (what, part); cleared when full.
-_MADE: dict[tuple[str, str], Any] = {}
-_MADE_MAX = 64
-# A part shorter than this is made each time: keeping it would cost about as much.
-_LARGE_PART = 2048
-
-
-def _made(what: str, part: str, make: Any) -> Any:
-    if len(part) < _LARGE_PART:
-        return make(part)
-    key = (what, part)  # the part's hash is kept on it: found again in constant time
-    found = _MADE.get(key)
-    if found is None:
-        if len(_MADE) >= _MADE_MAX:
-            _MADE.clear()
-        found = _MADE[key] = make(part)
-    return found
-
-
+# A Joined text's shared part is checked and indented once: these keep the last texts they
+# were given (a few stages' own parts pass through between two uses of the shared one).
+@lru_cache(maxsize=64)
 def _clean(text: str) -> bool:
     """Printable ASCII and newlines only, and no line (but the last) ending in a space."""
     # Passes of C over the text: ASCII, then nothing left once the admitted bytes are deleted.
@@ -142,12 +126,13 @@ def literal_block_holds(text: str) -> bool:
     # part ending in one (a newline or the text's end follows), is such a line.
     parts = text.parts if type(text) is Joined else (text,)
     return (
-        all(_made("clean", part, _clean) for part in parts)
+        all(_clean(part) for part in parts)
         and not any(part.endswith(" ") for part in parts)
         and any(part.strip() for part in parts)
     )
 
 
+@lru_cache(maxsize=64)
 def _indented(text: str, pad: str) -> str:
     """Every line of ``text`` but an empty one led by ``pad``. No line of ``text`` ends in a
     space (:func:`literal_block_holds`), so a line that is only ``pad`` once every line is
@@ -165,9 +150,7 @@ def yaml_block(text: str, indent: int = 2) -> str:
     last = parts[-1].rstrip("\n") if parts else ""
     if last:
         trailing = len(parts[-1]) - len(last)
-        kind = f"block{indent}"
-        lines = [_made(kind, part, lambda p: _indented(p, pad)) for part in parts[:-1]]
-        body = "\n".join([*lines, _indented(last, pad)])
+        body = "\n".join([*(_indented(part, pad) for part in parts[:-1]), _indented(last, pad)])
     else:
         last = text.rstrip("\n")
         trailing = len(text) - len(last)

@@ -144,12 +144,12 @@ def test_a_script_reads_back_exactly_whichever_form_the_filter_picks(text: str) 
     assert written.startswith("|") == literal_block_holds(text)
 
 
-# Parts of a Joined text: short ones, and ones long enough to be kept (_LARGE_PART); mostly of
-# what a literal block holds, so most texts are written as blocks.
+# Parts of a Joined text: short ones, and long ones (as the stage library is); mostly of what a
+# literal block holds, so most texts are written as blocks.
 _part_text = st.text(st.sampled_from([*"ab #:-\n"])) | _script_text
 _part = _part_text | st.builds(
     lambda text, n: text * n, _part_text.filter(bool), st.integers(1, 3000)
-).filter(lambda text: len(text) >= templates._LARGE_PART)
+).filter(lambda text: len(text) >= 2048)
 
 
 @given(parts=st.lists(_part, min_size=1, max_size=5), indent=st.sampled_from([2, 4]))
@@ -164,18 +164,15 @@ def test_a_joined_text_is_written_as_the_text_it_joins(parts: list[str], indent:
         assert yaml_filter(joined, block=True) == yaml_filter(text, block=True)
 
 
-def test_a_long_part_shared_by_many_texts_is_indented_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_long_part_shared_by_many_texts_is_indented_once() -> None:
     library = "".join(f"line {i}\n\n" for i in range(500)) + "end"
-    indented: list[str] = []
-    real = templates._indented
-    monkeypatch.setattr(templates, "_MADE", {})
-    monkeypatch.setattr(templates, "_indented", lambda t, pad: indented.append(t) or real(t, pad))
+    templates._indented.cache_clear()
     for stage in range(50):
         yaml_block(Joined([library, f"npa_fetch {stage}\n"]))
-    assert indented.count(library) == 1
-    assert len(indented) == 51
+    made = templates._indented.cache_info()
+    # Each text indented is a miss: the 50 stages' own lines, and the library once.
+    assert made.misses == 51
+    assert made.hits == 49
 
 
 def test_a_reviewable_script_is_a_literal_block() -> None:
