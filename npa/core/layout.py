@@ -35,6 +35,8 @@ PREFIX_LEAF = "npa-workflow"
 SHARED_SOURCE = "npa-source"
 MANIFEST_NAME = "manifest.json"
 PLAN_NAME = "plan.json"
+# Beside the manifest, the pages of a large run's stage records (:mod:`npa.runs.manifest`).
+MANIFEST_PAGES = "manifest-pages"
 
 # The run index: one folder per project, beside the workflows (a workflow name starts with a
 # letter or digit, so it never collides). Marker names start with their run id's newest-first
@@ -102,6 +104,20 @@ def stage_logs_key(prefix: str, stage: str) -> str:
 
 def manifest_key(prefix: str) -> str:
     return f"{prefix}/{MANIFEST_NAME}"
+
+
+def manifest_page_name(page: int | str) -> str:
+    """One page of a paged manifest, relative to the run prefix: a number for a page of stage
+    records, ``order`` for the run's stage order."""
+    return (
+        f"{MANIFEST_PAGES}/{page:04d}.json"
+        if isinstance(page, int)
+        else f"{MANIFEST_PAGES}/{page}.json"
+    )
+
+
+def manifest_page_key(prefix: str, page: int | str) -> str:
+    return f"{prefix}/{manifest_page_name(page)}"
 
 
 def plan_key(prefix: str) -> str:

@@ -19,7 +19,7 @@ from typing import Any
 from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.core.errors import NotFound
 from npa.core.layout import MANIFEST_NAME, PLAN_NAME
-from npa.runs.manifest import RunManifest, parse_manifest, parse_plan
+from npa.runs.manifest import RunManifest, parse_manifest, parse_plan, read_pages
 from npa.runs.reading import check_run_identity, key_of_prefix_uri, shown_stage_states
 from npa.runs.secrets import KnownSecrets
 
@@ -225,6 +225,7 @@ def scan(store: ObjectStore, where: str) -> RunFacts:
     mismatch = check_run_identity(manifest, key_of_prefix_uri(where), f"{where}/{MANIFEST_NAME}")
     if mismatch is not None:
         raise mismatch
+    read_pages(store, "", manifest)
     try:
         plan = parse_plan(
             store.get(PLAN_NAME), f"{where}/{PLAN_NAME}", inspect_command(store, PLAN_NAME)

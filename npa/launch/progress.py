@@ -40,8 +40,12 @@ class ManifestRecorder:
         self.manifest_lock = manifest_lock
         self.policy = policy
 
-    def _update(self, mutate: Callable[[RunManifest], None]) -> None:
-        update_manifest(self.store, self.prefix, self.manifest_lock, mutate)
+    def _update(
+        self, mutate: Callable[[RunManifest], None], stages: list[str] | None = None
+    ) -> None:
+        """``stages``: the only stages ``mutate`` touches (a large run's step then reads and
+        writes those stages' page of the manifest, not every stage's record)."""
+        update_manifest(self.store, self.prefix, self.manifest_lock, mutate, stages=stages)
 
     def retry_budget(self, stage_retries: int) -> int:
         return self.policy.payload_retries(stage_retries)
@@ -57,7 +61,7 @@ class ManifestRecorder:
         self._update(mutate)
 
     def progress(self, stage: str, *, since: float) -> StageProgress:
-        manifest = read_manifest(self.store, self.prefix)
+        manifest = read_manifest(self.store, self.prefix, stages=[stage])
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {self.store.uri}/{self.prefix} disappeared during the run",
@@ -81,7 +85,7 @@ class ManifestRecorder:
         )
 
     def running(self) -> None:
-        self._update(lambda m: setattr(m, "state", JobState.RUNNING.value))
+        self._update(lambda m: setattr(m, "state", JobState.RUNNING.value), [])
 
     def restore_source(self, store: ObjectStore, prefix: str, into: Path) -> None:
         """Rebuild the committed source tree from the store (the stages' working directory)."""
@@ -133,7 +137,7 @@ class ManifestRecorder:
             again = rec.state == "RUNNING" and rec.started_at is not None
             rec.state, rec.started_at = "RUNNING", rec.started_at if again else now_iso()
 
-        self._update(begin)
+        self._update(begin, [stage])
 
     def wave_started(self, stage: str, wave: int, shards: list[int], attempt: int) -> None:
         now = now_iso()  # this attempt of the wave is asked to start: its launch and start
@@ -152,7 +156,7 @@ class ManifestRecorder:
                 )
             )
 
-        self._update(mark)
+        self._update(mark, [stage])
 
     def wave_succeeded(
         self,
@@ -257,7 +261,7 @@ class ManifestRecorder:
             if stored is not None:
                 rec.outputs = stored
 
-        self._update(mutate)
+        self._update(mutate, [stage])
 
     def _supervise(
         self,
@@ -283,7 +287,7 @@ class ManifestRecorder:
             )
             result[0] = verdict.terminal_state
 
-        self._update(mutate)
+        self._update(mutate, [])  # the supervisor's record: the run's own fields
         return result[0]
 
     def _stage_end(
@@ -301,4 +305,4 @@ class ManifestRecorder:
             if outputs is not None:
                 rec.outputs = outputs
 
-        self._update(mutate)
+        self._update(mutate, [stage])

@@ -4,7 +4,15 @@ It says what was submitted (plan, source, tasks, images, backend, job identity) 
 is doing (its state, each stage and wave, and the supervisor's record of failures and the
 recovery taken). ``submit`` writes it before launching; the run's watcher (and the executor it
 hosts) updates it as the run progresses. Writers on one machine serialise on a local lock, and
-every write replaces the whole object, so a reader sees one consistent version.
+every write replaces whole objects, so a reader sees one consistent version of each.
+
+A run of more than :data:`PAGE_STAGES` stages keeps its stage records and task digests in pages
+beside the manifest (``manifest-pages/NNNN.json``, each stage in :func:`page_of`), the manifest
+itself holding the run's own fields: a step of one stage then rewrites its page and the small
+manifest, not a record that grows with every stage (at 20,000 stages the whole record is 14.6
+MB, and a run makes five steps a stage). Writers put the pages before the manifest and readers
+read the manifest before the pages, so what a reader sees of a stage is never older than what it
+sees of the run. A smaller run's records stay in the manifest, as they always were.
 
 The run's ``plan.json`` beside it is written and read here too, always through its model.
 """
@@ -12,22 +20,33 @@ The run's ``plan.json`` beside it is written and read here too, always through i
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Collection, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
 from npa.backends.base import JobStages
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
-from npa.core.layout import job_name, manifest_key, plan_key
+from npa.core.layout import (
+    MANIFEST_PAGES,
+    job_name,
+    manifest_key,
+    manifest_page_key,
+    manifest_page_name,
+    plan_key,
+)
 from npa.plan.model import WorkflowPlan
 from npa.runs.secrets import ensure_secret_free
 
 RUN_MANIFEST_VERSION = 1
+# A run of more stages than this keeps its stage records in pages of about this many stages.
+PAGE_STAGES = 128
+MAX_PAGES = 100_000  # a manifest naming more is refused before any page is asked for
 
 
 def now_iso() -> str:
@@ -138,6 +157,45 @@ class RunManifest(_Model):
     supervisor: SupervisorRecord = Field(default_factory=SupervisorRecord)
     stages: dict[str, StageRecord] = Field(default_factory=dict)
     resumes: list[ResumeRecord] = Field(default_factory=list)
+    # How many pages beside the manifest hold ``stages`` and ``tasks`` (0: they are in it).
+    # Chosen at the first write, from the run's stage count, and kept.
+    stage_pages: int = Field(default=0, ge=0, le=MAX_PAGES)
+    # The pages this copy was read with (None: all of them, or a copy never read) and each
+    # one's bytes as read: a write puts only those, and only the ones it changed.
+    _pages_read: set[int] | None = PrivateAttr(default=None)
+    _page_bytes: dict[int | str, bytes] = PrivateAttr(default_factory=dict)
+
+
+class StagePage(_Model):
+    """One page of a paged manifest: the records and task digests of the stages in it."""
+
+    run_id: str
+    page: int
+    pages: int
+    tasks: dict[str, str] = Field(default_factory=dict)
+    stages: dict[str, StageRecord] = Field(default_factory=dict)
+
+
+class StageOrder(_Model):
+    """A paged manifest's ``order`` (the stages in plan order), beside its pages: written at the
+    first write and read only with every page, so a step rewrites no list of every stage."""
+
+    run_id: str
+    pages: int
+    order: list[str]
+
+
+ORDER = "order"  # the page of a paged manifest that holds its order
+
+
+def page_of(stage: str, pages: int) -> int:
+    """The page of a paged manifest that holds ``stage`` (a stable hash of its name)."""
+    return zlib.crc32(stage.encode("utf-8")) % pages
+
+
+def pages_for(stages: int) -> int:
+    """How many pages a run of ``stages`` stages keeps its records in (0: in the manifest)."""
+    return 0 if stages <= PAGE_STAGES else -(-stages // PAGE_STAGES)
 
 
 def launch_generation(manifest: RunManifest | None) -> int:
@@ -172,19 +230,28 @@ def job_stages(manifest: RunManifest) -> JobStages:
     )
 
 
-def read_manifest(store: ObjectStore, prefix: str) -> RunManifest | None:
-    """The manifest, or None when the store says it does not exist (errors propagate)."""
+def read_manifest(
+    store: ObjectStore, prefix: str, *, stages: Iterable[str] | None = None
+) -> RunManifest | None:
+    """The manifest, or None when the store says it does not exist (errors propagate).
+
+    ``stages`` reads a paged manifest's records of those stages only (the pages holding them):
+    the copy then has no other stage's record or task, and writing it puts only those pages.
+    """
     try:
         raw = store.get(manifest_key(prefix))
     except ObjectAbsent:
         return None
     key = manifest_key(prefix)
-    return parse_manifest(raw, f"{store.uri}/{key}", inspect_command(store, key))
+    manifest = parse_manifest(raw, f"{store.uri}/{key}", inspect_command(store, key))
+    read_pages(store, prefix, manifest, stages)
+    return manifest
 
 
 def parse_manifest(raw: bytes, where: str, inspect: str) -> RunManifest:
     """A stored manifest's bytes as the model; StateCorrupt names ``where`` when they are not,
-    with ``inspect`` (the command that shows the stored object) as its fix."""
+    with ``inspect`` (the command that shows the stored object) as its fix. A paged manifest's
+    stage records are not in these bytes: :func:`read_pages` adds them."""
     try:
         return RunManifest.model_validate(json.loads(raw))
     except (ValueError, ValidationError) as exc:
@@ -194,15 +261,176 @@ def parse_manifest(raw: bytes, where: str, inspect: str) -> RunManifest:
         ) from None
 
 
+def _page_key(prefix: str, page: int | str) -> str:
+    # A store opened at the run prefix itself (insights) names the page without one.
+    return manifest_page_key(prefix, page) if prefix else manifest_page_name(page)
+
+
+def read_pages(
+    store: ObjectStore, prefix: str, manifest: RunManifest, stages: Iterable[str] | None = None
+) -> None:
+    """Add a paged manifest's stage records, task digests and order to ``manifest`` (read from
+    its store under ``prefix``): every page's, or only the records and digests of the pages
+    holding ``stages``. Nothing to do for a manifest that holds its records itself."""
+    count = manifest.stage_pages
+    if not count:
+        return
+    numbered = sorted(range(count) if stages is None else {page_of(s, count) for s in stages})
+    wanted: list[int | str] = [*([ORDER] if stages is None else []), *numbered]
+    fetch = _reader(store, len(wanted))
+    for number, raw in zip(
+        wanted, fetch(lambda n: _get_page(store, prefix, n), wanted), strict=True
+    ):
+        key = _page_key(prefix, number)
+        if number == ORDER:
+            order = _parse_page(raw, StageOrder, store, key)
+            _check_page(store, key, manifest, ("order", count), ("order", order.pages), order)
+            manifest.order = order.order
+        else:
+            page = _parse_page(raw, StagePage, store, key)
+            _check_page(store, key, manifest, (number, count), (page.page, page.pages), page)
+            manifest.tasks.update(page.tasks)
+            manifest.stages.update(page.stages)
+        manifest._page_bytes[number] = raw
+    if stages is None:  # the whole record: in plan order, as a manifest that holds it is
+        rank = {name: i for i, name in enumerate(manifest.order)}
+        ranked = sorted(manifest.tasks.keys() | manifest.stages.keys(), key=_by(rank))
+        manifest.tasks = {n: manifest.tasks[n] for n in ranked if n in manifest.tasks}
+        manifest.stages = {n: manifest.stages[n] for n in ranked if n in manifest.stages}
+    else:
+        manifest._pages_read = set(numbered)
+
+
+def _check_page(
+    store: ObjectStore,
+    key: str,
+    manifest: RunManifest,
+    expected: tuple[int | str, int],
+    found: tuple[int | str, int],
+    page: StagePage | StageOrder,
+) -> None:
+    """A page is the one its key names, of this run's manifest, or it is refused by name."""
+    if (page.run_id, *found) != (manifest.run_id, *expected):
+        raise StateCorrupt(
+            f"{store.uri}/{key} is not page {expected[0]} of {expected[1]} of run "
+            f"{manifest.run_id}'s manifest: it says page {found[0]} of {found[1]} of run "
+            f"{page.run_id}",
+            fix=inspect_command(store, key) + "  # inspect before resubmitting",
+        )
+
+
+def _by(rank: dict[str, int]) -> Callable[[str], tuple[int, str]]:
+    return lambda name: (rank.get(name, len(rank)), name)
+
+
+def _reader(store: ObjectStore, count: int) -> Callable[..., Iterable[bytes]]:
+    """``map`` over the pages, concurrently on a store that overlaps its reads."""
+    if count <= 1 or store.read_concurrency <= 1:
+        return map
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(get: Callable[[int], bytes], pages: list[int]) -> Iterable[bytes]:
+        with ThreadPoolExecutor(max_workers=min(count, store.read_concurrency)) as pool:
+            return list(pool.map(get, pages))
+
+    return fetch
+
+
+def _get_page(store: ObjectStore, prefix: str, page: int | str) -> bytes:
+    key = _page_key(prefix, page)
+    try:
+        return store.get(key)
+    except ObjectAbsent:
+        raise StateCorrupt(
+            f"{store.uri}/{key} is missing: the run's manifest keeps its stage records in pages "
+            "and this one is not in the store",
+            fix=inspect_command(
+                store, f"{prefix}/{MANIFEST_PAGES}" if prefix else MANIFEST_PAGES, listing=True
+            )
+            + "  # inspect before resubmitting",
+        ) from None
+
+
+_Page = TypeVar("_Page", StagePage, StageOrder)
+
+
+def _parse_page(raw: bytes, model: type[_Page], store: ObjectStore, key: str) -> _Page:
+    try:
+        return model.model_validate(json.loads(raw))
+    except (ValueError, ValidationError) as exc:
+        raise StateCorrupt(
+            f"{store.uri}/{key} is not a page of an npa run manifest: {exc}",
+            fix=inspect_command(store, key) + "  # inspect before resubmitting",
+        ) from None
+
+
 def write_manifest(store: ObjectStore, manifest: RunManifest) -> None:
     """Store the manifest as indented JSON, its fields in the model's order. Written by
     pydantic's serializer: ``json.dumps`` with an indent is the pure-Python encoder, 85% of a
-    manifest update, and the manifest is rewritten whole at every step of a run (0.049 s
-    against 0.005 s a write at 2,000 stages)."""
+    manifest update (0.049 s against 0.005 s a write at 2,000 stages).
+
+    A run of more than :data:`PAGE_STAGES` stages is written paged: first the pages this copy
+    was read with, those whose bytes it changed, then the manifest without the stage records.
+    """
     manifest.updated_at = now_iso()
-    text = manifest.model_dump_json(indent=2) + "\n"
+    if not manifest.stage_pages:
+        manifest.stage_pages = pages_for(len(manifest.tasks.keys() | manifest.stages.keys()))
     key = manifest_key(manifest.prefix)
-    store.put(key, ensure_secret_free(text, f"manifest {store.uri}/{key}").encode("utf-8"))
+    if manifest.stage_pages:  # the run's own fields; its stage records are in the pages
+        beside: dict[str, Any] = {"stages": {}, "tasks": {}, "order": []}
+        text = manifest.model_copy(update=beside).model_dump_json(indent=2)
+    else:
+        text = manifest.model_dump_json(indent=2, exclude={"stage_pages"})
+    text += "\n"
+    # Every object is checked before any is written: a refusal writes nothing.
+    head = ensure_secret_free(text, f"manifest {store.uri}/{key}").encode("utf-8")
+    for number, data in _changed_pages(store, manifest):
+        store.put(manifest_page_key(manifest.prefix, number), data)
+        manifest._page_bytes[number] = data
+    store.put(key, head)
+
+
+def _changed_pages(store: ObjectStore, manifest: RunManifest) -> list[tuple[int | str, bytes]]:
+    """The pages of a paged manifest to write: of those it was read with, the ones it changed."""
+    count, held = manifest.stage_pages, manifest._pages_read
+    if not count:
+        return []
+    tasks: dict[int, dict[str, str]] = {}
+    records: dict[int, dict[str, StageRecord]] = {}
+    for name, digest in manifest.tasks.items():
+        tasks.setdefault(page_of(name, count), {})[name] = digest
+    for name, rec in manifest.stages.items():
+        records.setdefault(page_of(name, count), {})[name] = rec
+    texts: dict[int | str, str] = {}
+    if held is None:
+        order = StageOrder(run_id=manifest.run_id, pages=count, order=manifest.order)
+        texts[ORDER] = order.model_dump_json(indent=2)
+    elif (stray := (tasks.keys() | records.keys()) - held) or manifest.order:
+        # A copy read for some stages was given another's record (or an order): writing would
+        # lose what the pages it never read hold.
+        raise RuntimeError(f"manifest pages {sorted(stray) or [ORDER]} were changed, never read")
+    for page in sorted(range(count) if held is None else held):
+        texts[page] = StagePage(
+            run_id=manifest.run_id,
+            page=page,
+            pages=count,
+            tasks=tasks.get(page, {}),
+            stages=records.get(page, {}),
+        ).model_dump_json(indent=2)
+    changed: list[tuple[int | str, bytes]] = []
+    for part, text in texts.items():
+        where = f"manifest page {store.uri}/{manifest_page_key(manifest.prefix, part)}"
+        data = ensure_secret_free(text + "\n", where).encode("utf-8")
+        if manifest._page_bytes.get(part) != data:
+            changed.append((part, data))
+    return changed
+
+
+def delete_manifest(store: ObjectStore, prefix: str) -> None:
+    """Remove the manifest, then any pages of it (no reader sees a manifest without pages)."""
+    store.delete(manifest_key(prefix))
+    for found in store.list(f"{prefix}/{MANIFEST_PAGES}/"):
+        store.delete(found.key)
 
 
 def update_manifest(
@@ -210,10 +438,14 @@ def update_manifest(
     prefix: str,
     lock: Path,
     mutate: Callable[[RunManifest], None],
+    *,
+    stages: Collection[str] | None = None,
 ) -> RunManifest:
-    """Read, change and write the manifest under the run's local manifest lock."""
+    """Read, change and write the manifest under the run's local manifest lock. ``stages``
+    names the only stages ``mutate`` touches: a paged manifest is then read and written for
+    those alone (see :func:`read_manifest`)."""
     with exclusive_lock(lock, timeout=60, purpose="updating the run manifest"):
-        manifest = read_manifest(store, prefix)
+        manifest = read_manifest(store, prefix, stages=stages)
         if manifest is None:
             raise StateCorrupt(
                 f"the manifest of {store.uri}/{prefix} disappeared while the run was live",

@@ -86,6 +86,7 @@ from npa.runs.manifest import (
     ResumeRecord,
     RunManifest,
     base_job_name,
+    delete_manifest,
     launch_generation,
     read_manifest,
     update_manifest,
@@ -1013,7 +1014,7 @@ class _Before:
                     with contextlib.suppress(LocalStateUnavailable):
                         held.enter_context(exclusive_lock(run.lock, timeout=60))
                     if self.manifest is None:
-                        run.store.delete(manifest_key(run.prefix))
+                        delete_manifest(run.store, run.prefix)
                     else:
                         write_manifest(run.store, self.manifest)
             path = run.paths.submission_receipt(run.project, run.run_id)

@@ -1,6 +1,7 @@
 """No command holds a descriptor per stage or per file: with ``ulimit -n 256`` the real CLI
 renders, validates and plans a workflow of 1,500 stages, stages a source tree of 1,200 files to
-a file store and to S3, and runs a workflow of 300 stages on the local backend. Before the
+a file store and to S3, and runs a workflow of 300 stages on the local backend (whose records are
+kept in pages of the manifest). Before the
 bound, render held every task file open until all were flushed and stopped at file 251."""
 
 from __future__ import annotations
@@ -128,3 +129,12 @@ def test_a_300_stage_run_on_the_local_backend_succeeds_under_ulimit_256(
             break
         time.sleep(0.5)
     assert state["state"] == "SUCCEEDED", json.dumps(state)[:2000]
+    # A run this large keeps its stage records in pages beside the manifest (each step of a
+    # stage rewrote its page, not every record); every reader still sees all 300, in order.
+    assert state["stage_pages"] == 3 and state["stages"] == {} and state["order"] == []
+    pages = sorted(p.name for p in (manifest.parent / "manifest-pages").iterdir())
+    assert pages == ["0000.json", "0001.json", "0002.json", "order.json"]
+    shown = capped(*WF, "status", run_id, "--project", "demo", "--json", env=env).json()
+    assert shown["state"] == "SUCCEEDED"
+    assert list(shown["stages"]) == [f"s{i}" for i in range(300)]
+    assert {s["state"] for s in shown["stages"].values()} == {"SUCCEEDED"}

@@ -286,3 +286,51 @@ def test_status_with_a_receipt_reads_one_to_three_objects(store: Store, npa_home
     assert 1 <= len(sent) <= 3, sent
     assert not listings(sent), sent
     assert manifest_key(run_prefix("mine", rid)) in reads(sent)
+
+
+def test_a_paged_run_reads_its_manifest_its_pages_and_nothing_else(
+    store: Store, tmp_path: Path
+) -> None:
+    """A run of 1,000 stages keeps its records in 8 pages and an order beside the manifest:
+    ``status`` reads those (and the plan), concurrently where the client does, and shows every
+    stage in plan order; ``list`` reads the manifest alone."""
+    from npa.adapters.storage import open_store
+    from npa.runs.manifest import StageRecord, pages_for, write_manifest
+
+    rid = run_id(9)
+    prefix = run_prefix("big", rid)
+    names = [f"stage-{i:04d}" for i in range(1000)]
+    m = RunManifest(
+        project="demo", workflow="big", run_id=rid, backend="local", infra="local",
+        state="SUCCEEDED", submitted_at=NOW, updated_at=NOW, store=f"s3://{BUCKET}/{ROOT}",
+        prefix=prefix, spec_sha256="x", source_digest=None, plan_digest="x",
+        tasks={n: "0" * 64 for n in names}, order=names, images={}, job_name=f"npa-big-{rid}",
+        job_id=9, stages={n: StageRecord(state="SUCCEEDED") for n in reversed(names)},
+    )  # fmt: skip
+    # Written by npa's own writer (to a file store), then put in the bucket object by object.
+    local = tmp_path / "written"
+    local.mkdir()
+    write_manifest(open_store(local.as_uri()), m)
+    client = store.s3.client()
+    written = sorted(p for p in local.rglob("*") if p.is_file())
+    for path in written:
+        key = store.key(path.relative_to(local).as_posix())
+        client.put_object(Bucket=BUCKET, Key=key, Body=path.read_bytes())
+    client.put_object(Bucket=BUCKET, Key=store.key(run_index_key("demo", "big", rid)), Body=b"{}")
+    pages = pages_for(1000)
+    assert pages == 8 and len(written) == 1 + pages + 1
+
+    res, sent = store.npa(*WF, "status", f"s3://{BUCKET}/{ROOT}/{prefix}", "--project", "demo",
+                          "--cached", "--json")  # fmt: skip
+    assert res.code == 0, res.stdout + res.stderr
+    assert list(res.json()["stages"]) == names
+    assert {s["state"] for s in res.json()["stages"].values()} == {"SUCCEEDED"}
+    got = reads(sent)
+    page_keys = {f"{prefix}/manifest-pages/{n:04d}.json" for n in range(pages)}
+    assert got[0] == manifest_key(prefix), got  # the manifest before its pages
+    assert page_keys | {f"{prefix}/manifest-pages/order.json"} <= set(got)
+    assert len(got) == len(set(got)) <= 1 + pages + 1 + 1, got  # and the plan, once each
+
+    listed, sent = store.list("demo")
+    assert [r["run_id"] for r in listed["runs"]] == [rid]
+    assert not any("manifest-pages" in key for key in reads(sent)), sent

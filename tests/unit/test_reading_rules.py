@@ -91,6 +91,15 @@ class Home:
         return self.root / "store" / manifest_key(run_prefix(workflow, run_id))
 
 
+@pytest.fixture(autouse=True, params=["in the manifest", "in pages"])
+def layout(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every rule holds whether the run's stage records are in its manifest or, as a large
+    run's are, in pages beside it (here a page a stage)."""
+    if request.param == "in pages":
+        monkeypatch.setattr("npa.runs.manifest.PAGE_STAGES", 1)
+    return str(request.param)
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Home:
     doc: dict[str, Any] = yaml.safe_load((EXAMPLES / "tiny-local.yaml").read_text())

@@ -8,16 +8,14 @@ requests were made (the S3 twins are in tests/integration/test_run_index_s3.py).
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from npa.adapters.storage import ObjectStore, open_store
-from npa.adapters.storage.base import WrappingStore
 from npa.core.layout import (
     manifest_key,
     newest_first,
@@ -33,34 +31,16 @@ from npa.runs.index import mark_run
 from npa.runs.manifest import RunManifest, write_manifest
 from npa.runs.receipts import Receipt, write_receipt
 from tests.harness.cli import invoke_npa
+from tests.harness.counting import Counting
 
 pytestmark = pytest.mark.unit
 
-T = TypeVar("T")
 NOW = "2026-01-01T00:00:00+00:00"
 
 
 def run_id(n: int) -> str:
     """The n-th run id: later n, later time."""
     return f"202601{1 + n // 1440:02d}-{n // 60 % 24:02d}{n % 60:02d}00-{n * 7919 % 0xFFFFFF:06x}"
-
-
-class Counting(WrappingStore):
-    """The real store, with every request it is asked recorded as a phrase ("a read of KEY")."""
-
-    def __init__(self, inner: ObjectStore) -> None:
-        super().__init__(inner)
-        self.calls: list[str] = []
-
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        self.calls.append(what)
-        return fn()
-
-    def reads(self) -> list[str]:
-        return [c.removeprefix("a read of ") for c in self.calls if c.startswith("a read of ")]
-
-    def listings(self) -> list[str]:
-        return [c for c in self.calls if c.startswith("a listing of ")]
 
 
 class World:
