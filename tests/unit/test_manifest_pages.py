@@ -19,15 +19,19 @@ tests/integration/test_bounded_resources.py."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from npa.adapters.storage import open_store
-from npa.core.errors import StateCorrupt
+from npa.core.errors import StateCorrupt, StoreUnavailable
 from npa.core.layout import manifest_key, manifest_page_key, run_prefix
+from npa.launch.progress import ManifestRecorder
+from npa.launch.supervision import Policy
 from npa.runs import manifest as manifest_module
 from npa.runs.manifest import (
     RunManifest,
@@ -44,6 +48,8 @@ from tests.harness.counting import Counting as Recording
 from tests.tiers import examples
 
 pytestmark = pytest.mark.unit
+
+T = TypeVar("T")
 
 NOW = "2026-01-01T00:00:00+00:00"
 RUN = "20260101-000000-abcdef"
@@ -272,3 +278,80 @@ def test_a_manifest_naming_an_impossible_count_of_pages_is_refused_before_any_re
     with pytest.raises(StateCorrupt, match="is not an npa run manifest"):
         read_manifest(store, PREFIX)
     assert store.reads() == [manifest_key(PREFIX)]
+
+
+class HeadFails(Recording):
+    """A store whose next write of the manifest fails once (``armed``): a step's page is then
+    written and its manifest is not, the one partial write pages allow."""
+
+    armed = False
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        if self.armed and what == f"a write of {manifest_key(PREFIX)}":
+            self.armed = False
+            raise StoreUnavailable("the store did not answer (injected)")
+        return super()._call(what, fn)
+
+
+def recorder_step(rec: ManifestRecorder, step: str, stage: str) -> None:
+    """One of the executor's steps of a stage, made through the recorder it reports to."""
+    if step == "stage_started":
+        rec.stage_started(stage)
+    elif step == "wave_started":
+        rec.wave_started(stage, 0, [0, 1], 1)
+    elif step == "wave_succeeded":
+        rec.wave_succeeded(stage, 0, [0, 1], {0: 0, 1: 0}, 1, {"out": 9})
+    elif step == "stage_succeeded":
+        rec.stage_succeeded(stage, {"out": 9})
+    else:
+        rec.outputs_missing(stage, {"out": 0}, ["out"])
+
+
+RECORDER_STEPS = ["stage_started", "wave_started", "wave_succeeded", "stage_succeeded", "missing"]
+TIMES = {"updated_at", "started_at", "ended_at", "launched_at", "at"}
+
+
+def _untimed(value: object) -> object:
+    """A manifest's dump without its clock readings (a step made again reads the clock again)."""
+    if isinstance(value, dict):
+        return {k: _untimed(v) for k, v in value.items() if k not in TIMES}
+    if isinstance(value, list):
+        return [_untimed(v) for v in value]
+    return value
+
+
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=ONE_SETTING)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(0, 5), st.sampled_from(RECORDER_STEPS)), min_size=1, max_size=12
+    ),
+    cut=st.integers(0, 11),
+)
+def test_a_step_cut_between_its_page_and_the_manifest_then_made_again_ends_as_one_step(
+    small_pages: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    steps: list[tuple[int, str]],
+    cut: int,
+) -> None:
+    names = [f"stage-{i}" for i in range(6)]
+    ends = []
+    for interrupted in (False, True):
+        root = tmp_path_factory.mktemp("s")
+        store = HeadFails(open_store(root.as_uri()))
+        write_manifest(store, manifest(names))
+        rec = ManifestRecorder(store, PREFIX, root / "lock", Policy(), "npa status")
+        for i, (index, step) in enumerate(steps):
+            stage = names[index]
+            if interrupted and i == cut % len(steps):
+                before = read_manifest(store, PREFIX)
+                store.armed = True
+                with pytest.raises(StoreUnavailable):
+                    recorder_step(rec, step, stage)
+                # What a reader sees meanwhile: the stage's page may be newer, the run not.
+                meanwhile = read_manifest(store, PREFIX)
+                assert meanwhile is not None and before is not None
+                assert meanwhile.updated_at == before.updated_at
+                assert meanwhile.supervisor == before.supervisor
+            recorder_step(rec, step, stage)
+        ends.append(_untimed(read_manifest(store, PREFIX).model_dump()))  # type: ignore[union-attr]
+    assert ends[0] == ends[1]
