@@ -289,6 +289,7 @@ def read_pages(
         else:
             page = _parse_page(raw, StagePage, store, key)
             _check_page(store, key, manifest, (number, count), (page.page, page.pages), page)
+            _check_members(store, key, page)
             manifest.tasks.update(page.tasks)
             manifest.stages.update(page.stages)
         manifest._page_bytes[number] = raw
@@ -315,6 +316,20 @@ def _check_page(
             f"{store.uri}/{key} is not page {expected[0]} of {expected[1]} of run "
             f"{manifest.run_id}'s manifest: it says page {found[0]} of {found[1]} of run "
             f"{page.run_id}",
+            fix=inspect_command(store, key) + "  # inspect before resubmitting",
+        )
+
+
+def _check_members(store: ObjectStore, key: str, page: StagePage) -> None:
+    """Every stage in a page belongs there: a stage read or written for itself is looked for in
+    its own page only, so a record elsewhere would be a second record of it."""
+    stray = sorted(
+        n for n in page.tasks.keys() | page.stages.keys() if page_of(n, page.pages) != page.page
+    )
+    if stray:
+        raise StateCorrupt(
+            f"{store.uri}/{key} holds the record of stage {stray[0]}, which belongs in page "
+            f"{page_of(stray[0], page.pages)} of {page.pages}",
             fix=inspect_command(store, key) + "  # inspect before resubmitting",
         )
 

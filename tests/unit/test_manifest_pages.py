@@ -241,6 +241,23 @@ def test_a_page_that_is_not_the_runs_is_refused_by_name(
     assert read_manifest(store, PREFIX, stages=[fine]) is not None
 
 
+def test_a_page_holding_a_stage_of_another_page_is_refused(
+    small_pages: int, tmp_path: Path
+) -> None:
+    """A step of a stage reads its own page only: a record of it elsewhere would be a second
+    one, so a page is refused by name when it holds a stage that hashes to another."""
+    names = [f"s{i}" for i in range(9)]
+    store = fresh_store(tmp_path, "s")
+    write_manifest(store, manifest(names))
+    stranger = next(n for n in names if page_of(n, 3) != 1)
+    path = tmp_path / "s" / manifest_page_key(PREFIX, 1)
+    doc = json.loads(path.read_text())
+    doc["stages"][stranger] = {"state": "RUNNING"}
+    path.write_text(json.dumps(doc))
+    with pytest.raises(StateCorrupt, match=f"holds the record of stage {stranger}, which belongs"):
+        read_manifest(store, PREFIX)
+
+
 def test_a_run_within_the_threshold_is_one_object_as_before(tmp_path: Path) -> None:
     names = [f"s{i}" for i in range(manifest_module.PAGE_STAGES)]
     store = fresh_store(tmp_path, "s")
