@@ -379,13 +379,16 @@ def _parse_page(raw: bytes, model: type[_Page], store: ObjectStore, key: str) ->
         ) from None
 
 
-def write_manifest(store: ObjectStore, manifest: RunManifest) -> None:
+def write_manifest(store: ObjectStore, manifest: RunManifest, *, fresh_pages: bool = False) -> None:
     """Store the manifest as indented JSON, its fields in the model's order. Written by
     pydantic's serializer: ``json.dumps`` with an indent is the pure-Python encoder, 85% of a
     manifest update (0.049 s against 0.005 s a write at 2,000 stages).
 
     A run of more than :data:`PAGE_STAGES` stages is written paged: first the pages this copy
-    was read with, those whose bytes it changed, then the manifest without the stage records.
+    was read with, then the manifest without the stage records. ``fresh_pages``: the copy was
+    read just now under the manifest lock (:func:`update_manifest`), so a page whose bytes it
+    did not change is still the stored one and is not put again. Any other copy (a snapshot
+    put back by a rollback) writes every page it holds.
     """
     manifest.updated_at = now_iso()
     if not manifest.stage_pages:
@@ -399,14 +402,17 @@ def write_manifest(store: ObjectStore, manifest: RunManifest) -> None:
     text += "\n"
     # Every object is checked before any is written: a refusal writes nothing.
     head = ensure_secret_free(text, f"manifest {store.uri}/{key}").encode("utf-8")
-    for number, data in _changed_pages(store, manifest):
+    for number, data in _changed_pages(store, manifest, fresh_pages):
         store.put(manifest_page_key(manifest.prefix, number), data)
         manifest._page_bytes[number] = data
     store.put(key, head)
 
 
-def _changed_pages(store: ObjectStore, manifest: RunManifest) -> list[tuple[int | str, bytes]]:
-    """The pages of a paged manifest to write: of those it was read with, the ones it changed."""
+def _changed_pages(
+    store: ObjectStore, manifest: RunManifest, fresh: bool
+) -> list[tuple[int | str, bytes]]:
+    """The pages of a paged manifest to write: those it was read with (when ``fresh``, the ones
+    whose bytes it changed)."""
     count, held = manifest.stage_pages, manifest._pages_read
     if not count:
         return []
@@ -436,7 +442,7 @@ def _changed_pages(store: ObjectStore, manifest: RunManifest) -> list[tuple[int 
     for part, text in texts.items():
         where = f"manifest page {store.uri}/{manifest_page_key(manifest.prefix, part)}"
         data = ensure_secret_free(text + "\n", where).encode("utf-8")
-        if manifest._page_bytes.get(part) != data:
+        if not fresh or manifest._page_bytes.get(part) != data:
             changed.append((part, data))
     return changed
 
@@ -467,7 +473,7 @@ def update_manifest(
                 fix=inspect_command(store, prefix, listing=True),
             )
         mutate(manifest)
-        write_manifest(store, manifest)
+        write_manifest(store, manifest, fresh_pages=True)
         return manifest
 
 

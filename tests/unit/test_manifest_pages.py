@@ -193,6 +193,26 @@ def test_a_step_that_changes_nothing_of_its_page_writes_only_the_manifest(
     assert store.writes() == [manifest_key(PREFIX)]
 
 
+def test_a_snapshot_written_back_puts_back_every_page_changed_since(
+    small_pages: int, tmp_path: Path
+) -> None:
+    """What submit's rollback does: the records as they were before it, written back after
+    steps changed some pages, read back as they were (a page is skipped as unchanged only
+    within one locked read and write)."""
+    names = [f"s{i}" for i in range(10)]
+    store = fresh_store(tmp_path, "s")
+    write_manifest(store, manifest(names, {n: StageRecord() for n in names}))
+    snapshot = read_manifest(store, PREFIX)
+    assert snapshot is not None
+    for name in names[:4]:
+        update_manifest(store, PREFIX, tmp_path / "lock", lambda m, n=name: apply("end", n, m),
+                        stages=[name])  # fmt: skip
+    write_manifest(store, snapshot)
+    back = read_manifest(store, PREFIX)
+    assert back is not None
+    assert back.model_dump(exclude={"updated_at"}) == snapshot.model_dump(exclude={"updated_at"})
+
+
 def test_a_copy_read_for_one_stage_cannot_write_anothers_record(
     small_pages: int, tmp_path: Path
 ) -> None:
