@@ -291,6 +291,28 @@ def test_a_run_within_the_threshold_is_one_object_as_before(tmp_path: Path) -> N
     assert len(store.writes()) == 4 and store.writes()[-1] == manifest_key(PREFIX)
 
 
+def test_a_large_run_written_as_one_object_is_paged_whole_at_its_first_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest an earlier npa wrote as one object for a run of many stages: a step of one
+    stage reads it whole (there are no pages to read part of), and its write pages every
+    record."""
+    names = [f"s{i}" for i in range(10)]
+    store = fresh_store(tmp_path, "s")
+    write_manifest(store, manifest(names, {n: StageRecord(state="SUCCEEDED") for n in names}))
+    assert "stage_pages" not in json.loads(store.inner.get(manifest_key(PREFIX)))
+    monkeypatch.setattr(manifest_module, "PAGE_STAGES", 3)
+    update_manifest(store, PREFIX, tmp_path / "lock", lambda m: apply("start", "s4", m),
+                    stages=["s4"])  # fmt: skip
+    head = json.loads(store.inner.get(manifest_key(PREFIX)))
+    assert head["stage_pages"] == 4 and head["stages"] == {}
+    back = read_manifest(store, PREFIX)
+    assert back is not None and list(back.stages) == names and list(back.tasks) == names
+    assert {n: r.state for n, r in back.stages.items()} == {
+        n: "RUNNING" if n == "s4" else "SUCCEEDED" for n in names
+    }
+
+
 def test_deleting_a_paged_manifest_removes_its_pages_after_it(
     small_pages: int, tmp_path: Path
 ) -> None:
