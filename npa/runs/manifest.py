@@ -244,7 +244,10 @@ def read_manifest(
         return None
     key = manifest_key(prefix)
     manifest = parse_manifest(raw, f"{store.uri}/{key}", inspect_command(store, key))
-    read_pages(store, prefix, manifest, stages)
+    if manifest.prefix == prefix:
+        # A manifest that records another prefix is not this run's (every reader's identity
+        # check says whose it is): its pages are not looked for here.
+        read_pages(store, prefix, manifest, stages)
     return manifest
 
 

@@ -286,6 +286,20 @@ def test_the_genuine_run_reads_normally_beside_a_copy(home: Home) -> None:
     assert status.code == 0 and status.json()["state"] == "SUCCEEDED", status.stdout
 
 
+def test_a_manifest_copied_alone_under_another_run_is_that_mismatch(home: Home) -> None:
+    """Only manifest.json copied (a paged run's pages stay where they were): the readers still
+    say whose record it is, not that a page of it is missing."""
+    finished(home)
+    target = home.manifest_path("tiny", RUN_B)
+    target.parent.mkdir(parents=True)
+    shutil.copyfile(home.manifest_path("tiny", RUN_A), target)
+    prefix = home.prefix_uri("tiny", RUN_B)
+    res = home.npa(*WF, "status", prefix, "--project", "demo", "--json")
+    assert res.code == 4, res.stdout
+    [source] = [s for s in res.json()["sources"] if s["source"] == "manifest"]
+    assert source["error"].startswith("run_mismatch: "), source
+
+
 # --- waves against the plan ---------------------------------------------------------------------
 
 
