@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from npa.adapters.storage import open_store
+from npa.adapters.storage import ObjectStore, open_store
 from npa.core.errors import StateCorrupt, StoreUnavailable
 from npa.core.layout import manifest_key, manifest_page_key, run_prefix
 from npa.launch.progress import ManifestRecorder
@@ -130,6 +130,13 @@ def test_what_is_written_reads_back_the_same_in_plan_order(
         assert "stage_pages" not in head and store.writes() == [manifest_key(PREFIX)]
 
 
+def reads_back(store: ObjectStore, expected: RunManifest) -> None:
+    """The stored manifest reads as ``expected`` (but for the time of its last write)."""
+    back = read_manifest(store, PREFIX)
+    assert back is not None
+    assert back.model_dump(exclude={"updated_at"}) == expected.model_dump(exclude={"updated_at"})
+
+
 STEPS = st.lists(
     st.tuples(st.integers(0, 9), st.sampled_from(["start", "wave", "end", "fail", "run-only"])),
     max_size=25,
@@ -178,9 +185,7 @@ def test_steps_of_one_stage_each_end_where_one_whole_copy_ends(
             assert set(store.writes()[:-1]) <= page
         else:
             assert store.writes() == [manifest_key(PREFIX)]
-    back = read_manifest(store, PREFIX)
-    assert back is not None
-    assert back.model_dump(exclude={"updated_at"}) == whole.model_dump(exclude={"updated_at"})
+    reads_back(store, whole)
 
 
 def test_a_step_that_changes_nothing_of_its_page_writes_only_the_manifest(
@@ -208,9 +213,7 @@ def test_a_snapshot_written_back_puts_back_every_page_changed_since(
         update_manifest(store, PREFIX, tmp_path / "lock", lambda m, n=name: apply("end", n, m),
                         stages=[name])  # fmt: skip
     write_manifest(store, snapshot)
-    back = read_manifest(store, PREFIX)
-    assert back is not None
-    assert back.model_dump(exclude={"updated_at"}) == snapshot.model_dump(exclude={"updated_at"})
+    reads_back(store, snapshot)
 
 
 def test_a_copy_read_for_one_stage_cannot_write_anothers_record(
