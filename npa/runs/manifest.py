@@ -19,6 +19,7 @@ The run's ``plan.json`` beside it is written and read here too, always through i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import zlib
 from collections.abc import Callable, Collection, Iterable
@@ -29,6 +30,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from npa.adapters.storage import ObjectAbsent, ObjectStore, inspect_command
+from npa.adapters.storage.base import read_map
 from npa.backends.base import JobStages
 from npa.core.errors import StateCorrupt
 from npa.core.fsio import exclusive_lock
@@ -280,10 +282,10 @@ def read_pages(
         return
     numbered = sorted(range(count) if stages is None else {page_of(s, count) for s in stages})
     wanted: list[int | str] = [*([ORDER] if stages is None else []), *numbered]
-    fetch = _reader(store, len(wanted))
-    for number, raw in zip(
-        wanted, fetch(lambda n: _get_page(store, prefix, n), wanted), strict=True
-    ):
+    with contextlib.ExitStack() as stack:
+        fetch = read_map(store, stack) if len(wanted) > 1 else map
+        raws = list(fetch(lambda n: _get_page(store, prefix, n), wanted))
+    for number, raw in zip(wanted, raws, strict=True):
         key = _page_key(prefix, number)
         if number == ORDER:
             order = _parse_page(raw, StageOrder, store, key)
@@ -339,19 +341,6 @@ def _check_members(store: ObjectStore, key: str, page: StagePage) -> None:
 
 def _by(rank: dict[str, int]) -> Callable[[str], tuple[int, str]]:
     return lambda name: (rank.get(name, len(rank)), name)
-
-
-def _reader(store: ObjectStore, count: int) -> Callable[..., Iterable[bytes]]:
-    """``map`` over the pages, concurrently on a store that overlaps its reads."""
-    if count <= 1 or store.read_concurrency <= 1:
-        return map
-    from concurrent.futures import ThreadPoolExecutor
-
-    def fetch(get: Callable[[int], bytes], pages: list[int]) -> Iterable[bytes]:
-        with ThreadPoolExecutor(max_workers=min(count, store.read_concurrency)) as pool:
-            return list(pool.map(get, pages))
-
-    return fetch
 
 
 def _get_page(store: ObjectStore, prefix: str, page: int | str) -> bytes:

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 from npa.adapters.storage import ObjectStore, configured_store_uri
+from npa.adapters.storage.base import read_map
 from npa.core.emit import PlainResult
 from npa.core.errors import EXIT_UNAVAILABLE, NpaError
 from npa.core.layout import manifest_key, run_prefix
@@ -123,7 +122,7 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
     # Newest first, read in batches of what is still missing, so the reads stay proportional
     # to the runs listed; concurrently where the store gains by it.
     with contextlib.ExitStack() as stack:
-        reads = _reader(store, stack)
+        reads = read_map(store, stack)
         while len(rows) < limit and (batch := take(limit - len(rows))):
             for found in reads(row_of, batch):
                 if found == "other":
@@ -143,16 +142,6 @@ def list_runs(project: str | None, *, limit: int = 50, paths: NpaPaths | None = 
         skipped_other_projects=others,
         index_note=_index_note(repaired),
     )
-
-
-def _reader(store: ObjectStore, stack: contextlib.ExitStack) -> Callable[..., Iterator[Any]]:
-    """``map`` for the manifest reads: in turn on a store that answers locally, else on a pool
-    of the store's ``read_concurrency`` threads, shut down with ``stack``."""
-    if store.read_concurrency <= 1:
-        return map
-    from concurrent.futures import ThreadPoolExecutor
-
-    return stack.enter_context(ThreadPoolExecutor(max_workers=store.read_concurrency)).map
 
 
 def _run_row(

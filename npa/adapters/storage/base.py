@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from npa.core.errors import (
     InvalidInput,
@@ -173,3 +174,13 @@ def check_key(key: str) -> str:
     if not key or key.startswith("/") or any(p in ("", ".", "..") for p in parts):
         raise InvalidInput(f"object key {key!r} is not a clean relative path")
     return key
+
+
+def read_map(store: ObjectStore, stack: contextlib.ExitStack) -> Callable[..., Iterator[Any]]:
+    """``map`` for a batch of reads from ``store``: in turn on a store that answers locally,
+    else on a pool of the store's ``read_concurrency`` threads, shut down with ``stack``."""
+    if store.read_concurrency <= 1:
+        return map
+    from concurrent.futures import ThreadPoolExecutor
+
+    return stack.enter_context(ThreadPoolExecutor(max_workers=store.read_concurrency)).map
